@@ -1,0 +1,116 @@
+// File: dataplane/pipeline/stats.h
+//
+// Per-lcore counters written by exactly one worker lcore and read by the control and metrics
+// threads, and the summed snapshot those readers build.
+//
+// Writers bump with relaxed load+store (one writer per cache line, so no lock prefix is needed and
+// no cache line is shared between lcores); readers load relaxed. A reader may see a burst half
+// counted; it never sees a torn 64-bit value and totals are monotonic per counter.
+//
+//   LcoreStats* s = stats.lcore(idx);           // on the worker
+//   s->port[p].rx_packets.Add(n);
+//   StatsSnapshot snap = stats.Snapshot();       // on a reader: sums every lcore
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dataplane/pkt/parse.h"
+
+namespace heddle::pipeline {
+
+inline constexpr int kMaxPorts = 16;
+inline constexpr int kMaxLcores = 128;
+
+// Every reason a packet is dropped in the dataplane, with a stable name used in metrics labels,
+// the CLI and traces. Parse errors are folded in with the "parse-" prefix by DropReasonFromParse().
+#define HEDDLE_FOREACH_DROP_REASON(X)                                                    \
+  X(kParseEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")        \
+  X(kParseVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                       \
+  X(kParseVlanTooMany, "vlan-too-many", "more than two VLAN tags")                       \
+  X(kParseIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                      \
+  X(kParseIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")         \
+  X(kParseIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")                \
+  X(kParseIpv4BadLength, "ipv4-bad-length", "IPv4 total length inconsistent")            \
+  X(kParseIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                      \
+  X(kParseIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")         \
+  X(kParseIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")      \
+  X(kParseUdpTruncated, "udp-truncated", "UDP header cut short")                         \
+  X(kParseUdpBadLength, "udp-bad-length", "UDP length inconsistent")                     \
+  X(kParseBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")      \
+  X(kParseBthBadVersion, "bth-bad-version", "BTH transport header version != 0")         \
+  X(kParseRoceExtTruncated, "roce-ext-truncated", "RoCE extension header cut short")     \
+  X(kParseRoceNoIcrc, "roce-no-icrc", "no room for the ICRC")                            \
+  X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)")          \
+  X(kNoEgress, "no-egress", "no egress port for the ingress port")                       \
+  X(kTxFull, "tx-full", "egress TX queue full")
+
+enum class DropReason : uint8_t {
+#define HEDDLE_PIPELINE_ENUM_(e, n, d) e,
+  HEDDLE_FOREACH_DROP_REASON(HEDDLE_PIPELINE_ENUM_)
+#undef HEDDLE_PIPELINE_ENUM_
+      kCount
+};
+inline constexpr int kNumDropReasons = static_cast<int>(DropReason::kCount);
+inline constexpr int kNumRoceClasses = static_cast<int>(pkt::RoceClass::kCount);
+
+const char* DropReasonName(DropReason r);
+const char* DropReasonDescription(DropReason r);
+// Maps a non-OK parse error to its drop reason.
+DropReason DropReasonFromParse(pkt::ParseError e);
+
+// A counter with one writer. Add() is a relaxed load + store: no locked instruction.
+class Counter {
+ public:
+  void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+struct PortCounters {
+  Counter rx_packets, rx_bytes, tx_packets, tx_bytes;
+  std::array<Counter, kNumRoceClasses> roce_rx_packets;  // by opcode class, counted at ingress
+};
+
+struct alignas(64) LcoreStats {
+  std::array<PortCounters, kMaxPorts> port;
+  std::array<Counter, kNumDropReasons> drops;
+  Counter busy_loops;  // poll iterations that received at least one packet
+  Counter idle_loops;  // poll iterations that received nothing
+  Counter bursts;
+};
+
+struct PortSnapshot {
+  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+  std::array<uint64_t, kNumRoceClasses> roce_rx_packets{};
+};
+struct LcoreSnapshot {
+  unsigned lcore_id = 0;
+  uint64_t busy_loops = 0, idle_loops = 0, bursts = 0;
+};
+struct StatsSnapshot {
+  std::vector<PortSnapshot> ports;               // indexed like the configured ports
+  std::array<uint64_t, kNumDropReasons> drops{};  // summed over lcores
+  std::vector<LcoreSnapshot> lcores;             // one per worker lcore
+};
+
+// Owns one LcoreStats per worker. Built before workers start; never resized while they run.
+class DataplaneStats {
+ public:
+  DataplaneStats(int num_ports, std::vector<unsigned> worker_lcore_ids);
+  LcoreStats* lcore(int worker_index) { return &per_lcore_[worker_index]; }
+  int num_ports() const { return num_ports_; }
+  StatsSnapshot Snapshot() const;
+
+ private:
+  int num_ports_;
+  std::vector<unsigned> lcore_ids_;
+  std::unique_ptr<LcoreStats[]> per_lcore_;
+};
+
+}  // namespace heddle::pipeline
