@@ -54,8 +54,26 @@ enum class ParseError : uint8_t {
 #undef HEDDLE_PKT_ENUM_
       kCount
 };
-const char* ParseErrorName(ParseError e);         // "ipv4-truncated"
-const char* ParseErrorDescription(ParseError e);  // one line for CLI/metrics help
+// "ipv4-truncated"
+constexpr const char* ParseErrorName(ParseError e) {
+  constexpr const char* kNames[] = {
+#define HEDDLE_PKT_NAME_(e, n, d) n,
+      HEDDLE_FOREACH_PARSE_ERROR(HEDDLE_PKT_NAME_)
+#undef HEDDLE_PKT_NAME_
+  };
+  return static_cast<size_t>(e) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[static_cast<size_t>(e)]
+                                                                     : "invalid";
+}
+// One line for the CLI and metrics help.
+constexpr const char* ParseErrorDescription(ParseError e) {
+  constexpr const char* kDescs[] = {
+#define HEDDLE_PKT_DESC_(e, n, d) d,
+      HEDDLE_FOREACH_PARSE_ERROR(HEDDLE_PKT_DESC_)
+#undef HEDDLE_PKT_DESC_
+  };
+  return static_cast<size_t>(e) < sizeof(kDescs) / sizeof(kDescs[0]) ? kDescs[static_cast<size_t>(e)]
+                                                                     : "invalid";
+}
 
 // Opcode classes for counting and for the STORM/PIN stages. kNone = not RoCEv2.
 #define HEDDLE_FOREACH_ROCE_CLASS(X)                                   \
@@ -76,7 +94,15 @@ enum class RoceClass : uint8_t {
 #undef HEDDLE_PKT_ENUM_
       kCount
 };
-const char* RoceClassName(RoceClass c);
+constexpr const char* RoceClassName(RoceClass c) {
+  constexpr const char* kNames[] = {
+#define HEDDLE_PKT_NAME_(e, n, d) n,
+      HEDDLE_FOREACH_ROCE_CLASS(HEDDLE_PKT_NAME_)
+#undef HEDDLE_PKT_NAME_
+  };
+  return static_cast<size_t>(c) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[static_cast<size_t>(c)]
+                                                                    : "invalid";
+}
 
 enum class L3 : uint8_t { kNone = 0, kIpv4 = 4, kIpv6 = 6 };
 
