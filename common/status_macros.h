@@ -14,9 +14,9 @@
 #define HEDDLE_INTERNAL_CONCAT_(a, b) a##b
 #define HEDDLE_INTERNAL_CONCAT(a, b) HEDDLE_INTERNAL_CONCAT_(a, b)
 
-#define HEDDLE_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::absl::Status heddle_status_ = (expr);         \
+#define HEDDLE_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status heddle_status_ = (expr);          \
     if (!heddle_status_.ok()) return heddle_status_; \
   } while (0)
 

@@ -1,6 +1,7 @@
 // File: common/version.h
 //
-// The one place the project's version string lives; binaries print it and the control API reports it.
+// The one place the project's version string lives; binaries print it and the control API reports
+// it.
 #pragma once
 
 namespace heddle {

@@ -60,11 +60,12 @@ StatsSnapshot DataplaneStats::Snapshot() const {
       ps.rx_bytes += pc.rx_bytes.Get();
       ps.tx_packets += pc.tx_packets.Get();
       ps.tx_bytes += pc.tx_bytes.Get();
-      for (int c = 0; c < kNumRoceClasses; ++c) ps.roce_rx_packets[c] += pc.roce_rx_packets[c].Get();
+      for (int c = 0; c < kNumRoceClasses; ++c)
+        ps.roce_rx_packets[c] += pc.roce_rx_packets[c].Get();
     }
     for (int r = 0; r < kNumDropReasons; ++r) s.drops[r] += ls.drops[r].Get();
-    s.lcores.push_back(LcoreSnapshot{lcore_ids_[l], ls.busy_loops.Get(), ls.idle_loops.Get(),
-                                     ls.bursts.Get()});
+    s.lcores.push_back(
+        LcoreSnapshot{lcore_ids_[l], ls.busy_loops.Get(), ls.idle_loops.Get(), ls.bursts.Get()});
   }
   return s;
 }

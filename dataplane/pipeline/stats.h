@@ -27,25 +27,25 @@ inline constexpr int kMaxLcores = 128;
 
 // Every reason a packet is dropped in the dataplane, with a stable name used in metrics labels,
 // the CLI and traces. Parse errors are folded in with the "parse-" prefix by DropReasonFromParse().
-#define HEDDLE_FOREACH_DROP_REASON(X)                                                    \
-  X(kParseEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")        \
-  X(kParseVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                       \
-  X(kParseVlanTooMany, "vlan-too-many", "more than two VLAN tags")                       \
-  X(kParseIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                      \
-  X(kParseIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")         \
-  X(kParseIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")                \
-  X(kParseIpv4BadLength, "ipv4-bad-length", "IPv4 total length inconsistent")            \
-  X(kParseIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                      \
-  X(kParseIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")         \
-  X(kParseIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")      \
-  X(kParseUdpTruncated, "udp-truncated", "UDP header cut short")                         \
-  X(kParseUdpBadLength, "udp-bad-length", "UDP length inconsistent")                     \
-  X(kParseBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")      \
-  X(kParseBthBadVersion, "bth-bad-version", "BTH transport header version != 0")         \
-  X(kParseRoceExtTruncated, "roce-ext-truncated", "RoCE extension header cut short")     \
-  X(kParseRoceNoIcrc, "roce-no-icrc", "no room for the ICRC")                            \
-  X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)")          \
-  X(kNoEgress, "no-egress", "no egress port for the ingress port")                       \
+#define HEDDLE_FOREACH_DROP_REASON(X)                                                \
+  X(kParseEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")    \
+  X(kParseVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                   \
+  X(kParseVlanTooMany, "vlan-too-many", "more than two VLAN tags")                   \
+  X(kParseIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                  \
+  X(kParseIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")     \
+  X(kParseIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")            \
+  X(kParseIpv4BadLength, "ipv4-bad-length", "IPv4 total length inconsistent")        \
+  X(kParseIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                  \
+  X(kParseIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")     \
+  X(kParseIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")  \
+  X(kParseUdpTruncated, "udp-truncated", "UDP header cut short")                     \
+  X(kParseUdpBadLength, "udp-bad-length", "UDP length inconsistent")                 \
+  X(kParseBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")  \
+  X(kParseBthBadVersion, "bth-bad-version", "BTH transport header version != 0")     \
+  X(kParseRoceExtTruncated, "roce-ext-truncated", "RoCE extension header cut short") \
+  X(kParseRoceNoIcrc, "roce-no-icrc", "no room for the ICRC")                        \
+  X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)")      \
+  X(kNoEgress, "no-egress", "no egress port for the ingress port")                   \
   X(kTxFull, "tx-full", "egress TX queue full")
 
 enum class DropReason : uint8_t {
@@ -65,7 +65,9 @@ DropReason DropReasonFromParse(pkt::ParseError e);
 // A counter with one writer. Add() is a relaxed load + store: no locked instruction.
 class Counter {
  public:
-  void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void Add(uint64_t n) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
 
  private:
@@ -94,9 +96,9 @@ struct LcoreSnapshot {
   uint64_t busy_loops = 0, idle_loops = 0, bursts = 0;
 };
 struct StatsSnapshot {
-  std::vector<PortSnapshot> ports;               // indexed like the configured ports
+  std::vector<PortSnapshot> ports;                // indexed like the configured ports
   std::array<uint64_t, kNumDropReasons> drops{};  // summed over lcores
-  std::vector<LcoreSnapshot> lcores;             // one per worker lcore
+  std::vector<LcoreSnapshot> lcores;              // one per worker lcore
 };
 
 // Owns one LcoreStats per worker. Built before workers start; never resized while they run.

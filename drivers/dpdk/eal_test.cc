@@ -1,0 +1,147 @@
+#include "drivers/dpdk/eal.h"
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_join.h"
+#include "drivers/dpdk/port.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace heddle::dpdk {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BuildEalArgs, InMemoryNoHugeVdevs) {
+  EalParams p;
+  p.main_lcore = 0;
+  p.worker_lcores = {1, 3};
+  p.no_huge = true;
+  p.memory_mb = 256;
+  p.vdevs = {"net_null0", "net_ring0"};
+  std::string s = absl::StrJoin(BuildEalArgs(p), " ");
+  EXPECT_THAT(s, HasSubstr("-l 0,1,3 --main-lcore=0 --no-huge -m 256 --no-shconf --no-telemetry "
+                           "--no-pci --vdev net_null0 --vdev net_ring0"));
+}
+
+TEST(BuildEalArgs, PciDevicesAndPrefix) {
+  EalParams p;
+  p.worker_lcores = {2};
+  p.file_prefix = "heddle";
+  p.pci = {"0000:3b:00.0,dv_flow_en=1"};
+  p.extra = {"--huge-unlink"};
+  auto a = BuildEalArgs(p);
+  std::string s = absl::StrJoin(a, " ");
+  EXPECT_THAT(s, HasSubstr("--file-prefix=heddle -a 0000:3b:00.0,dv_flow_en=1"));
+  EXPECT_THAT(s, Not(HasSubstr("--no-pci")));
+  EXPECT_THAT(s, Not(HasSubstr("--in-memory")));
+  EXPECT_EQ(a.back(), "--huge-unlink");
+}
+
+std::string WriteTemp(const std::string& text) {
+  char path[] = "/tmp/heddle-meminfo-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CheckHugepages, NoneReservedNamesTheFix) {
+  std::string f =
+      WriteTemp("MemTotal: 1000 kB\nHugePages_Total:       0\nHugePages_Free:        0\n");
+  EalParams p;
+  auto s = CheckHugepages(p, f);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("vm.nr_hugepages"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no_huge"));
+  p.no_huge = true;
+  EXPECT_TRUE(CheckHugepages(p, f).ok());
+  std::remove(f.c_str());
+}
+
+TEST(CheckHugepages, AllInUseAndAvailable) {
+  std::string busy = WriteTemp("HugePages_Total:     512\nHugePages_Free:        0\n");
+  std::string ok = WriteTemp("HugePages_Total:     512\nHugePages_Free:      100\n");
+  EalParams p;
+  EXPECT_THAT(std::string(CheckHugepages(p, busy).message()), HasSubstr("in use"));
+  EXPECT_TRUE(CheckHugepages(p, ok).ok());
+  std::remove(busy.c_str());
+  std::remove(ok.c_str());
+}
+
+TEST(EthdevNameFor, NormalisesPciAndVdev) {
+  EXPECT_EQ(EthdevNameFor({.device = "3b:00.0"}), "0000:3b:00.0");
+  EXPECT_EQ(EthdevNameFor({.device = "0000:3b:00.1,dv_flow_en=1"}), "0000:3b:00.1");
+  EXPECT_EQ(EthdevNameFor({.device = "net_pcap0,rx_pcap=a.pcap", .is_vdev = true}), "net_pcap0");
+}
+
+// Real EAL on virtual devices: the EAL can start once per process, so one test does it all.
+TEST(PortOnVdevs, FindConfigureStartStop) {
+  EalParams p;
+  p.program = "dpdk_eal_test";
+  p.worker_lcores = {};
+  p.no_huge = true;
+  p.memory_mb = 128;
+  p.vdevs = {"net_ring0", "net_null0"};
+  p.log_level = "error";
+  ASSERT_TRUE(InitEal(p).ok());
+
+  auto missing = Port::Find({.name = "up9", .device = "net_null9", .is_vdev = true});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("port up9: vdev \"net_null9\""));
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("net_ring0"));  // lists probed
+  auto missing_pci = Port::Find({.name = "nic", .device = "3b:00.0"});
+  ASSERT_FALSE(missing_pci.ok());
+  EXPECT_THAT(std::string(missing_pci.status().message()), HasSubstr("0000:3b:00.0"));
+  EXPECT_THAT(std::string(missing_pci.status().message()), HasSubstr("dpdk-devbind.py"));
+
+  auto pool = CreateMbufPool("test_pool", 2047, 32, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+
+  auto ring = Port::Find({.name = "h",
+                          .device = "net_ring0",
+                          .is_vdev = true,
+                          .rx_queues = 1,
+                          .tx_queues = 1,
+                          .rx_desc = 256,
+                          .tx_desc = 256});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(ring->driver(), "net_ring");
+  auto too_many = *ring;
+  ASSERT_TRUE(ring->Configure(*pool).ok());
+  ASSERT_TRUE(ring->Start().ok());
+  EXPECT_TRUE(ring->Link().up);
+  EXPECT_EQ(ring->MacAddress().size(), 17u);
+
+  // net_ring loops TX back to RX: a packet sent comes back and shows in the driver counters.
+  rte_mbuf* m = rte_pktmbuf_alloc(*pool);
+  ASSERT_NE(m, nullptr);
+  ASSERT_NE(rte_pktmbuf_append(m, 60), nullptr);
+  ASSERT_EQ(rte_eth_tx_burst(ring->port_id(), 0, &m, 1), 1);
+  rte_mbuf* back[4];
+  ASSERT_EQ(rte_eth_rx_burst(ring->port_id(), 0, back, 4), 1);
+  EXPECT_EQ(back[0]->pkt_len, 60u);
+  rte_pktmbuf_free(back[0]);
+  EXPECT_EQ(ring->Stats().tx_packets, 1u);
+  ring->StopAndClose();
+  ring->StopAndClose();  // idempotent
+  EXPECT_FALSE(ring->Link().up);
+
+  auto null_port =
+      Port::Find({.name = "u", .device = "net_null0", .is_vdev = true, .rx_queues = 2000});
+  ASSERT_TRUE(null_port.ok());
+  auto s = null_port->Configure(*pool);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rx_queues: 2000 exceeds"));
+  null_port->StopAndClose();
+  rte_mempool_free(*pool);
+  CleanupEal();
+}
+
+}  // namespace
+}  // namespace heddle::dpdk

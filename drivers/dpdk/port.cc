@@ -1,0 +1,232 @@
+#include "drivers/dpdk/port.h"
+
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+
+namespace heddle::dpdk {
+
+std::string EthdevNameFor(const PortParams& p) {
+  std::string first(p.device.substr(0, p.device.find(',')));
+  if (!p.is_vdev && std::count(first.begin(), first.end(), ':') == 1) first = "0000:" + first;
+  return first;
+}
+
+namespace {
+
+std::vector<std::string> ProbedNames() {
+  std::vector<std::string> names;
+  uint16_t pid;
+  RTE_ETH_FOREACH_DEV(pid) {
+    char name[RTE_ETH_NAME_MAX_LEN];
+    if (rte_eth_dev_get_name_by_port(pid, name) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<Port> Port::Find(const PortParams& p) {
+  const std::string want = EthdevNameFor(p);
+  uint16_t pid = 0;
+  bool found = rte_eth_dev_get_port_by_name(want.c_str(), &pid) == 0;
+  if (!found) {
+    // mlx5 and others name ports after the PCI address plus a suffix (representors); match the
+    // underlying device instead.
+    uint16_t it;
+    RTE_ETH_FOREACH_DEV(it) {
+      rte_eth_dev_info info;
+      if (rte_eth_dev_info_get(it, &info) != 0 || info.device == nullptr) continue;
+      if (want == rte_dev_name(info.device)) {
+        pid = it;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found) {
+    std::vector<std::string> probed = ProbedNames();
+    std::string have = probed.empty() ? "none" : absl::StrJoin(probed, ", ");
+    std::string why =
+        p.is_vdev
+            ? absl::StrCat("vdev \"", p.device, "\" was not created: check the driver name (", want,
+                           ") and its devargs (e.g. a missing rx_pcap file or a driver "
+                           "plugin not installed: ls /usr/lib/*/dpdk/pmds-*)")
+            : absl::StrCat("PCI device ", want,
+                           " was not probed: no such device, or not bound to a DPDK-capable "
+                           "driver (vfio-pci, or mlx5_core for mlx5); check `dpdk-devbind.py -s`");
+    return absl::NotFoundError(absl::StrCat("port ", p.name, ": ", why, "; probed ports: ", have));
+  }
+  Port port;
+  port.params_ = p;
+  port.port_id_ = pid;
+  rte_eth_dev_info info;
+  if (int rc = rte_eth_dev_info_get(pid, &info); rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("port ", p.name, ": rte_eth_dev_info_get: ", rte_strerror(-rc)));
+  }
+  port.driver_ = info.driver_name ? info.driver_name : "unknown";
+  int sock = rte_eth_dev_socket_id(pid);
+  port.socket_id_ = sock < 0 ? 0 : sock;
+  return port;
+}
+
+absl::Status Port::Configure(rte_mempool* pool) {
+  const std::string& n = params_.name;
+  rte_eth_dev_info info;
+  if (int rc = rte_eth_dev_info_get(port_id_, &info); rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("port ", n, ": rte_eth_dev_info_get: ", rte_strerror(-rc)));
+  }
+  if (params_.rx_queues > info.max_rx_queues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ports[", n, "].rx_queues: ", params_.rx_queues, " exceeds what driver ",
+                     driver_, " offers (", info.max_rx_queues, "); lower rx_queues",
+                     driver_ == "net_pcap" ? " or give net_pcap one rx_pcap= per queue" : ""));
+  }
+  if (params_.tx_queues > info.max_tx_queues) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "port ", n, ": needs ", params_.tx_queues, " TX queues (one per worker lcore) but driver ",
+        driver_, " offers ", info.max_tx_queues, "; use fewer lcores.workers",
+        driver_ == "net_pcap" ? " or give net_pcap one tx_pcap= per queue" : ""));
+  }
+  rte_eth_conf conf{};
+  rss_enabled_ = false;
+  if (params_.rx_queues > 1) {
+    uint64_t want = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP;
+    uint64_t hf = want & info.flow_type_rss_offloads;
+    if (hf != 0) {
+      conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+      conf.rx_adv_conf.rss_conf.rss_key = nullptr;  // driver default key
+      conf.rx_adv_conf.rss_conf.rss_hf = hf;
+      rss_enabled_ = true;
+    } else {
+      HEDDLE_LOG(kWarning,
+                 "port %s: driver %s does not hash (RSS); its %u RX queues are filled as the "
+                 "driver decides",
+                 n.c_str(), driver_.c_str(), params_.rx_queues);
+    }
+  }
+  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;  // one pool, refcnt 1
+  }
+  if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, params_.tx_queues, &conf);
+      rc != 0) {
+    return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_configure(",
+                                            params_.rx_queues, " rx, ", params_.tx_queues,
+                                            " tx): ", rte_strerror(-rc)));
+  }
+  uint16_t rxd = params_.rx_desc, txd = params_.tx_desc;
+  if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd); rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("port ", n, ": descriptor counts: ", rte_strerror(-rc)));
+  }
+  if (params_.mtu != 0) {
+    if (int rc = rte_eth_dev_set_mtu(port_id_, params_.mtu); rc != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ports[", n, "].mtu: ", params_.mtu, " refused by driver ", driver_, ": ",
+                       rte_strerror(-rc), " (max ", info.max_mtu, ")"));
+    }
+  }
+  for (uint16_t q = 0; q < params_.rx_queues; ++q) {
+    rte_eth_rxconf rxc = info.default_rxconf;
+    if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, socket_id_, &rxc, pool); rc != 0) {
+      return absl::InternalError(
+          absl::StrCat("port ", n, ": RX queue ", q, " setup: ", rte_strerror(-rc)));
+    }
+  }
+  for (uint16_t q = 0; q < params_.tx_queues; ++q) {
+    rte_eth_txconf txc = info.default_txconf;
+    txc.offloads = conf.txmode.offloads;
+    if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, socket_id_, &txc); rc != 0) {
+      return absl::InternalError(
+          absl::StrCat("port ", n, ": TX queue ", q, " setup: ", rte_strerror(-rc)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Port::Start() {
+  if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("port ", params_.name, ": rte_eth_dev_start: ", rte_strerror(-rc)));
+  }
+  started_ = true;
+  if (params_.promiscuous) {
+    int rc = rte_eth_promiscuous_enable(port_id_);
+    if (rc != 0 && rc != -ENOTSUP) {
+      HEDDLE_LOG(kWarning, "port %s: promiscuous mode: %s", params_.name.c_str(),
+                 rte_strerror(-rc));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Port::StopAndClose() {
+  if (closed_) return;
+  if (started_) {
+    if (int rc = rte_eth_dev_stop(port_id_); rc != 0) {
+      HEDDLE_LOG(kWarning, "port %s: stop: %s", params_.name.c_str(), rte_strerror(-rc));
+    }
+    started_ = false;
+  }
+  if (int rc = rte_eth_dev_close(port_id_); rc != 0) {
+    HEDDLE_LOG(kWarning, "port %s: close: %s", params_.name.c_str(), rte_strerror(-rc));
+  }
+  closed_ = true;
+}
+
+std::string Port::MacAddress() const {
+  rte_ether_addr a{};
+  if (rte_eth_macaddr_get(port_id_, &a) != 0) return "";
+  char buf[RTE_ETHER_ADDR_FMT_SIZE];
+  rte_ether_format_addr(buf, sizeof(buf), &a);
+  for (char* c = buf; *c; ++c) *c = static_cast<char>(tolower(*c));
+  return buf;
+}
+
+LinkInfo Port::Link() const {
+  rte_eth_link l{};
+  LinkInfo out;
+  if (closed_ || rte_eth_link_get_nowait(port_id_, &l) != 0) return out;
+  out.up = l.link_status == RTE_ETH_LINK_UP;
+  out.speed_mbps = l.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : l.link_speed;
+  out.full_duplex = l.link_duplex == RTE_ETH_LINK_FULL_DUPLEX;
+  return out;
+}
+
+HwStats Port::Stats() const {
+  HwStats h;
+  rte_eth_stats s{};
+  if (closed_ || rte_eth_stats_get(port_id_, &s) != 0) return h;
+  h.rx_missed = s.imissed;
+  h.rx_errors = s.ierrors;
+  h.tx_errors = s.oerrors;
+  h.rx_nombuf = s.rx_nombuf;
+  h.rx_packets = s.ipackets;
+  h.tx_packets = s.opackets;
+  return h;
+}
+
+absl::StatusOr<rte_mempool*> CreateMbufPool(const std::string& name, uint32_t mbufs, uint16_t cache,
+                                            uint16_t data_room, int socket_id) {
+  rte_mempool* mp = rte_pktmbuf_pool_create(name.c_str(), mbufs, cache, 0, data_room, socket_id);
+  if (mp == nullptr) {
+    int err = rte_errno;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mbuf pool ", name, " (", mbufs, " mbufs of ", data_room, " B on socket ", socket_id,
+        "): ", rte_strerror(err),
+        err == ENOMEM ? "; raise memory.size_mb (no_huge) or hugepages, or lower mempool.mbufs"
+                      : ""));
+  }
+  return mp;
+}
+
+}  // namespace heddle::dpdk

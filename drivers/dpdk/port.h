@@ -1,0 +1,82 @@
+// File: drivers/dpdk/port.h
+//
+// One DPDK ethdev as heddle uses it: find it among the probed devices (PCI address or vdev
+// name), configure RX queues (RSS across them when there are several and the driver hashes) and
+// one TX queue per worker lcore, start it, report link state and driver counters, stop and close.
+// Also the mbuf pool. All of this runs on the main lcore, before workers start or after they stop;
+// LinkState()/HwStats() are safe from control threads while workers run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+struct rte_mempool;
+
+namespace heddle::dpdk {
+
+struct PortParams {
+  std::string name;    // heddle's name for the port, for messages
+  std::string device;  // "0000:3b:00.0" or the vdev devargs "net_pcap0,rx_pcap=..."
+  bool is_vdev = false;
+  uint16_t rx_queues = 1;
+  uint16_t tx_queues = 1;
+  uint16_t rx_desc = 1024;
+  uint16_t tx_desc = 1024;
+  uint16_t mtu = 0;  // 0 = driver default
+  bool promiscuous = true;
+};
+
+struct LinkInfo {
+  bool up = false;
+  uint32_t speed_mbps = 0;
+  bool full_duplex = false;
+};
+
+struct HwStats {
+  uint64_t rx_missed = 0, rx_errors = 0, tx_errors = 0, rx_nombuf = 0;
+  uint64_t rx_packets = 0, tx_packets = 0;
+};
+
+// The ethdev name a device string registers under: the vdev's first devargs token, or the PCI
+// address with a "0000:" domain.
+std::string EthdevNameFor(const PortParams& p);
+
+class Port {
+ public:
+  // Finds the probed port. Not found → an error that names the devargs and the likely cause.
+  static absl::StatusOr<Port> Find(const PortParams& p);
+
+  // Configures queues, RSS, MTU; sets up RX queues from `pool`.
+  absl::Status Configure(rte_mempool* pool);
+  absl::Status Start();
+  // Stops (if started) and closes. Idempotent.
+  void StopAndClose();
+
+  uint16_t port_id() const { return port_id_; }
+  const PortParams& params() const { return params_; }
+  const std::string& driver() const { return driver_; }
+  int socket_id() const { return socket_id_; }
+  std::string MacAddress() const;
+  LinkInfo Link() const;
+  HwStats Stats() const;
+  bool rss_enabled() const { return rss_enabled_; }
+
+ private:
+  Port() = default;
+  PortParams params_;
+  uint16_t port_id_ = 0;
+  std::string driver_;
+  int socket_id_ = 0;
+  bool started_ = false;
+  bool closed_ = false;
+  bool rss_enabled_ = false;
+};
+
+// A pktmbuf pool. `name` must be unique per process.
+absl::StatusOr<rte_mempool*> CreateMbufPool(const std::string& name, uint32_t mbufs, uint16_t cache,
+                                            uint16_t data_room, int socket_id);
+
+}  // namespace heddle::dpdk
