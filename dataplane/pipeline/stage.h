@@ -1,0 +1,76 @@
+// File: dataplane/pipeline/stage.h
+//
+// The stage interface of the per-lcore run-to-completion loop. A worker receives a burst from one
+// RX queue, parses every packet into a pkt::PacketDesc, then hands the burst through its stage
+// chain (e.g. "port-fwd", later "storm-tag", "pin-select") and transmits what is left.
+//
+// Contract of Stage::Process(ctx, burst):
+//   * it sees burst.n packets, with pkts[i], desc[i] and egress[i] in step;
+//   * it keeps the packets that go on, compacted in their original order at the front of the
+//     three arrays, and returns how many that is;
+//   * every packet it does not keep goes to ctx.Drop(mbuf, reason) exactly once: the drop is
+//     counted under its reason and the mbuf is freed after the burst;
+//   * it allocates nothing, takes no lock, throws nothing; per-lcore state only.
+// One virtual call per stage per burst; the per-packet loop inside a stage is direct code.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/pipeline/stats.h"
+#include "dataplane/pkt/parse.h"
+
+struct rte_mbuf;
+
+namespace heddle::pipeline {
+
+inline constexpr uint16_t kMaxBurst = 256;
+inline constexpr uint16_t kNoEgress = 0xffff;
+
+struct Burst {
+  uint16_t n = 0;
+  uint16_t ingress = 0;  // index of the port the burst came from
+  rte_mbuf* pkts[kMaxBurst];
+  uint16_t egress[kMaxBurst];  // port index each packet leaves on; kNoEgress until chosen
+  pkt::PacketDesc desc[kMaxBurst];
+};
+
+// What a stage may touch besides the burst: its lcore's counters and the drop list.
+class WorkerContext {
+ public:
+  explicit WorkerContext(LcoreStats* stats) : stats_(stats) {}
+  LcoreStats& stats() { return *stats_; }
+  void Drop(rte_mbuf* m, DropReason r) {
+    stats_->drops[static_cast<int>(r)].Add(1);
+    dropped_[n_dropped_++] = m;
+  }
+  // Called by the worker after each burst: frees what the stages dropped.
+  uint16_t TakeDropped(rte_mbuf*** out) {
+    *out = dropped_;
+    uint16_t n = n_dropped_;
+    n_dropped_ = 0;
+    return n;
+  }
+
+ private:
+  LcoreStats* stats_;
+  uint16_t n_dropped_ = 0;
+  rte_mbuf* dropped_[kMaxBurst];
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // Stable name used in stats, traces, metrics labels and the CLI ("port-fwd").
+  virtual const char* name() const = 0;
+  virtual uint16_t Process(WorkerContext& ctx, Burst& b) = 0;
+};
+
+// Moves packet `from` to slot `to` (to <= from) in all three arrays.
+inline void MoveSlot(Burst& b, uint16_t to, uint16_t from) {
+  if (to == from) return;
+  b.pkts[to] = b.pkts[from];
+  b.egress[to] = b.egress[from];
+  b.desc[to] = b.desc[from];
+}
+
+}  // namespace heddle::pipeline

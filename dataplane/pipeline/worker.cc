@@ -1,0 +1,110 @@
+#include "dataplane/pipeline/worker.h"
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
+
+namespace heddle::pipeline {
+
+Worker::Worker(WorkerSetup setup)
+    : s_(std::move(setup)), ctx_(s_.stats), tx_(new std::array<rte_mbuf*, kMaxBurst>[kMaxPorts]) {
+  if (s_.burst == 0 || s_.burst > kMaxBurst) s_.burst = 32;
+}
+
+int Worker::Run() {
+  const std::atomic<bool>& stop = *s_.stop;
+  // acquire pairs with the release store of the thread that stops the daemon.
+  while (!stop.load(std::memory_order_acquire)) {
+    if (PollOnce() > 0) {
+      s_.stats->busy_loops.Add(1);
+    } else {
+      s_.stats->idle_loops.Add(1);
+    }
+  }
+  // Drain: forward what already sits in the RX rings, but never spin forever on a source that
+  // keeps producing (e.g. a replayed trace).
+  for (unsigned i = 0; i < s_.drain_polls; ++i) {
+    if (PollOnce() == 0) break;
+  }
+  return 0;
+}
+
+uint32_t Worker::PollOnce() {
+  uint32_t total = 0;
+  for (const RxAssignment& q : s_.rx) {
+    uint16_t n = rte_eth_rx_burst(q.port_id, q.queue, burst_.pkts, s_.burst);
+    if (n == 0) continue;
+    total += n;
+    ProcessBurst(q.port_index, n);
+  }
+  return total;
+}
+
+void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
+  LcoreStats& st = *s_.stats;
+  PortCounters& pc = st.port[port_index];
+  burst_.ingress = port_index;
+  burst_.n = 0;
+  uint64_t bytes = 0;
+  // Parse; malformed frames are dropped here under their parse reason.
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i + 2 < n) rte_prefetch0(rte_pktmbuf_mtod(burst_.pkts[i + 2], void*));
+    rte_mbuf* m = burst_.pkts[i];
+    bytes += m->pkt_len;
+    pkt::PacketDesc& d = burst_.desc[burst_.n];
+    // The parser sees the first segment; RoCE headers always sit there for the MTUs in use.
+    pkt::ParseError e = pkt::Parse(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &d);
+    if (e != pkt::ParseError::kOk) {
+      ctx_.Drop(m, DropReasonFromParse(e));
+      continue;
+    }
+    pc.roce_rx_packets[static_cast<int>(d.roce_class)].Add(1);
+    burst_.pkts[burst_.n] = m;
+    burst_.egress[burst_.n] = kNoEgress;
+    ++burst_.n;
+  }
+  pc.rx_packets.Add(n);
+  pc.rx_bytes.Add(bytes);
+  st.bursts.Add(1);
+
+  for (auto& stage : s_.stages) {
+    if (burst_.n == 0) break;
+    burst_.n = stage->Process(ctx_, burst_);
+  }
+
+  // Stage egress, then send.
+  for (uint16_t i = 0; i < burst_.n; ++i) {
+    uint16_t out = burst_.egress[i];
+    if (out >= s_.num_ports) {
+      ctx_.Drop(burst_.pkts[i], DropReason::kNoEgress);
+      continue;
+    }
+    tx_[out][tx_n_[out]++] = burst_.pkts[i];
+  }
+  Transmit();
+
+  rte_mbuf** dropped;
+  uint16_t nd = ctx_.TakeDropped(&dropped);
+  if (nd) rte_pktmbuf_free_bulk(dropped, nd);
+}
+
+void Worker::Transmit() {
+  LcoreStats& st = *s_.stats;
+  for (uint16_t p = 0; p < s_.num_ports; ++p) {
+    uint16_t n = tx_n_[p];
+    if (n == 0) continue;
+    rte_mbuf** pkts = tx_[p].data();
+    uint16_t sent = rte_eth_tx_burst(s_.port_ids[p], s_.tx_queue, pkts, n);
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < sent; ++i) bytes += pkts[i]->pkt_len;
+    st.port[p].tx_packets.Add(sent);
+    st.port[p].tx_bytes.Add(bytes);
+    if (sent < n) {
+      st.drops[static_cast<int>(DropReason::kTxFull)].Add(n - sent);
+      rte_pktmbuf_free_bulk(pkts + sent, n - sent);
+    }
+    tx_n_[p] = 0;
+  }
+}
+
+}  // namespace heddle::pipeline

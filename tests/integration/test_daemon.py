@@ -1,0 +1,298 @@
+"""Whole-daemon tests: heddled on net_pcap/net_null virtual ports, driven through heddlectl,
+the metrics endpoint and signals. Run by ctest with HEDDLED/HEDDLECTL/HEDDLE_PKTGEN set."""
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import harness  # noqa: E402
+from harness import Daemon, metric_values, pktgen, read_pcap  # noqa: E402
+
+# BTH opcode -> class, from the IBTA opcode table (independent of dataplane/pkt).
+def roce_class(opcode):
+    if opcode == 0x81:
+        return "cnp"
+    base, op = opcode & 0xE0, opcode & 0x1F
+    if base not in (0x00, 0x20, 0x60):
+        return "other"
+    if base == 0x60:
+        return "send" if op in (0x04, 0x05) else "other"
+    if op <= 0x05 or op in (0x16, 0x17):
+        return "send"
+    if 0x06 <= op <= 0x0B:
+        return "write"
+    if op == 0x0C:
+        return "read-request"
+    if 0x0D <= op <= 0x10:
+        return "read-response"
+    if op == 0x11:
+        return "ack"
+    if op == 0x12:
+        return "atomic-ack"
+    if op in (0x13, 0x14):
+        return "atomic"
+    return "other"
+
+
+def expected_classes(frames):
+    """Counts RoCEv2 frames per class with scapy's decoding (UDP dport 4791, BTH opcode)."""
+    from scapy.layers.l2 import Ether
+    from scapy.layers.inet import UDP
+    counts = {}
+    for f in frames:
+        p = Ether(f)
+        if UDP in p and p[UDP].dport == 4791:
+            payload = bytes(p[UDP].payload)
+            if len(payload) >= 12 + 4:
+                c = roce_class(payload[0])
+                counts[c] = counts.get(c, 0) + 1
+    return counts
+
+
+def class_counts(port_stats):
+    return {c["class"]: int(c.get("packets", 0)) for c in port_stats.get("roceByClass", [])
+            if int(c.get("packets", 0)) > 0}
+
+
+class ForwardPcap(unittest.TestCase):
+    """A trace in each direction comes out the other port byte for byte; counters add up."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="heddle-fwd-")
+        self.host_in = os.path.join(self.tmp, "host_in.pcap")
+        self.up_in = os.path.join(self.tmp, "uplink_in.pcap")
+        pktgen(self.host_in, "--mix", "demo", "--packets", "600", "--reverse", self.up_in,
+               "--seed", "7")
+        self.host_out = os.path.join(self.tmp, "host_out.pcap")
+        self.up_out = os.path.join(self.tmp, "uplink_out.pcap")
+        self.d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s,tx_pcap=%s" % (self.host_in, self.host_out)),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (self.up_in, self.up_out)),
+        ], tmp=os.path.join(self.tmp, "d"))
+
+    def tearDown(self):
+        self.d.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_byte_identical_and_counters(self):
+        host_frames = read_pcap(self.host_in)
+        up_frames = read_pcap(self.up_in)
+        self.assertGreater(len(host_frames), 100)
+        self.assertGreater(len(up_frames), 50)
+        self.d.start()
+
+        def done():
+            s = self.d.port_stats()
+            return (int(s["host0"].get("rxPackets", 0)) == len(host_frames) and
+                    int(s["uplink0"].get("rxPackets", 0)) == len(up_frames) and
+                    int(s["uplink0"].get("txPackets", 0)) == len(host_frames) and
+                    int(s["host0"].get("txPackets", 0)) == len(up_frames)) and s
+        stats = self.d.wait_for(done, what="both traces forwarded")
+
+        # Counters: bytes, RoCE classes (checked against scapy's decoding), no drops.
+        self.assertEqual(int(stats["host0"]["rxBytes"]), sum(len(f) for f in host_frames))
+        self.assertEqual(int(stats["uplink0"]["txBytes"]), sum(len(f) for f in host_frames))
+        self.assertEqual(int(stats["uplink0"]["rxBytes"]), sum(len(f) for f in up_frames))
+        self.assertEqual(class_counts(stats["host0"]), expected_classes(host_frames))
+        self.assertEqual(class_counts(stats["uplink0"]), expected_classes(up_frames))
+        self.assertEqual(sum(self.d.drops().values()), 0)
+
+        # The metrics endpoint agrees with the control API.
+        text = self.d.scrape()
+        rx = metric_values(text, "heddle_port_rx_packets_total")
+        self.assertEqual(rx['{port="host0",role="host"}'], len(host_frames))
+        self.assertEqual(rx['{port="uplink0",role="uplink"}'], len(up_frames))
+        roce = metric_values(text, "heddle_roce_rx_packets_total")
+        for cls, n in expected_classes(host_frames).items():
+            self.assertEqual(roce['{class="%s",port="host0"}' % cls], n, cls)
+
+        self.assertEqual(self.d.stop(), 0)
+        # net_pcap writes its tx_pcap on close: nothing was rewritten, order kept.
+        self.assertEqual(read_pcap(self.up_out), host_frames)
+        self.assertEqual(read_pcap(self.host_out), up_frames)
+        self.assertFalse(os.path.exists(self.d.socket))
+
+        # An independent decoder reads the output as RoCEv2 with intact ICRCs.
+        if shutil.which("tshark"):
+            out = subprocess.run(
+                ["tshark", "-r", self.up_out, "-o", "infiniband.identify_payload:FALSE",
+                 "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode",
+                 "-e", "infiniband.invariant.crc.status", "-Y", "udp.dstport == 4791"],
+                capture_output=True, text=True, check=True).stdout
+            rows = [r.split("\t") for r in out.splitlines() if r.strip()]
+            self.assertEqual(len(rows), sum(expected_classes(host_frames).values()))
+            for r in rows:
+                self.assertNotEqual(r[1], "", "frame %s not decoded as BTH" % r[0])
+                self.assertEqual(r[2], "1", "frame %s ICRC not good: %r" % (r[0], r))
+
+
+class MalformedAndIcrc(unittest.TestCase):
+    """Malformed frames are dropped under their reasons and never crash the daemon; every other
+    frame still leaves, in order, unchanged."""
+
+    def test_malformed_counted(self):
+        tmp = tempfile.mkdtemp(prefix="heddle-bad-")
+        host_in = os.path.join(tmp, "in.pcap")
+        empty = os.path.join(tmp, "empty.pcap")
+        pktgen(host_in, "--mix", "demo", "--packets", "300", "--malformed", "60", "--seed", "3")
+        pktgen(empty, "--mix", "demo", "--packets", "0")
+        frames = read_pcap(host_in)
+        up_out = os.path.join(tmp, "out.pcap")
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s,tx_pcap=%s" % (empty, os.path.join(tmp, "h.pcap"))),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (empty, up_out)),
+        ], verify_icrc=True, tmp=os.path.join(tmp, "d"))
+        with open(d.config) as f:
+            text = f.read().replace("rx_pcap=%s,tx_pcap=%s" % (empty, os.path.join(tmp, "h.pcap")),
+                                    "rx_pcap=%s,tx_pcap=%s" % (host_in, os.path.join(tmp, "h.pcap")))
+        with open(d.config, "w") as f:
+            f.write(text)
+        try:
+            d.start()
+            s = d.wait_for(lambda: (int(d.port_stats()["host0"].get("rxPackets", 0)) == len(frames)
+                                    and d.port_stats()), what="trace received")
+            drops = {k: v for k, v in d.drops().items() if v}
+            tx = int(s["uplink0"].get("txPackets", 0))
+            self.assertGreater(sum(drops.values()), 0)
+            self.assertEqual(tx + sum(drops.values()), len(frames), drops)
+            self.assertEqual(d.stop(), 0)
+            out = read_pcap(up_out)
+            self.assertEqual(len(out), tx)
+            # what left is the input minus the dropped frames, in order and unchanged
+            it = iter(frames)
+            self.assertTrue(all(any(o == f for f in it) for o in out))
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Signals(unittest.TestCase):
+    def test_sigterm_mid_traffic(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            tmp = tempfile.mkdtemp(prefix="heddle-sig-")
+            trace = os.path.join(tmp, "t.pcap")
+            pktgen(trace, "--mix", "demo", "--packets", "200", "--seed", "1")
+            before = set(glob.glob("/var/run/dpdk/*")) | set(glob.glob("/dev/hugepages/*"))
+            d = Daemon([
+                ("host0", "host", "net_pcap0,rx_pcap=%s,infinite_rx=1" % trace),
+                ("uplink0", "uplink", "net_null0,no-rx=1"),
+            ], tmp=os.path.join(tmp, "d"))
+            try:
+                d.start()
+                d.wait_for(lambda: int(d.port_stats()["uplink0"].get("txPackets", 0)) > 10000,
+                           what="traffic flowing")
+                self.assertEqual(d.stop(sig), 0, d.read_log())
+                self.assertIn("stopped cleanly", d.read_log())
+                self.assertFalse(os.path.exists(d.socket))
+                after = set(glob.glob("/var/run/dpdk/*")) | set(glob.glob("/dev/hugepages/*"))
+                self.assertEqual(after - before, set())
+                left = [p for p in os.listdir(d.tmp) if p not in ("heddle.yaml", "heddled.log", "run")]
+                self.assertEqual(left, [])
+            finally:
+                d.cleanup()
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+class ControlApi(unittest.TestCase):
+    def test_heddlectl_objects(self):
+        tmp = tempfile.mkdtemp(prefix="heddle-ctl-")
+        trace = os.path.join(tmp, "t.pcap")
+        pktgen(trace, "--mix", "demo", "--packets", "100", "--seed", "5")
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s" % trace),
+            ("uplink0", "uplink", "net_null0"),
+        ], tmp=os.path.join(tmp, "d"))
+        try:
+            d.start()
+            st = d.ctl("show", "status", json_out=True)
+            self.assertEqual(st["pid"], d.proc.pid)
+            self.assertEqual([p["name"] for p in st["ports"]], ["host0", "uplink0"])
+            self.assertEqual({p["driver"] for p in st["ports"]}, {"net_pcap", "net_null"})
+            self.assertTrue(st["metricsUrl"].startswith("http://127.0.0.1:"))
+            ports = d.ctl("show", "ports", json_out=True)["ports"]
+            self.assertEqual(ports[0]["peer"], "uplink0")
+            self.assertEqual(ports[1]["peer"], "host0")
+            table = d.ctl("show", "ports")
+            self.assertIn("host0", table)
+            self.assertIn("net_pcap", table)
+            self.assertIn("uplink0", d.ctl("show", "stats"))
+            cfg = d.ctl("show", "config")
+            self.assertIn("host0", cfg)
+            self.assertIn(d.socket, cfg)
+            rdma = d.ctl("show", "rdma", json_out=True)
+            self.assertTrue(rdma.get("devices") or "no RDMA device" in rdma.get("note", ""))
+            self.assertEqual(d.stop(), 0)
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class StartupErrors(unittest.TestCase):
+    def run_heddled(self, d, timeout=60):
+        p = subprocess.run([harness.HEDDLED, "-c", d.config], capture_output=True, text=True,
+                           timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+
+    def test_metrics_port_busy(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        d = Daemon([("host0", "host", "net_null0"), ("uplink0", "uplink", "net_null1")])
+        with open(d.config) as f:
+            text = f.read().replace('listen: "127.0.0.1:0"', 'listen: "127.0.0.1:%d"' % port)
+        with open(d.config, "w") as f:
+            f.write(text)
+        try:
+            rc, out = self.run_heddled(d)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("127.0.0.1:%d" % port, out)
+            self.assertFalse(os.path.exists(d.socket))
+        finally:
+            s.close()
+            d.cleanup()
+
+    def test_vdev_not_probed(self):
+        d = Daemon([("host0", "host", "net_pcap0,rx_pcap=/nonexistent/x.pcap"),
+                    ("uplink0", "uplink", "net_null1")])
+        try:
+            rc, out = self.run_heddled(d)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("host0", out)
+            self.assertIn("net_pcap0", out)
+        finally:
+            d.cleanup()
+
+    def test_check_config(self):
+        d = Daemon([("host0", "host", "net_null0"), ("uplink0", "uplink", "net_null1")])
+        try:
+            p = subprocess.run([harness.HEDDLED, "--check-config", "-c", d.config],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(d.config) as f:
+                text = f.read().replace("role: uplink", "role: uplinkk")
+            with open(d.config, "w") as f:
+                f.write(text)
+            p = subprocess.run([harness.HEDDLED, "--check-config", "-c", d.config],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("ports[1].role", p.stderr)
+            self.assertIn("uplinkk", p.stderr)
+            p = subprocess.run([harness.HEDDLED, "--check-config", "-c", "/nonexistent.yaml"],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("/nonexistent.yaml", p.stderr)
+        finally:
+            d.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()

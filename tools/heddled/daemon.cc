@@ -1,0 +1,367 @@
+#include "tools/heddled/daemon.h"
+
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mempool.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/version.h"
+#include "control/api/daemon_view.h"
+#include "control/api/server.h"
+#include "control/metrics/metrics.h"
+#include "dataplane/pipeline/stages.h"
+#include "dataplane/pipeline/stats.h"
+#include "dataplane/pipeline/worker.h"
+#include "drivers/dpdk/eal.h"
+#include "drivers/dpdk/port.h"
+#include "drivers/verbs/discovery.h"
+
+namespace heddle::heddled {
+
+using pipeline::kMaxPorts;
+using pipeline::kNoEgress;
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// Resolves each port's egress: the configured peer, else host i <-> uplink i (mod count).
+absl::StatusOr<std::array<uint16_t, kMaxPorts>> ResolvePeers(const config::Config& c) {
+  std::array<uint16_t, kMaxPorts> peer;
+  peer.fill(kNoEgress);
+  std::vector<uint16_t> hosts, uplinks;
+  for (size_t i = 0; i < c.ports.size(); ++i) {
+    (c.ports[i].role == config::PortRole::kHost ? hosts : uplinks).push_back(i);
+  }
+  for (size_t i = 0; i < c.ports.size(); ++i) {
+    const auto& p = c.ports[i];
+    if (!p.peer.empty()) {
+      for (size_t j = 0; j < c.ports.size(); ++j) {
+        if (c.ports[j].name == p.peer) peer[i] = j;
+      }
+      if (peer[i] == kNoEgress) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ports[", i, "].peer: \"", p.peer, "\" names no port"));
+      }
+      continue;
+    }
+    const auto& own = p.role == config::PortRole::kHost ? hosts : uplinks;
+    const auto& other = p.role == config::PortRole::kHost ? uplinks : hosts;
+    if (other.empty()) continue;
+    size_t rank = std::find(own.begin(), own.end(), i) - own.begin();
+    peer[i] = other[rank % other.size()];
+  }
+  return peer;
+}
+
+struct Daemon::Impl : public api::DaemonView {
+  config::Config cfg;
+  std::string config_path;
+  std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
+
+  bool eal_up = false;
+  std::vector<dpdk::Port> ports;
+  rte_mempool* pool = nullptr;
+  std::array<uint16_t, kMaxPorts> peer{};
+  std::unique_ptr<pipeline::DataplaneStats> stats;
+  std::vector<std::unique_ptr<pipeline::Worker>> workers;
+  std::atomic<bool> stop_workers{false};
+  bool workers_running = false;
+  std::unique_ptr<metrics::MetricsServer> metrics;
+  std::unique_ptr<api::ApiServer> api;
+  bool stopped = false;
+
+  // --- DaemonView (gRPC threads) ---
+  api::StatusView GetStatus() override {
+    api::StatusView s;
+    s.version = kVersion;
+    s.uptime_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::steady_clock::now() - started_at)
+                           .count();
+    s.pid = static_cast<uint32_t>(getpid());
+    s.config_path = config_path;
+    s.lcores = GetLcores();
+    s.ports = GetPorts();
+    s.metrics_url = metrics ? metrics->url() : "";
+    return s;
+  }
+
+  std::vector<api::PortView> GetPorts() override {
+    std::vector<api::PortView> out;
+    for (size_t i = 0; i < ports.size(); ++i) {
+      const dpdk::Port& p = ports[i];
+      const config::PortConfig& pc = cfg.ports[i];
+      api::PortView v;
+      v.name = pc.name;
+      v.role = config::PortRoleName(pc.role);
+      v.device = pc.vdev.empty() ? pc.pci : pc.vdev;
+      v.driver = p.driver();
+      v.port_id = p.port_id();
+      dpdk::LinkInfo l = p.Link();
+      v.link_up = l.up;
+      v.speed_mbps = l.speed_mbps;
+      v.full_duplex = l.full_duplex;
+      v.mac = p.MacAddress();
+      v.rx_queues = p.params().rx_queues;
+      v.tx_queues = p.params().tx_queues;
+      uint16_t mtu = 0;
+      if (rte_eth_dev_get_mtu(p.port_id(), &mtu) == 0) v.mtu = mtu;
+      v.peer = peer[i] == kNoEgress ? "" : cfg.ports[peer[i]].name;
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  std::vector<api::PortStatsView> GetPortStats() override {
+    pipeline::StatsSnapshot snap = stats->Snapshot();
+    std::vector<api::PortStatsView> out;
+    for (size_t i = 0; i < ports.size(); ++i) {
+      api::PortStatsView v;
+      v.name = cfg.ports[i].name;
+      const pipeline::PortSnapshot& ps = snap.ports[i];
+      v.rx_packets = ps.rx_packets;
+      v.rx_bytes = ps.rx_bytes;
+      v.tx_packets = ps.tx_packets;
+      v.tx_bytes = ps.tx_bytes;
+      dpdk::HwStats hw = ports[i].Stats();
+      v.hw_rx_missed = hw.rx_missed;
+      v.hw_rx_errors = hw.rx_errors;
+      v.hw_tx_errors = hw.tx_errors;
+      v.hw_rx_nombuf = hw.rx_nombuf;
+      for (int c = 1; c < pipeline::kNumRoceClasses; ++c) {  // skip "none"
+        v.roce_by_class.emplace_back(pkt::RoceClassName(static_cast<pkt::RoceClass>(c)),
+                                     ps.roce_rx_packets[c]);
+      }
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  std::vector<api::LcoreView> GetLcores() override {
+    std::vector<api::LcoreView> out;
+    out.push_back({cfg.main_lcore, "main", 0, 0});
+    pipeline::StatsSnapshot snap = stats->Snapshot();
+    for (const auto& l : snap.lcores)
+      out.push_back({l.lcore_id, "worker", l.busy_loops, l.idle_loops});
+    return out;
+  }
+
+  std::vector<api::DropView> GetDrops() override {
+    pipeline::StatsSnapshot snap = stats->Snapshot();
+    std::vector<api::DropView> out;
+    for (int r = 0; r < pipeline::kNumDropReasons; ++r) {
+      auto reason = static_cast<pipeline::DropReason>(r);
+      out.push_back({pipeline::DropReasonName(reason), pipeline::DropReasonDescription(reason),
+                     snap.drops[r]});
+    }
+    return out;
+  }
+
+  std::string GetConfigYaml() override { return config::ToYaml(cfg); }
+
+  api::RdmaView GetRdma() override {
+    api::RdmaView v;
+    auto devs = verbs::DiscoverRdmaDevices();
+    if (!devs.ok()) {
+      v.note = absl::StrCat("RDMA discovery failed: ", devs.status().message());
+      return v;
+    }
+    for (const auto& d : *devs) {
+      api::RdmaDeviceView dv{d.name, d.node_guid, d.fw_ver, {}};
+      for (const auto& p : d.ports) {
+        api::RdmaPortView pv{p.port_num, p.state, p.active_mtu_bytes, p.link_layer, {}};
+        for (const auto& g : p.gids) pv.gids.emplace_back(g.index, g.gid);
+        dv.ports.push_back(std::move(pv));
+      }
+      v.devices.push_back(std::move(dv));
+    }
+    if (v.devices.empty()) v.note = "no RDMA device found";
+    return v;
+  }
+
+  // --- lifecycle (main thread) ---
+  absl::Status Start();
+  void Stop();
+};
+
+absl::Status Daemon::Impl::Start() {
+  HEDDLE_ASSIGN_OR_RETURN(peer, ResolvePeers(cfg));
+
+  dpdk::EalParams ep;
+  ep.main_lcore = cfg.main_lcore;
+  ep.worker_lcores = cfg.worker_lcores;
+  ep.no_huge = cfg.no_huge;
+  ep.memory_mb = cfg.memory_mb;
+  ep.file_prefix = cfg.file_prefix;
+  ep.log_level = cfg.log_level;
+  ep.extra = cfg.eal_args;
+  for (const auto& p : cfg.ports) {
+    if (!p.vdev.empty()) {
+      ep.vdevs.push_back(p.vdev);
+    } else {
+      ep.pci.push_back(p.devargs.empty() ? p.pci : absl::StrCat(p.pci, ",", p.devargs));
+    }
+  }
+  HEDDLE_RETURN_IF_ERROR(dpdk::InitEal(ep));
+  eal_up = true;
+
+  for (unsigned w : cfg.worker_lcores) {
+    if (!rte_lcore_is_enabled(w)) {
+      return absl::InvalidArgumentError(absl::StrCat("lcores.workers: lcore ", w,
+                                                     " is not enabled; pick cores this machine "
+                                                     "has (see `lscpu`)"));
+    }
+  }
+
+  const uint16_t num_workers = static_cast<uint16_t>(cfg.worker_lcores.size());
+  int socket = -1;
+  for (const auto& pc : cfg.ports) {
+    dpdk::PortParams pp;
+    pp.name = pc.name;
+    pp.is_vdev = !pc.vdev.empty();
+    pp.device = pp.is_vdev ? pc.vdev : pc.pci;
+    pp.rx_queues = pc.rx_queues;
+    pp.tx_queues = num_workers;
+    pp.rx_desc = pc.rx_desc;
+    pp.tx_desc = pc.tx_desc;
+    pp.mtu = pc.mtu;
+    pp.promiscuous = pc.promiscuous;
+    HEDDLE_ASSIGN_OR_RETURN(dpdk::Port port, dpdk::Port::Find(pp));
+    if (socket < 0) socket = port.socket_id();
+    ports.push_back(std::move(port));
+  }
+  HEDDLE_ASSIGN_OR_RETURN(pool, dpdk::CreateMbufPool("heddle_mbufs", cfg.mbufs, cfg.mbuf_cache,
+                                                     cfg.mbuf_data_room, socket < 0 ? 0 : socket));
+  for (auto& p : ports) HEDDLE_RETURN_IF_ERROR(p.Configure(pool));
+
+  stats =
+      std::make_unique<pipeline::DataplaneStats>(static_cast<int>(ports.size()), cfg.worker_lcores);
+
+  if (cfg.metrics_enabled) {
+    metrics::MetricsSources src;
+    src.snapshot = [this] { return stats->Snapshot(); };
+    src.hw_stats = [this] {
+      std::vector<metrics::HwPortStats> hw;
+      for (const auto& p : ports) {
+        dpdk::HwStats h = p.Stats();
+        hw.push_back({h.rx_missed, h.rx_errors, h.tx_errors, h.rx_nombuf});
+      }
+      return hw;
+    };
+    for (const auto& pc : cfg.ports) src.ports.push_back({pc.name, config::PortRoleName(pc.role)});
+    src.version = kVersion;
+    HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
+    HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
+  }
+  HEDDLE_ASSIGN_OR_RETURN(api, api::ApiServer::Start(cfg.control_socket, this));
+  HEDDLE_LOG(kInfo, "control API on unix:%s", cfg.control_socket.c_str());
+
+  for (auto& p : ports) {
+    HEDDLE_RETURN_IF_ERROR(p.Start());
+    HEDDLE_LOG(kInfo, "port %s: %s (port %u, driver %s, %u rx queue(s)%s, %u tx queue(s)) -> %s",
+               p.params().name.c_str(), p.params().device.c_str(), p.port_id(), p.driver().c_str(),
+               p.params().rx_queues, p.rss_enabled() ? " with RSS" : "", p.params().tx_queues,
+               peer[&p - &ports[0]] == kNoEgress ? "(no egress)"
+                                                 : cfg.ports[peer[&p - &ports[0]]].name.c_str());
+  }
+
+  // Spread every (port, RX queue) over the workers, round-robin.
+  std::vector<pipeline::WorkerSetup> setups(num_workers);
+  size_t k = 0;
+  for (size_t pi = 0; pi < ports.size(); ++pi) {
+    for (uint16_t q = 0; q < ports[pi].params().rx_queues; ++q, ++k) {
+      setups[k % num_workers].rx.push_back({static_cast<uint16_t>(pi), ports[pi].port_id(), q});
+    }
+  }
+  for (uint16_t w = 0; w < num_workers; ++w) {
+    pipeline::WorkerSetup& s = setups[w];
+    s.lcore_id = cfg.worker_lcores[w];
+    s.num_ports = static_cast<uint16_t>(ports.size());
+    for (size_t pi = 0; pi < ports.size(); ++pi) s.port_ids[pi] = ports[pi].port_id();
+    s.tx_queue = w;
+    s.burst = cfg.burst_size;
+    s.stats = stats->lcore(w);
+    s.stop = &stop_workers;
+    if (cfg.verify_icrc) s.stages.push_back(std::make_unique<pipeline::IcrcVerifyStage>());
+    s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
+    if (s.rx.empty()) {
+      HEDDLE_LOG(kWarning, "worker lcore %u has no RX queue to poll; add rx_queues or drop it",
+                 s.lcore_id);
+    }
+    workers.push_back(std::make_unique<pipeline::Worker>(std::move(s)));
+  }
+  for (uint16_t w = 0; w < num_workers; ++w) {
+    int rc =
+        rte_eal_remote_launch(&pipeline::Worker::Launch, workers[w].get(), cfg.worker_lcores[w]);
+    if (rc != 0) {
+      return absl::InternalError(absl::StrCat("cannot launch worker on lcore ",
+                                              cfg.worker_lcores[w], ": ", strerror(-rc)));
+    }
+    workers_running = true;
+  }
+  HEDDLE_LOG(kInfo, "heddled %s running: %zu port(s), %u worker(s)", kVersion, ports.size(),
+             num_workers);
+  return absl::OkStatus();
+}
+
+void Daemon::Impl::Stop() {
+  if (stopped) return;
+  stopped = true;
+  if (workers_running) {
+    stop_workers.store(true, std::memory_order_release);
+    rte_eal_mp_wait_lcore();
+    workers_running = false;
+  }
+  // The API and exposer read ports and stats: shut them before the ports go.
+  if (api) api->Shutdown();
+  api.reset();
+  metrics.reset();
+  for (auto& p : ports) p.StopAndClose();
+  if (pool) rte_mempool_free(pool);
+  pool = nullptr;
+  if (eal_up) dpdk::CleanupEal();
+  eal_up = false;
+}
+
+Daemon::Daemon(config::Config cfg, std::string config_path) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+  impl_->config_path = std::move(config_path);
+}
+
+Daemon::~Daemon() { Stop(); }
+
+absl::Status Daemon::Start() {
+  absl::Status s = impl_->Start();
+  if (!s.ok()) impl_->Stop();
+  return s;
+}
+
+int Daemon::WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  HEDDLE_LOG(kInfo, "%s received: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  return sig;
+}
+
+void Daemon::Stop() { impl_->Stop(); }
+
+}  // namespace heddle::heddled
