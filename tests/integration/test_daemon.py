@@ -58,7 +58,7 @@ def expected_classes(frames):
 
 
 def class_counts(port_stats):
-    return {c["class"]: int(c.get("packets", 0)) for c in port_stats.get("roceByClass", [])
+    return {c["className"]: int(c.get("packets", 0)) for c in port_stats.get("roceByClass", [])
             if int(c.get("packets", 0)) > 0}
 
 
