@@ -15,7 +15,8 @@
 //     non-first fragment) parses OK with roce_class == kNone: the dataplane forwards it untouched.
 //   * A frame whose headers contradict its length (truncated Ethernet/VLAN/IP/UDP/BTH or extension
 //     headers, IPv4 IHL < 5, IP total length beyond the frame, UDP length beyond the IP payload, no
-//     room for the 4-byte ICRC) returns a specific ParseError. The desc is then only partially valid.
+//     room for the 4-byte ICRC) returns a specific ParseError. The desc is then only partially
+//     valid.
 //   * Ethernet padding after the IP datagram is allowed (IP total length < frame length).
 #pragma once
 
@@ -29,22 +30,22 @@ inline constexpr int kMaxVlanTags = 2;
 inline constexpr int kIcrcLen = 4;
 
 // X(enumerator, "stable-name", "one-line description")
-#define HEDDLE_FOREACH_PARSE_ERROR(X)                                                  \
-  X(kOk, "ok", "parsed")                                                               \
-  X(kEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")           \
-  X(kVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                          \
-  X(kVlanTooMany, "vlan-too-many", "more than two 802.1Q/802.1ad tags")                \
-  X(kIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                         \
-  X(kIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")            \
-  X(kIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")                   \
-  X(kIpv4BadLength, "ipv4-bad-length", "IPv4 total length < IHL or beyond the frame")  \
-  X(kIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                         \
-  X(kIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")            \
-  X(kIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")         \
-  X(kUdpTruncated, "udp-truncated", "UDP header cut short")                            \
-  X(kUdpBadLength, "udp-bad-length", "UDP length < 8 or beyond the IP payload")        \
-  X(kBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")         \
-  X(kBthBadVersion, "bth-bad-version", "BTH transport header version != 0")            \
+#define HEDDLE_FOREACH_PARSE_ERROR(X)                                                         \
+  X(kOk, "ok", "parsed")                                                                      \
+  X(kEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")                  \
+  X(kVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                                 \
+  X(kVlanTooMany, "vlan-too-many", "more than two 802.1Q/802.1ad tags")                       \
+  X(kIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                                \
+  X(kIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")                   \
+  X(kIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")                          \
+  X(kIpv4BadLength, "ipv4-bad-length", "IPv4 total length < IHL or beyond the frame")         \
+  X(kIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                                \
+  X(kIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")                   \
+  X(kIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")                \
+  X(kUdpTruncated, "udp-truncated", "UDP header cut short")                                   \
+  X(kUdpBadLength, "udp-bad-length", "UDP length < 8 or beyond the IP payload")               \
+  X(kBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")                \
+  X(kBthBadVersion, "bth-bad-version", "BTH transport header version != 0")                   \
   X(kRoceExtTruncated, "roce-ext-truncated", "RETH/AETH/DETH/ImmDt/IETH/AtomicETH cut short") \
   X(kRoceNoIcrc, "roce-no-icrc", "no room for the 4-byte ICRC after the headers")
 
@@ -61,8 +62,9 @@ constexpr const char* ParseErrorName(ParseError e) {
       HEDDLE_FOREACH_PARSE_ERROR(HEDDLE_PKT_NAME_)
 #undef HEDDLE_PKT_NAME_
   };
-  return static_cast<size_t>(e) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[static_cast<size_t>(e)]
-                                                                     : "invalid";
+  return static_cast<size_t>(e) < sizeof(kNames) / sizeof(kNames[0])
+             ? kNames[static_cast<size_t>(e)]
+             : "invalid";
 }
 // One line for the CLI and metrics help.
 constexpr const char* ParseErrorDescription(ParseError e) {
@@ -71,21 +73,22 @@ constexpr const char* ParseErrorDescription(ParseError e) {
       HEDDLE_FOREACH_PARSE_ERROR(HEDDLE_PKT_DESC_)
 #undef HEDDLE_PKT_DESC_
   };
-  return static_cast<size_t>(e) < sizeof(kDescs) / sizeof(kDescs[0]) ? kDescs[static_cast<size_t>(e)]
-                                                                     : "invalid";
+  return static_cast<size_t>(e) < sizeof(kDescs) / sizeof(kDescs[0])
+             ? kDescs[static_cast<size_t>(e)]
+             : "invalid";
 }
 
 // Opcode classes for counting and for the STORM/PIN stages. kNone = not RoCEv2.
-#define HEDDLE_FOREACH_ROCE_CLASS(X)                                   \
-  X(kNone, "none", "not RoCEv2")                                       \
-  X(kSend, "send", "SEND first/middle/last/only (with imm/inval)")     \
-  X(kWrite, "write", "RDMA WRITE first/middle/last/only (with imm)")   \
-  X(kReadRequest, "read-request", "RDMA READ request")                 \
+#define HEDDLE_FOREACH_ROCE_CLASS(X)                                             \
+  X(kNone, "none", "not RoCEv2")                                                 \
+  X(kSend, "send", "SEND first/middle/last/only (with imm/inval)")               \
+  X(kWrite, "write", "RDMA WRITE first/middle/last/only (with imm)")             \
+  X(kReadRequest, "read-request", "RDMA READ request")                           \
   X(kReadResponse, "read-response", "RDMA READ response first/middle/last/only") \
-  X(kAck, "ack", "ACK / NAK (AETH only)")                              \
-  X(kAtomic, "atomic", "compare-swap / fetch-add")                     \
-  X(kAtomicAck, "atomic-ack", "atomic acknowledge")                    \
-  X(kCnp, "cnp", "congestion notification packet (opcode 0x81)")      \
+  X(kAck, "ack", "ACK / NAK (AETH only)")                                        \
+  X(kAtomic, "atomic", "compare-swap / fetch-add")                               \
+  X(kAtomicAck, "atomic-ack", "atomic acknowledge")                              \
+  X(kCnp, "cnp", "congestion notification packet (opcode 0x81)")                 \
   X(kOther, "other", "other BTH opcodes (RD, XRC, resync, reserved)")
 
 enum class RoceClass : uint8_t {
@@ -100,58 +103,62 @@ constexpr const char* RoceClassName(RoceClass c) {
       HEDDLE_FOREACH_ROCE_CLASS(HEDDLE_PKT_NAME_)
 #undef HEDDLE_PKT_NAME_
   };
-  return static_cast<size_t>(c) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[static_cast<size_t>(c)]
-                                                                    : "invalid";
+  return static_cast<size_t>(c) < sizeof(kNames) / sizeof(kNames[0])
+             ? kNames[static_cast<size_t>(c)]
+             : "invalid";
 }
 
 enum class L3 : uint8_t { kNone = 0, kIpv4 = 4, kIpv6 = 6 };
 
 // Flags in PacketDesc::flags.
 enum DescFlag : uint16_t {
-  kFlagRoce = 1u << 0,       // UDP dport 4791 and a BTH parsed
-  kFlagReth = 1u << 1,       // dma_length / RETH present
-  kFlagAeth = 1u << 2,       // aeth present
-  kFlagImm = 1u << 3,        // ImmDt present
-  kFlagIeth = 1u << 4,       // IETH (send with invalidate) present
-  kFlagDeth = 1u << 5,       // DETH (UD) present
-  kFlagAtomicEth = 1u << 6,  // AtomicETH present
-  kFlagAtomicAck = 1u << 7,  // AtomicAckETH present
-  kFlagFirst = 1u << 8,      // first or only packet of a message
-  kFlagLast = 1u << 9,       // last or only packet of a message
-  kFlagAckReq = 1u << 10,    // BTH A bit
-  kFlagSolicited = 1u << 11, // BTH SE bit
-  kFlagFecn = 1u << 12,      // BTH byte 4 bit 7
-  kFlagBecn = 1u << 13,      // BTH byte 4 bit 6
+  kFlagRoce = 1u << 0,        // UDP dport 4791 and a BTH parsed
+  kFlagReth = 1u << 1,        // dma_length / RETH present
+  kFlagAeth = 1u << 2,        // aeth present
+  kFlagImm = 1u << 3,         // ImmDt present
+  kFlagIeth = 1u << 4,        // IETH (send with invalidate) present
+  kFlagDeth = 1u << 5,        // DETH (UD) present
+  kFlagAtomicEth = 1u << 6,   // AtomicETH present
+  kFlagAtomicAck = 1u << 7,   // AtomicAckETH present
+  kFlagFirst = 1u << 8,       // first or only packet of a message
+  kFlagLast = 1u << 9,        // last or only packet of a message
+  kFlagAckReq = 1u << 10,     // BTH A bit
+  kFlagSolicited = 1u << 11,  // BTH SE bit
+  kFlagFecn = 1u << 12,       // BTH byte 4 bit 7
+  kFlagBecn = 1u << 13,       // BTH byte 4 bit 6
   kFlagIpv4Options = 1u << 14,
   kFlagIpFragment = 1u << 15,  // IPv4 MF or non-zero fragment offset
 };
 
-// The compact result. All offsets are from the start of the frame. 48 bytes.
+// The compact result. All offsets are from the start of the frame. 48 bytes: the small fields
+// share bytes (num_vlans/pad_count, dscp/ecn are bit-fields), so take them by value.
+// Fields the frame does not have (no VLAN, not IP, not RoCE) are zero.
 struct PacketDesc {
-  uint16_t l3_off;       // IP header
-  uint16_t l4_off;       // UDP header (valid if ip_proto == 17)
+  uint16_t l3_off;       // IP header (for a non-IP frame: the first byte after the L2 headers)
+  uint16_t l4_off;       // UDP header (valid if ip_proto == 17 and not kFlagIpFragment)
   uint16_t bth_off;      // BTH (valid if kFlagRoce)
-  uint16_t payload_off;  // first byte after all RoCE extension headers
+  uint16_t payload_off;  // first byte after all RoCE extension headers (for a CNP: after its
+                         // 16 reserved bytes)
   uint16_t payload_len;  // bytes from payload_off to icrc_off (the PadCnt pad bytes included)
   uint16_t icrc_off;     // 4-byte ICRC
   uint16_t ip_len;       // bytes from l3_off to the end of the IP datagram (<= frame length)
   uint16_t ether_type;   // innermost ethertype
-  uint16_t vlan_tci[kMaxVlanTags];
+  uint16_t vlan_tci[kMaxVlanTags];  // outermost first
   uint16_t udp_sport;
-  uint16_t flags;        // DescFlag bits
-  uint8_t num_vlans;
+  uint16_t flags;  // DescFlag bits
+  uint16_t pkey;
+  uint8_t num_vlans : 4;
+  uint8_t pad_count : 4;  // BTH PadCnt
   L3 l3;
   uint8_t ip_proto;
-  uint8_t dscp;          // IPv4 TOS >> 2, IPv6 traffic class >> 2
-  uint8_t ecn;           // low 2 bits of TOS / traffic class
-  uint8_t opcode;        // BTH opcode
+  uint8_t dscp : 6;  // IPv4 TOS >> 2, IPv6 traffic class >> 2
+  uint8_t ecn : 2;   // low 2 bits of TOS / traffic class
+  uint8_t opcode;    // BTH opcode
   RoceClass roce_class;
-  uint8_t pad_count;     // BTH PadCnt
-  uint32_t dest_qp;      // 24 bits
-  uint32_t psn;          // 24 bits
-  uint32_t dma_length;   // RETH DMA length (kFlagReth)
-  uint32_t aeth;         // AETH: syndrome << 24 | MSN (kFlagAeth)
-  uint16_t pkey;
+  uint32_t dest_qp;     // 24 bits
+  uint32_t psn;         // 24 bits
+  uint32_t dma_length;  // RETH DMA length (kFlagReth)
+  uint32_t aeth;        // AETH: syndrome << 24 | MSN (kFlagAeth)
 };
 
 // Parses one frame. Never reads outside [data, data+len); len may be 0 and data may then be null.
@@ -161,6 +168,8 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept;
 // with its variant fields set to ones (IPv4 TOS, TTL, checksum; IPv6 traffic class, flow label, hop
 // limit), the UDP header with its checksum set to ones, BTH with byte 4 set to ones, and everything
 // up to the ICRC. Returned as the value that sits on the wire read as a little-endian uint32.
+// `d` must come from Parse() of this very frame returning kOk with kFlagRoce; otherwise both
+// functions return 0 and read nothing.
 uint32_t ComputeIcrc(const uint8_t* data, const PacketDesc& d) noexcept;
 // The ICRC stored in the frame, read little-endian.
 uint32_t StoredIcrc(const uint8_t* data, const PacketDesc& d) noexcept;
