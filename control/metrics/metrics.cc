@@ -1,0 +1,322 @@
+// File: control/metrics/metrics.cc
+//
+// Metric families built from one StatsSnapshot per scrape, and the civetweb-backed HTTP server.
+#include "control/metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "dataplane/pkt/parse.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_type.h"
+
+namespace heddle::metrics {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void AddSample(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+PortLabel LabelOf(const std::vector<PortLabel>& ports, size_t i) {
+  if (i < ports.size()) return ports[i];
+  return PortLabel{absl::StrCat("port", i), "unknown"};
+}
+
+std::vector<ClientMetric::Label> PortLabels(const PortLabel& p) {
+  return {{"port", p.name}, {"role", p.role}};
+}
+
+// A parsed `metrics.listen` value.
+struct ListenAddress {
+  int family = AF_INET;
+  std::string host;  // without brackets
+  uint16_t port = 0;
+  std::string civet;  // what civetweb's listening_ports expects
+  std::string url_host;
+};
+
+absl::StatusOr<ListenAddress> ParseListen(const std::string& listen) {
+  auto bad = [&listen](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics.listen \"", listen, "\": ", why,
+                     "; expected IPv4:port such as 127.0.0.1:9464 (port 0 picks a free port) "
+                     "or [IPv6]:port"));
+  };
+  ListenAddress a;
+  std::string port_text;
+  if (!listen.empty() && listen.front() == '[') {
+    size_t close = listen.find(']');
+    if (close == std::string::npos || close + 1 >= listen.size() || listen[close + 1] != ':') {
+      return bad("IPv6 address must be written [address]:port");
+    }
+    a.family = AF_INET6;
+    a.host = listen.substr(1, close - 1);
+    port_text = listen.substr(close + 2);
+  } else {
+    size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) return bad("no port");
+    a.host = listen.substr(0, colon);
+    port_text = listen.substr(colon + 1);
+  }
+  in6_addr buf;
+  if (a.host.empty() || inet_pton(a.family, a.host.c_str(), &buf) != 1) {
+    return bad(absl::StrCat("\"", a.host, "\" is not a numeric ",
+                            a.family == AF_INET ? "IPv4" : "IPv6", " address"));
+  }
+  uint32_t port = 0;
+  if (port_text.empty() || port_text.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return bad(absl::StrCat("\"", port_text, "\" is not a port number in 0-65535"));
+  }
+  a.port = static_cast<uint16_t>(port);
+  a.url_host = a.family == AF_INET6 ? absl::StrCat("[", a.host, "]") : a.host;
+  a.civet = absl::StrCat(a.url_host, ":", a.port);
+  return a;
+}
+
+// civetweb reports every start-up failure with the same text, so bind the address ourselves to
+// learn the reason and say how to fix it.
+absl::Status ExplainStartFailure(const std::string& listen, const ListenAddress& a,
+                                 const char* server_error) {
+  const std::string prefix = absl::StrCat("metrics.listen ", listen, ": ");
+  int fd = socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int err = 0;
+  if (fd < 0) {
+    err = errno;
+  } else {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as civetweb does
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (a.family == AF_INET) {
+      auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+      sin->sin_family = AF_INET;
+      sin->sin_port = htons(a.port);
+      inet_pton(AF_INET, a.host.c_str(), &sin->sin_addr);
+      len = sizeof(*sin);
+    } else {
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+      sin6->sin6_family = AF_INET6;
+      sin6->sin6_port = htons(a.port);
+      inet_pton(AF_INET6, a.host.c_str(), &sin6->sin6_addr);
+      len = sizeof(*sin6);
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) err = errno;
+    close(fd);
+  }
+  switch (err) {
+    case EADDRINUSE:
+      return absl::UnavailableError(absl::StrCat(
+          prefix, "address already in use; choose another port or set metrics.enabled: false"));
+    case EADDRNOTAVAIL:
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix,
+          "address not available: no interface on this host has it; use 127.0.0.1, 0.0.0.0 or "
+          "one of this host's addresses"));
+    case EACCES:
+      return absl::PermissionDeniedError(absl::StrCat(
+          prefix,
+          "permission denied: ports below 1024 need CAP_NET_BIND_SERVICE; choose a port >= 1024"));
+    case EAFNOSUPPORT:
+      return absl::UnavailableError(
+          absl::StrCat(prefix, "this host has no IPv6 support; use an IPv4 address"));
+    case 0:
+      // The address binds, yet the HTTP server refused it (e.g. civetweb built without IPv6).
+      return absl::UnavailableError(
+          absl::StrCat(prefix, "the HTTP server could not listen there (", server_error,
+                       "); use an IPv4 address or set metrics.enabled: false"));
+    default:
+      return absl::UnavailableError(absl::StrCat(prefix, "cannot listen: ", std::strerror(err),
+                                                 "; choose another address or set "
+                                                 "metrics.enabled: false"));
+  }
+}
+
+}  // namespace
+
+DataplaneCollectable::DataplaneCollectable(MetricsSources sources, Clock now)
+    : sources_(std::move(sources)), now_(std::move(now)), start_(now_()) {}
+
+std::vector<MetricFamily> DataplaneCollectable::Collect() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const pipeline::StatsSnapshot snap = sources_.snapshot();  // the one snapshot of this scrape
+  std::vector<HwPortStats> hw;
+  if (sources_.hw_stats) hw = sources_.hw_stats();
+
+  std::vector<MetricFamily> out;
+  out.reserve(16);
+
+  MetricFamily rx_packets =
+      NewFamily("heddle_port_rx_packets_total",
+                "Packets received by the dataplane on the port, summed over worker lcores.",
+                MetricType::Counter);
+  MetricFamily rx_bytes = NewFamily(
+      "heddle_port_rx_bytes_total",
+      "Bytes (frame length as seen by the dataplane) received on the port.", MetricType::Counter);
+  MetricFamily tx_packets = NewFamily(
+      "heddle_port_tx_packets_total",
+      "Packets handed to the port's TX queues and accepted by the driver.", MetricType::Counter);
+  MetricFamily tx_bytes =
+      NewFamily("heddle_port_tx_bytes_total",
+                "Bytes (frame length as seen by the dataplane) transmitted on the port.",
+                MetricType::Counter);
+  MetricFamily roce = NewFamily(
+      "heddle_roce_rx_packets_total",
+      "RoCEv2 packets received on the port, by BTH opcode class (non-RoCE traffic excluded).",
+      MetricType::Counter);
+  for (size_t p = 0; p < snap.ports.size(); ++p) {
+    const pipeline::PortSnapshot& ps = snap.ports[p];
+    const PortLabel label = LabelOf(sources_.ports, p);
+    AddSample(rx_packets, PortLabels(label), static_cast<double>(ps.rx_packets));
+    AddSample(rx_bytes, PortLabels(label), static_cast<double>(ps.rx_bytes));
+    AddSample(tx_packets, PortLabels(label), static_cast<double>(ps.tx_packets));
+    AddSample(tx_bytes, PortLabels(label), static_cast<double>(ps.tx_bytes));
+    for (int c = 0; c < pipeline::kNumRoceClasses; ++c) {
+      const auto cls = static_cast<pkt::RoceClass>(c);
+      if (cls == pkt::RoceClass::kNone) continue;
+      AddSample(roce, {{"port", label.name}, {"class", pkt::RoceClassName(cls)}},
+                static_cast<double>(ps.roce_rx_packets[c]));
+    }
+  }
+  out.push_back(std::move(rx_packets));
+  out.push_back(std::move(rx_bytes));
+  out.push_back(std::move(tx_packets));
+  out.push_back(std::move(tx_bytes));
+
+  if (sources_.hw_stats) {
+    struct HwField {
+      const char* name;
+      const char* help;
+      uint64_t HwPortStats::*field;
+    };
+    static constexpr HwField kHwFields[] = {
+        {"heddle_port_hw_rx_missed_total",
+         "Packets the NIC dropped because the RX queues were full (imissed): the workers fell "
+         "behind.",
+         &HwPortStats::rx_missed},
+        {"heddle_port_hw_rx_errors_total", "Erroneous packets received, as counted by the NIC.",
+         &HwPortStats::rx_errors},
+        {"heddle_port_hw_tx_errors_total", "Packets the NIC failed to transmit.",
+         &HwPortStats::tx_errors},
+        {"heddle_port_hw_rx_nombuf_total", "RX mbuf allocation failures: the mbuf pool was empty.",
+         &HwPortStats::rx_nombuf},
+    };
+    for (const HwField& f : kHwFields) {
+      MetricFamily fam = NewFamily(f.name, f.help, MetricType::Counter);
+      for (size_t p = 0; p < hw.size(); ++p) {
+        AddSample(fam, PortLabels(LabelOf(sources_.ports, p)), static_cast<double>(hw[p].*f.field));
+      }
+      out.push_back(std::move(fam));
+    }
+  }
+
+  MetricFamily drops =
+      NewFamily("heddle_dataplane_drops_total",
+                "Packets dropped by the dataplane, by reason; every reason is always exported.",
+                MetricType::Counter);
+  for (int r = 0; r < pipeline::kNumDropReasons; ++r) {
+    AddSample(drops, {{"reason", pipeline::DropReasonName(static_cast<pipeline::DropReason>(r))}},
+              static_cast<double>(snap.drops[r]));
+  }
+  out.push_back(std::move(drops));
+  out.push_back(std::move(roce));
+
+  MetricFamily loops = NewFamily(
+      "heddle_lcore_poll_loops_total",
+      "Poll-loop iterations of each worker lcore; state=\"busy\" received at least one packet, "
+      "state=\"idle\" received none.",
+      MetricType::Counter);
+  for (const pipeline::LcoreSnapshot& l : snap.lcores) {
+    const std::string id = absl::StrCat(l.lcore_id);
+    AddSample(loops, {{"lcore", id}, {"state", "busy"}}, static_cast<double>(l.busy_loops));
+    AddSample(loops, {{"lcore", id}, {"state", "idle"}}, static_cast<double>(l.idle_loops));
+  }
+  out.push_back(std::move(loops));
+
+  MetricFamily build =
+      NewFamily("heddle_build_info", "Always 1; the version label names the running heddle build.",
+                MetricType::Gauge);
+  AddSample(build, {{"version", sources_.version}}, 1);
+  out.push_back(std::move(build));
+
+  MetricFamily uptime =
+      NewFamily("heddle_uptime_seconds",
+                "Seconds since the metrics source was created (daemon start).", MetricType::Gauge);
+  AddSample(uptime, {}, std::chrono::duration<double>(now_() - start_).count());
+  out.push_back(std::move(uptime));
+  return out;
+}
+
+MetricsServer::MetricsServer(std::string host, uint16_t port,
+                             std::shared_ptr<DataplaneCollectable> collectable,
+                             std::unique_ptr<prometheus::Exposer> exposer)
+    : host_(std::move(host)),
+      port_(port),
+      collectable_(std::move(collectable)),
+      exposer_(std::move(exposer)) {}
+
+MetricsServer::~MetricsServer() = default;
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
+                                                                    MetricsSources sources) {
+  if (!sources.snapshot) {
+    return absl::InvalidArgumentError(
+        "metrics: MetricsSources.snapshot is not set; the server needs the dataplane counters");
+  }
+  HEDDLE_ASSIGN_OR_RETURN(ListenAddress addr, ParseListen(listen));
+  auto collectable = std::make_shared<DataplaneCollectable>(std::move(sources));
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::vector<int> ports;
+  // prometheus-cpp and civetweb report failures by throwing; none may escape.
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(addr.civet, /*num_threads=*/2);
+    exposer->RegisterCollectable(collectable);
+    ports = exposer->GetListeningPorts();
+  } catch (const std::exception& e) {
+    return ExplainStartFailure(listen, addr, e.what());
+  } catch (...) {
+    return ExplainStartFailure(listen, addr, "unknown error");
+  }
+  if (ports.empty() || ports[0] <= 0 || ports[0] > 65535) {
+    return absl::InternalError(absl::StrCat("metrics.listen ", listen,
+                                            ": the HTTP server started but reports no bound port"));
+  }
+  return std::unique_ptr<MetricsServer>(new MetricsServer(
+      addr.url_host, static_cast<uint16_t>(ports[0]), std::move(collectable), std::move(exposer)));
+}
+
+std::string MetricsServer::url() const {
+  return absl::StrCat("http://", host_, ":", port_, "/metrics");
+}
+
+}  // namespace heddle::metrics

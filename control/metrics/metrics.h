@@ -1,0 +1,114 @@
+// File: control/metrics/metrics.h
+//
+// Prometheus exposition of the dataplane's counters. The workers bump plain per-lcore counters
+// (dataplane/pipeline/stats.h); nothing here touches the hot path. On every scrape,
+// DataplaneCollectable takes ONE summed snapshot and turns it into metric families, so all the
+// samples of one scrape describe the same instant and no per-lcore counter is read twice.
+//
+//   pipeline::DataplaneStats stats(num_ports, worker_lcores);
+//   metrics::MetricsSources src;
+//   src.snapshot = [&stats] { return stats.Snapshot(); };
+//   src.ports = {{"host0", "host"}, {"uplink0", "uplink"}};
+//   src.version = heddle::kVersion;
+//   HEDDLE_ASSIGN_OR_RETURN(auto server, metrics::MetricsServer::Start("127.0.0.1:9464", src));
+//   // Prometheus scrapes server->url() until `server` is destroyed.
+//
+// Families (all counters are monotonic sums over lcores):
+//   heddle_port_{rx,tx}_{packets,bytes}_total{port,role}
+//   heddle_port_hw_{rx_missed,rx_errors,tx_errors,rx_nombuf}_total{port,role}  (if hw_stats is set)
+//   heddle_dataplane_drops_total{reason}      every reason, zeros included, so rate() works
+//   heddle_roce_rx_packets_total{port,class}  every RoCE opcode class except "none"
+//   heddle_lcore_poll_loops_total{lcore,state="busy"|"idle"}
+//   heddle_build_info{version} 1, heddle_uptime_seconds
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dataplane/pipeline/stats.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+
+namespace prometheus {
+class Exposer;
+}  // namespace prometheus
+
+namespace heddle::metrics {
+
+// Labels of one configured port, indexed like StatsSnapshot::ports.
+struct PortLabel {
+  std::string name;  // "uplink0"
+  std::string role;  // "host" or "uplink"
+};
+
+// Counters the NIC keeps itself (DPDK rte_eth_stats), indexed like the ports.
+struct HwPortStats {
+  uint64_t rx_missed = 0, rx_errors = 0, tx_errors = 0, rx_nombuf = 0;
+};
+
+// Where a scrape reads from. The callbacks run on the HTTP server's threads, one scrape at a time
+// (DataplaneCollectable serializes them), never on a worker lcore.
+struct MetricsSources {
+  std::function<pipeline::StatsSnapshot()> snapshot;   // required
+  std::function<std::vector<HwPortStats>()> hw_stats;  // optional, indexed like ports
+  // Ports beyond the end of this list are labelled port="port<i>", role="unknown".
+  std::vector<PortLabel> ports;
+  std::string version;
+};
+
+// Builds the metric families from one snapshot per Collect(). Thread-safe.
+class DataplaneCollectable : public prometheus::Collectable {
+ public:
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+  // `now` is injectable so tests can check heddle_uptime_seconds; uptime counts from construction.
+  explicit DataplaneCollectable(MetricsSources sources,
+                                Clock now = &std::chrono::steady_clock::now);
+
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  MetricsSources sources_;
+  Clock now_;
+  std::chrono::steady_clock::time_point start_;
+  mutable std::mutex mu_;  // one scrape at a time: the sources need not be reentrant
+};
+
+// An HTTP server (prometheus-cpp's pull Exposer over civetweb) serving /metrics.
+class MetricsServer {
+ public:
+  // `listen` is "IPv4:port" (e.g. "127.0.0.1:9464"; "0.0.0.0:9464" for every interface) or
+  // "[IPv6]:port"; port 0 picks a free port, reported by port() and url(). Fails with
+  // InvalidArgument for a malformed address or a missing snapshot source, and with Unavailable
+  // (or PermissionDenied) when the address cannot be bound, e.g.
+  // "metrics.listen 127.0.0.1:9464: address already in use; choose another port or set
+  // metrics.enabled: false". Never throws.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
+                                                              MetricsSources sources);
+  ~MetricsServer();
+
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // "http://127.0.0.1:9464/metrics", with the port actually bound.
+  std::string url() const;
+  uint16_t port() const { return port_; }
+
+ private:
+  MetricsServer(std::string host, uint16_t port, std::shared_ptr<DataplaneCollectable> collectable,
+                std::unique_ptr<prometheus::Exposer> exposer);
+
+  std::string host_;  // as given, brackets included for IPv6
+  uint16_t port_;
+  // Declared before exposer_ so the server stops (and no scrape can run) before it is destroyed.
+  std::shared_ptr<DataplaneCollectable> collectable_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace heddle::metrics

@@ -1,0 +1,366 @@
+// File: control/metrics/metrics_test.cc
+//
+// Scrapes a real MetricsServer over HTTP and checks the text exposition against counters bumped on
+// several lcores; also checks start-up failures come back as Status, never as exceptions.
+#include "control/metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dataplane/pipeline/stats.h"
+#include "dataplane/pkt/parse.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+
+namespace heddle::metrics {
+namespace {
+
+using pipeline::DropReason;
+using pkt::RoceClass;
+using ::testing::HasSubstr;
+
+// A minimal HTTP/1.0 GET: the server closes the connection after the response.
+absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket");
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("connect: ", strerror(errno)));
+  }
+  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return absl::InternalError("send");
+  }
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) resp.append(buf, n);
+  close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  if (body == std::string::npos) return absl::InternalError("no HTTP header end: " + resp);
+  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos ||
+      resp.find(" 200 ") > resp.find("\r\n")) {
+    return absl::InternalError("not a 200 response: " + resp.substr(0, resp.find("\r\n")));
+  }
+  return resp.substr(body + 4);
+}
+
+// The text exposition, parsed: samples keyed by name and sorted labels.
+struct Exposition {
+  using Labels = std::map<std::string, std::string>;
+  std::map<std::string, std::map<Labels, double>> samples;  // name -> labels -> value
+  std::map<std::string, std::string> help, type;
+
+  double Get(const std::string& name, const Labels& labels) const {
+    auto f = samples.find(name);
+    if (f == samples.end()) {
+      ADD_FAILURE() << "no samples named " << name;
+      return -1;
+    }
+    auto s = f->second.find(labels);
+    if (s == f->second.end()) {
+      std::string l;
+      for (const auto& [k, v] : labels) absl::StrAppend(&l, k, "=", v, " ");
+      ADD_FAILURE() << "no sample " << name << "{" << l << "}";
+      return -1;
+    }
+    return s->second;
+  }
+};
+
+Exposition Parse(const std::string& text) {
+  Exposition e;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (absl::ConsumePrefix(&line, "# HELP ")) {
+      size_t sp = line.find(' ');
+      e.help[std::string(line.substr(0, sp))] = std::string(line.substr(sp + 1));
+      continue;
+    }
+    if (absl::ConsumePrefix(&line, "# TYPE ")) {
+      size_t sp = line.find(' ');
+      e.type[std::string(line.substr(0, sp))] = std::string(line.substr(sp + 1));
+      continue;
+    }
+    if (line.front() == '#') continue;
+    size_t brace = line.find('{');
+    size_t value_at;
+    Exposition::Labels labels;
+    std::string name;
+    if (brace != absl::string_view::npos) {
+      name = std::string(line.substr(0, brace));
+      size_t end = line.find('}', brace);
+      EXPECT_NE(end, absl::string_view::npos) << line;
+      // Our label values never contain '"' or ','; split on the separators directly.
+      for (absl::string_view kv :
+           absl::StrSplit(line.substr(brace + 1, end - brace - 1), ',', absl::SkipEmpty())) {
+        size_t eq = kv.find('=');
+        std::string v(kv.substr(eq + 1));
+        EXPECT_TRUE(v.size() >= 2 && v.front() == '"' && v.back() == '"') << line;
+        labels[std::string(kv.substr(0, eq))] = v.substr(1, v.size() - 2);
+      }
+      value_at = end + 2;
+    } else {
+      size_t sp = line.find(' ');
+      name = std::string(line.substr(0, sp));
+      value_at = sp + 1;
+    }
+    absl::string_view value = line.substr(value_at);
+    value = value.substr(0, value.find(' '));  // drop a timestamp if any
+    double v = 0;
+    EXPECT_TRUE(absl::SimpleAtod(value, &v)) << line;
+    EXPECT_TRUE(e.samples[name].emplace(labels, v).second) << "duplicate sample: " << line;
+  }
+  return e;
+}
+
+std::string Serialize(const prometheus::Collectable& c) {
+  std::ostringstream os;
+  prometheus::TextSerializer().Serialize(os, c.Collect());
+  return os.str();
+}
+
+// Two ports, two worker lcores (ids 3 and 7), counters bumped on both lcores.
+class MetricsTest : public ::testing::Test {
+ protected:
+  MetricsTest() : stats_(2, {3, 7}) {
+    pipeline::LcoreStats* a = stats_.lcore(0);
+    pipeline::LcoreStats* b = stats_.lcore(1);
+    a->port[0].rx_packets.Add(10);
+    b->port[0].rx_packets.Add(32);
+    a->port[0].rx_bytes.Add(1000);
+    b->port[0].rx_bytes.Add(4000);
+    a->port[1].tx_packets.Add(7);
+    b->port[1].tx_packets.Add(8);
+    a->port[1].tx_bytes.Add(700);
+    b->port[1].tx_bytes.Add(800);
+    a->port[1].rx_packets.Add(3);
+    a->port[0].roce_rx_packets[static_cast<int>(RoceClass::kWrite)].Add(6);
+    b->port[0].roce_rx_packets[static_cast<int>(RoceClass::kWrite)].Add(4);
+    b->port[1].roce_rx_packets[static_cast<int>(RoceClass::kAck)].Add(9);
+    a->port[0].roce_rx_packets[static_cast<int>(RoceClass::kNone)].Add(100);
+    a->drops[static_cast<int>(DropReason::kTxFull)].Add(2);
+    b->drops[static_cast<int>(DropReason::kTxFull)].Add(5);
+    b->drops[static_cast<int>(DropReason::kIcrcBad)].Add(1);
+    a->busy_loops.Add(11);
+    a->idle_loops.Add(1000);
+    b->busy_loops.Add(22);
+    b->idle_loops.Add(2000);
+  }
+
+  MetricsSources Sources() {
+    MetricsSources s;
+    s.snapshot = [this] {
+      snapshots_.fetch_add(1, std::memory_order_relaxed);
+      return stats_.Snapshot();
+    };
+    s.hw_stats = [] { return std::vector<HwPortStats>{{1, 2, 3, 4}, {10, 20, 30, 40}}; };
+    s.ports = {{"host0", "host"}, {"uplink0", "uplink"}};
+    s.version = "1.2.3-test";
+    return s;
+  }
+
+  pipeline::DataplaneStats stats_;
+  std::atomic<int> snapshots_{0};
+};
+
+TEST_F(MetricsTest, HttpScrapeSumsCountersAcrossLcores) {
+  auto server = MetricsServer::Start("127.0.0.1:0", Sources());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE((*server)->port(), 0);
+  EXPECT_EQ((*server)->url(), absl::StrCat("http://127.0.0.1:", (*server)->port(), "/metrics"));
+
+  auto body = HttpGet((*server)->port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  Exposition e = Parse(*body);
+
+  const Exposition::Labels host = {{"port", "host0"}, {"role", "host"}};
+  const Exposition::Labels uplink = {{"port", "uplink0"}, {"role", "uplink"}};
+  EXPECT_EQ(e.Get("heddle_port_rx_packets_total", host), 42);
+  EXPECT_EQ(e.Get("heddle_port_rx_packets_total", uplink), 3);
+  EXPECT_EQ(e.Get("heddle_port_rx_bytes_total", host), 5000);
+  EXPECT_EQ(e.Get("heddle_port_rx_bytes_total", uplink), 0);
+  EXPECT_EQ(e.Get("heddle_port_tx_packets_total", host), 0);
+  EXPECT_EQ(e.Get("heddle_port_tx_packets_total", uplink), 15);
+  EXPECT_EQ(e.Get("heddle_port_tx_bytes_total", uplink), 1500);
+
+  EXPECT_EQ(e.Get("heddle_port_hw_rx_missed_total", host), 1);
+  EXPECT_EQ(e.Get("heddle_port_hw_rx_errors_total", host), 2);
+  EXPECT_EQ(e.Get("heddle_port_hw_tx_errors_total", host), 3);
+  EXPECT_EQ(e.Get("heddle_port_hw_rx_nombuf_total", host), 4);
+  EXPECT_EQ(e.Get("heddle_port_hw_rx_missed_total", uplink), 10);
+  EXPECT_EQ(e.Get("heddle_port_hw_rx_nombuf_total", uplink), 40);
+
+  EXPECT_EQ(e.Get("heddle_dataplane_drops_total", {{"reason", "tx-full"}}), 7);
+  EXPECT_EQ(e.Get("heddle_dataplane_drops_total", {{"reason", "icrc-bad"}}), 1);
+  EXPECT_EQ(e.Get("heddle_dataplane_drops_total", {{"reason", "eth-truncated"}}), 0);
+
+  EXPECT_EQ(e.Get("heddle_roce_rx_packets_total", {{"port", "host0"}, {"class", "write"}}), 10);
+  EXPECT_EQ(e.Get("heddle_roce_rx_packets_total", {{"port", "uplink0"}, {"class", "ack"}}), 9);
+  EXPECT_EQ(e.Get("heddle_roce_rx_packets_total", {{"port", "uplink0"}, {"class", "cnp"}}), 0);
+
+  EXPECT_EQ(e.Get("heddle_lcore_poll_loops_total", {{"lcore", "3"}, {"state", "busy"}}), 11);
+  EXPECT_EQ(e.Get("heddle_lcore_poll_loops_total", {{"lcore", "3"}, {"state", "idle"}}), 1000);
+  EXPECT_EQ(e.Get("heddle_lcore_poll_loops_total", {{"lcore", "7"}, {"state", "busy"}}), 22);
+  EXPECT_EQ(e.Get("heddle_lcore_poll_loops_total", {{"lcore", "7"}, {"state", "idle"}}), 2000);
+  EXPECT_EQ(e.samples["heddle_lcore_poll_loops_total"].size(), 4u);
+
+  EXPECT_EQ(e.Get("heddle_build_info", {{"version", "1.2.3-test"}}), 1);
+  EXPECT_GE(e.Get("heddle_uptime_seconds", {}), 0);
+  // Exactly one snapshot serves the whole scrape.
+  EXPECT_EQ(snapshots_.load(), 1);
+
+  // A second scrape sees new counts.
+  stats_.lcore(1)->port[0].rx_packets.Add(8);
+  body = HttpGet((*server)->port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(Parse(*body).Get("heddle_port_rx_packets_total", host), 50);
+  EXPECT_EQ(snapshots_.load(), 2);
+}
+
+TEST_F(MetricsTest, EveryDropReasonAndRoceClassIsExported) {
+  DataplaneCollectable c(Sources());
+  Exposition e = Parse(Serialize(c));
+  const auto& drops = e.samples["heddle_dataplane_drops_total"];
+  EXPECT_EQ(drops.size(), static_cast<size_t>(pipeline::kNumDropReasons));
+  pipeline::StatsSnapshot snap = stats_.Snapshot();
+  for (int r = 0; r < pipeline::kNumDropReasons; ++r) {
+    const char* name = pipeline::DropReasonName(static_cast<DropReason>(r));
+    EXPECT_EQ(e.Get("heddle_dataplane_drops_total", {{"reason", name}}),
+              static_cast<double>(snap.drops[r]))
+        << name;
+  }
+
+  const auto& roce = e.samples["heddle_roce_rx_packets_total"];
+  EXPECT_EQ(roce.size(), 2u * (pipeline::kNumRoceClasses - 1));
+  for (const auto& [labels, value] : roce) {
+    EXPECT_NE(labels.at("class"), "none");
+    EXPECT_EQ(labels.size(), 2u);
+  }
+  for (const char* port : {"host0", "uplink0"}) {
+    for (int c = 1; c < pipeline::kNumRoceClasses; ++c) {
+      e.Get("heddle_roce_rx_packets_total",
+            {{"port", port}, {"class", pkt::RoceClassName(static_cast<RoceClass>(c))}});
+    }
+  }
+}
+
+TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
+  DataplaneCollectable c(Sources());
+  std::vector<prometheus::MetricFamily> families = c.Collect();
+  std::set<std::string> names;
+  for (const auto& f : families) {
+    EXPECT_TRUE(names.insert(f.name).second) << "duplicate family " << f.name;
+    EXPECT_EQ(f.name.rfind("heddle_", 0), 0u) << f.name;
+    EXPECT_GT(f.help.size(), 20u) << f.name;
+    if (f.type == prometheus::MetricType::Counter) {
+      EXPECT_TRUE(absl::EndsWith(f.name, "_total")) << f.name;
+    } else {
+      EXPECT_EQ(f.type, prometheus::MetricType::Gauge) << f.name;
+      EXPECT_FALSE(absl::EndsWith(f.name, "_total")) << f.name;
+    }
+    for (const auto& m : f.metric) {
+      for (const auto& l : m.label) {
+        EXPECT_TRUE(l.name == "port" || l.name == "role" || l.name == "reason" ||
+                    l.name == "class" || l.name == "lcore" || l.name == "state" ||
+                    l.name == "version")
+            << f.name << " has an unexpected label " << l.name;
+      }
+    }
+  }
+  const std::set<std::string> want = {
+      "heddle_port_rx_packets_total",   "heddle_port_rx_bytes_total",
+      "heddle_port_tx_packets_total",   "heddle_port_tx_bytes_total",
+      "heddle_port_hw_rx_missed_total", "heddle_port_hw_rx_errors_total",
+      "heddle_port_hw_tx_errors_total", "heddle_port_hw_rx_nombuf_total",
+      "heddle_dataplane_drops_total",   "heddle_roce_rx_packets_total",
+      "heddle_lcore_poll_loops_total",  "heddle_build_info",
+      "heddle_uptime_seconds"};
+  EXPECT_EQ(names, want);
+
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.type["heddle_port_rx_packets_total"], "counter");
+  EXPECT_EQ(e.type["heddle_dataplane_drops_total"], "counter");
+  EXPECT_EQ(e.type["heddle_build_info"], "gauge");
+  EXPECT_EQ(e.type["heddle_uptime_seconds"], "gauge");
+  EXPECT_FALSE(e.help["heddle_lcore_poll_loops_total"].empty());
+}
+
+TEST_F(MetricsTest, UptimeFollowsTheInjectedClockAndHwFamiliesAreOptional) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point t = Clock::time_point(std::chrono::seconds(1000));
+  MetricsSources s = Sources();
+  s.hw_stats = nullptr;
+  s.ports.resize(1);  // the second port has no configured label
+  DataplaneCollectable c(std::move(s), [&t] { return t; });
+  t += std::chrono::milliseconds(42500);
+
+  Exposition e = Parse(Serialize(c));
+  EXPECT_DOUBLE_EQ(e.Get("heddle_uptime_seconds", {}), 42.5);
+  EXPECT_EQ(e.samples.count("heddle_port_hw_rx_missed_total"), 0u);
+  EXPECT_EQ(e.Get("heddle_port_tx_packets_total", {{"port", "port1"}, {"role", "unknown"}}), 15);
+}
+
+TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {
+  auto first = MetricsServer::Start("127.0.0.1:0", Sources());
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string listen = absl::StrCat("127.0.0.1:", (*first)->port());
+  absl::StatusOr<std::unique_ptr<MetricsServer>> second;
+  ASSERT_NO_THROW(second = MetricsServer::Start(listen, Sources()));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("metrics.listen " + listen));
+  EXPECT_THAT(second.status().message(), HasSubstr("address already in use"));
+  EXPECT_THAT(second.status().message(), HasSubstr("metrics.enabled: false"));
+  // The first server still serves.
+  EXPECT_TRUE(HttpGet((*first)->port(), "/metrics").ok());
+}
+
+TEST_F(MetricsTest, MalformedListenAddressesAreRejected) {
+  for (const char* listen :
+       {"garbage", "", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:-1",
+        "127.0.0.1:94x4", "300.1.2.3:9464", "localhost:9464", ":9464", "[::1", "[::1]9464",
+        "[nonsense]:9464", "127.0.0.1:9464,127.0.0.1:9465"}) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> s;
+    ASSERT_NO_THROW(s = MetricsServer::Start(listen, Sources())) << listen;
+    ASSERT_FALSE(s.ok()) << listen;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << listen;
+    EXPECT_THAT(s.status().message(), HasSubstr("metrics.listen")) << listen;
+  }
+}
+
+TEST_F(MetricsTest, AddressNotOnThisHostIsExplained) {
+  // TEST-NET-1 (RFC 5737) is never assigned to a local interface.
+  auto s = MetricsServer::Start("192.0.2.1:0", Sources());
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("address not available"));
+}
+
+TEST_F(MetricsTest, MissingSnapshotSourceIsRejected) {
+  MetricsSources s = Sources();
+  s.snapshot = nullptr;
+  auto server = MetricsServer::Start("127.0.0.1:0", std::move(s));
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace heddle::metrics
