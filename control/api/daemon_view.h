@@ -15,17 +15,17 @@ namespace heddle::api {
 
 struct PortView {
   std::string name;
-  std::string role;     // "host" | "uplink"
-  std::string device;   // PCI address or vdev devargs as configured
-  std::string driver;   // rte_eth_dev_info.driver_name, e.g. "net_pcap", "mlx5_pci"
-  uint32_t port_id = 0; // DPDK port id
+  std::string role;      // "host" | "uplink"
+  std::string device;    // PCI address or vdev devargs as configured
+  std::string driver;    // rte_eth_dev_info.driver_name, e.g. "net_pcap", "mlx5_pci"
+  uint32_t port_id = 0;  // DPDK port id
   bool link_up = false;
   uint32_t speed_mbps = 0;
   bool full_duplex = false;
-  std::string mac;      // "02:00:00:00:00:01"
+  std::string mac;  // "02:00:00:00:00:01"
   uint32_t rx_queues = 0, tx_queues = 0;
   uint32_t mtu = 0;
-  std::string peer;     // egress port name for packets received here
+  std::string peer;  // egress port name for packets received here
 };
 
 struct PortStatsView {
@@ -44,7 +44,7 @@ struct LcoreView {
 };
 
 struct DropView {
-  std::string reason;       // stable name, e.g. "ipv4-truncated"
+  std::string reason;  // stable name, e.g. "ipv4-truncated"
   std::string description;
   uint64_t packets = 0;
 };
@@ -61,13 +61,13 @@ struct StatusView {
 
 struct RdmaPortView {
   uint32_t port_num = 0;
-  std::string state;        // "active", "down", ...
-  uint32_t active_mtu = 0;  // bytes
-  std::string link_layer;   // "Ethernet" | "InfiniBand"
+  std::string state;                                   // "active", "down", ...
+  uint32_t active_mtu = 0;                             // bytes
+  std::string link_layer;                              // "Ethernet" | "InfiniBand"
   std::vector<std::pair<uint32_t, std::string>> gids;  // (index, "fe80::...")
 };
 struct RdmaDeviceView {
-  std::string name;         // "mlx5_0"
+  std::string name;  // "mlx5_0"
   std::string node_guid;
   std::string fw_ver;
   std::vector<RdmaPortView> ports;

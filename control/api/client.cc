@@ -1,0 +1,114 @@
+// File: control/api/client.cc
+#include "control/api/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "control/api/heddle.grpc.pb.h"
+#include "control/api/internal/unix_socket.h"
+
+namespace heddle::api {
+
+struct ApiClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Heddle::Stub> stub;
+};
+
+ApiClient::ApiClient(std::string socket_path, absl::Duration timeout, std::unique_ptr<Impl> impl)
+    : socket_path_(std::move(socket_path)), timeout_(timeout), impl_(std::move(impl)) {}
+
+ApiClient::~ApiClient() = default;
+
+absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(const std::string& socket_path,
+                                                             absl::Duration timeout) {
+  if (absl::Status s = internal::ValidateSocketPath(socket_path); !s.ok()) return s;
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("control API timeout must be positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  try {
+    grpc::ChannelArguments args;
+    // One attempt, no reconnect back-off hidden behind the deadline: an operator wants to know
+    // now that the daemon is down.
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    impl->channel = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path),
+                                              grpc::InsecureChannelCredentials(), args);
+    impl->stub = v1::Heddle::NewStub(impl->channel);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a channel to ", socket_path, ": ", e.what()));
+  }
+  return std::unique_ptr<ApiClient>(new ApiClient(socket_path, timeout, std::move(impl)));
+}
+
+template <typename Request, typename Response, typename Method>
+absl::StatusOr<Response> ApiClient::Call(const char* rpc, Method method, const Request& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  Response response;
+  grpc::Status status;
+  try {
+    status = (impl_->stub.get()->*method)(&context, request, &response);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(rpc, ": ", e.what()));
+  }
+  if (status.ok()) return response;
+
+  const std::string reason = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return absl::UnavailableError(absl::StrCat("cannot reach heddled at ", socket_path_, ": ",
+                                                 reason,
+                                                 "; is heddled running? (-s to choose another "
+                                                 "socket)"));
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::DeadlineExceededError(
+          absl::StrCat("heddled at ", socket_path_, " did not answer ", rpc, " within ",
+                       absl::FormatDuration(timeout_),
+                       "; is it overloaded or stuck? (--timeout to wait longer)"));
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::UnimplementedError(absl::StrCat("heddled at ", socket_path_,
+                                                   " does not support ", rpc,
+                                                   "; it is older than this heddlectl"));
+    default:
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("heddled ", rpc, ": ", reason));
+  }
+}
+
+absl::StatusOr<v1::GetStatusResponse> ApiClient::GetStatus() {
+  return Call<v1::GetStatusRequest, v1::GetStatusResponse>(
+      "GetStatus", &v1::Heddle::Stub::GetStatus, v1::GetStatusRequest());
+}
+
+absl::StatusOr<v1::GetPortsResponse> ApiClient::GetPorts() {
+  return Call<v1::GetPortsRequest, v1::GetPortsResponse>("GetPorts", &v1::Heddle::Stub::GetPorts,
+                                                         v1::GetPortsRequest());
+}
+
+absl::StatusOr<v1::GetStatsResponse> ApiClient::GetStats() {
+  return Call<v1::GetStatsRequest, v1::GetStatsResponse>("GetStats", &v1::Heddle::Stub::GetStats,
+                                                         v1::GetStatsRequest());
+}
+
+absl::StatusOr<v1::GetDropsResponse> ApiClient::GetDrops(bool include_zero) {
+  v1::GetDropsRequest request;
+  request.set_include_zero(include_zero);
+  return Call<v1::GetDropsRequest, v1::GetDropsResponse>("GetDrops", &v1::Heddle::Stub::GetDrops,
+                                                         request);
+}
+
+absl::StatusOr<v1::GetConfigResponse> ApiClient::GetConfig() {
+  return Call<v1::GetConfigRequest, v1::GetConfigResponse>(
+      "GetConfig", &v1::Heddle::Stub::GetConfig, v1::GetConfigRequest());
+}
+
+absl::StatusOr<v1::GetRdmaResponse> ApiClient::GetRdma() {
+  return Call<v1::GetRdmaRequest, v1::GetRdmaResponse>("GetRdma", &v1::Heddle::Stub::GetRdma,
+                                                       v1::GetRdmaRequest());
+}
+
+}  // namespace heddle::api

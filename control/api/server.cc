@@ -1,0 +1,313 @@
+// File: control/api/server.cc
+#include "control/api/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "control/api/heddle.grpc.pb.h"
+#include "control/api/internal/unix_socket.h"
+
+namespace heddle::api {
+
+namespace {
+
+constexpr mode_t kSocketDirMode = 0750;
+constexpr mode_t kSocketMode = 0660;
+// In-flight calls get this long to finish when the server stops; every RPC here is a snapshot read.
+constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
+// Requests are tiny; anything bigger is a confused or hostile client.
+constexpr int kMaxRequestBytes = 64 * 1024;
+
+void ToProto(const PortView& in, v1::Port* out) {
+  out->set_name(in.name);
+  out->set_role(in.role);
+  out->set_device(in.device);
+  out->set_driver(in.driver);
+  out->set_port_id(in.port_id);
+  out->set_link_up(in.link_up);
+  out->set_speed_mbps(in.speed_mbps);
+  out->set_full_duplex(in.full_duplex);
+  out->set_mac(in.mac);
+  out->set_rx_queues(in.rx_queues);
+  out->set_tx_queues(in.tx_queues);
+  out->set_mtu(in.mtu);
+  out->set_peer(in.peer);
+}
+
+void ToProto(const LcoreView& in, v1::Lcore* out) {
+  out->set_lcore_id(in.lcore_id);
+  out->set_role(in.role);
+  out->set_busy_loops(in.busy_loops);
+  out->set_idle_loops(in.idle_loops);
+  const double total = static_cast<double>(in.busy_loops) + static_cast<double>(in.idle_loops);
+  out->set_busy_percent(total > 0 ? 100.0 * static_cast<double>(in.busy_loops) / total : 0.0);
+}
+
+void ToProto(const PortStatsView& in, v1::PortStats* out) {
+  out->set_name(in.name);
+  out->set_rx_packets(in.rx_packets);
+  out->set_rx_bytes(in.rx_bytes);
+  out->set_tx_packets(in.tx_packets);
+  out->set_tx_bytes(in.tx_bytes);
+  out->set_hw_rx_missed(in.hw_rx_missed);
+  out->set_hw_rx_errors(in.hw_rx_errors);
+  out->set_hw_tx_errors(in.hw_tx_errors);
+  out->set_hw_rx_nombuf(in.hw_rx_nombuf);
+  for (const auto& [name, packets] : in.roce_by_class) {
+    v1::RoceClassCount* c = out->add_roce_by_class();
+    c->set_class_name(name);
+    c->set_packets(packets);
+  }
+}
+
+void ToProto(const RdmaDeviceView& in, v1::RdmaDevice* out) {
+  out->set_name(in.name);
+  out->set_node_guid(in.node_guid);
+  out->set_fw_ver(in.fw_ver);
+  for (const RdmaPortView& p : in.ports) {
+    v1::RdmaPort* port = out->add_ports();
+    port->set_port_num(p.port_num);
+    port->set_state(p.state);
+    port->set_active_mtu(p.active_mtu);
+    port->set_link_layer(p.link_layer);
+    for (const auto& [index, gid] : p.gids) {
+      v1::Gid* g = port->add_gids();
+      g->set_index(index);
+      g->set_gid(gid);
+    }
+  }
+}
+
+// The view belongs to the daemon; whatever it throws stops here and becomes an INTERNAL error for
+// this one call instead of taking down the gRPC thread (and the daemon with it).
+template <typename Fn>
+grpc::Status Guarded(const char* rpc, Fn&& fn) {
+  try {
+    fn();
+    return grpc::Status::OK;
+  } catch (const std::exception& e) {
+    HEDDLE_LOG(kError, "control api %s: %s", rpc, e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": ", e.what()));
+  } catch (...) {
+    HEDDLE_LOG(kError, "control api %s: unknown exception", rpc);
+    return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": unknown error"));
+  }
+}
+
+}  // namespace
+
+class HeddleServiceImpl final : public v1::Heddle::Service {
+ public:
+  explicit HeddleServiceImpl(DaemonView* view) : view_(view) {}
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                         v1::GetStatusResponse* out) override {
+    return Guarded("GetStatus", [&] {
+      const StatusView s = view_->GetStatus();
+      out->set_version(s.version);
+      out->set_uptime_seconds(s.uptime_seconds);
+      out->set_pid(s.pid);
+      out->set_config_path(s.config_path);
+      for (const LcoreView& l : s.lcores) ToProto(l, out->add_lcores());
+      for (const PortView& p : s.ports) ToProto(p, out->add_ports());
+      out->set_metrics_url(s.metrics_url);
+    });
+  }
+
+  grpc::Status GetPorts(grpc::ServerContext*, const v1::GetPortsRequest*,
+                        v1::GetPortsResponse* out) override {
+    return Guarded("GetPorts", [&] {
+      for (const PortView& p : view_->GetPorts()) ToProto(p, out->add_ports());
+    });
+  }
+
+  grpc::Status GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
+                        v1::GetStatsResponse* out) override {
+    return Guarded("GetStats", [&] {
+      for (const PortStatsView& p : view_->GetPortStats()) ToProto(p, out->add_ports());
+      for (const LcoreView& l : view_->GetLcores()) ToProto(l, out->add_lcores());
+    });
+  }
+
+  grpc::Status GetDrops(grpc::ServerContext*, const v1::GetDropsRequest* req,
+                        v1::GetDropsResponse* out) override {
+    return Guarded("GetDrops", [&] {
+      uint64_t total = 0;
+      for (const DropView& d : view_->GetDrops()) {
+        total += d.packets;
+        if (d.packets == 0 && !req->include_zero()) continue;
+        v1::Drop* drop = out->add_drops();
+        drop->set_reason(d.reason);
+        drop->set_description(d.description);
+        drop->set_packets(d.packets);
+      }
+      out->set_total_packets(total);
+    });
+  }
+
+  grpc::Status GetConfig(grpc::ServerContext*, const v1::GetConfigRequest*,
+                         v1::GetConfigResponse* out) override {
+    return Guarded("GetConfig", [&] { out->set_yaml(view_->GetConfigYaml()); });
+  }
+
+  grpc::Status GetRdma(grpc::ServerContext*, const v1::GetRdmaRequest*,
+                       v1::GetRdmaResponse* out) override {
+    return Guarded("GetRdma", [&] {
+      const RdmaView r = view_->GetRdma();
+      for (const RdmaDeviceView& d : r.devices) ToProto(d, out->add_devices());
+      out->set_note(r.note);
+    });
+  }
+
+ private:
+  DaemonView* const view_;
+};
+
+namespace {
+
+// Makes sure `path` can be handed to gRPC: gRPC unlinks whatever socket is at the path before it
+// binds, so a live daemon's socket must be detected here, not there.
+absl::Status ClaimSocketPath(const std::string& path) {
+  HEDDLE_RETURN_IF_ERROR(internal::EnsureParentDirectory(path, kSocketDirMode));
+  HEDDLE_ASSIGN_OR_RETURN(internal::PathState state, internal::ProbeSocketPath(path));
+  switch (state) {
+    case internal::PathState::kAbsent:
+      return absl::OkStatus();
+    case internal::PathState::kListening:
+      return absl::AlreadyExistsError(
+          absl::StrCat("another heddled is listening on ", path,
+                       "; stop it first or give this one another control socket"));
+    case internal::PathState::kNotASocket:
+      return absl::FailedPreconditionError(
+          absl::StrCat("control socket path ", path,
+                       " exists and is not a socket; remove it or choose another path"));
+    case internal::PathState::kStaleSocket:
+      if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot remove stale control socket ", path, ": ", std::strerror(errno)));
+      }
+      HEDDLE_LOG(kInfo, "control api: removed stale socket %s", path.c_str());
+      return absl::OkStatus();
+  }
+  return absl::InternalError("unreachable");
+}
+
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Sets the bound socket's mode and gives it its public name, atomically and without replacing
+// anything.
+absl::Status PublishSocket(const std::string& bind_path, const std::string& socket_path) {
+  if (chmod(bind_path.c_str(), kSocketMode) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set mode 0660 on ", bind_path, ": ", std::strerror(errno)));
+  }
+  if (link(bind_path.c_str(), socket_path.c_str()) == 0) return absl::OkStatus();
+  const int err = errno;
+  if (err == EEXIST) {
+    absl::StatusOr<internal::PathState> state = internal::ProbeSocketPath(socket_path);
+    if (state.ok() && *state == internal::PathState::kListening) {
+      return absl::AlreadyExistsError(absl::StrCat("another heddled is listening on ", socket_path,
+                                                   "; it started at the same time as this one"));
+    }
+    return absl::AlreadyExistsError(
+        absl::StrCat(socket_path, " appeared while the control API was starting; retry"));
+  }
+  return absl::PermissionDeniedError(absl::StrCat("cannot link control socket ", bind_path, " to ",
+                                                  socket_path, ": ", std::strerror(err)));
+}
+
+}  // namespace
+
+ApiServer::ApiServer(std::string socket_path, std::unique_ptr<HeddleServiceImpl> service)
+    : socket_path_(std::move(socket_path)), service_(std::move(service)) {}
+
+ApiServer::~ApiServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const std::string& socket_path,
+                                                            DaemonView* view) {
+  if (view == nullptr) return absl::InvalidArgumentError("ApiServer::Start: view is null");
+  HEDDLE_RETURN_IF_ERROR(ClaimSocketPath(socket_path));
+
+  // gRPC binds a private name in the same directory; the socket gets its mode there and is then
+  // hard-linked to the public path. link(2) fails if anything has appeared at the path since the
+  // probe, so two daemons starting together cannot both win, and gRPC, which unlinks its own bind
+  // path on start and on shutdown, never touches the public name.
+  const std::string bind_path =
+      absl::StrCat(ParentDir(socket_path), "/.heddled-", getpid(), ".sock.tmp");
+  HEDDLE_RETURN_IF_ERROR(internal::ValidateSocketPath(bind_path));
+  HEDDLE_ASSIGN_OR_RETURN(internal::PathState bind_state, internal::ProbeSocketPath(bind_path));
+  if (bind_state == internal::PathState::kNotASocket) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(bind_path, " exists and is not a socket; remove it"));
+  }
+
+  std::unique_ptr<ApiServer> api(
+      new ApiServer(socket_path, std::make_unique<HeddleServiceImpl>(view)));
+  try {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("unix:", bind_path), grpc::InsecureServerCredentials());
+    builder.RegisterService(api->service_.get());
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    api->server_ = builder.BuildAndStart();
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot start control API on unix:", socket_path, ": ", e.what()));
+  }
+  if (api->server_ == nullptr) {
+    // gRPC logs its reason but does not return it; name the usual cause.
+    const std::string dir = ParentDir(socket_path);
+    std::string reason = "gRPC could not bind the socket";
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+      reason = absl::StrCat(dir, ": ", std::strerror(errno));
+    }
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix:", socket_path, ": ", reason,
+                                               "; check the directory's owner and mode"));
+  }
+
+  absl::Status published = PublishSocket(bind_path, socket_path);
+  unlink(bind_path.c_str());
+  HEDDLE_RETURN_IF_ERROR(published);
+  struct stat st;
+  if (lstat(socket_path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return absl::InternalError(
+        absl::StrCat("control API started but ", socket_path, " is not a socket"));
+  }
+  api->socket_dev_ = st.st_dev;
+  api->socket_ino_ = st.st_ino;
+  HEDDLE_LOG(kInfo, "control api: listening on unix:%s", socket_path.c_str());
+  return api;
+}
+
+void ApiServer::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server_->Wait();
+  server_.reset();
+  // Only remove the file this server created: after a stale-socket takeover by a newer daemon the
+  // path may belong to someone else.
+  struct stat st;
+  if (lstat(socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == socket_dev_ &&
+      st.st_ino == socket_ino_) {
+    if (unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
+      HEDDLE_LOG(kWarning, "control api: cannot remove %s: %s", socket_path_.c_str(),
+                 std::strerror(errno));
+    }
+  }
+}
+
+}  // namespace heddle::api
