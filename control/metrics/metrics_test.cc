@@ -7,16 +7,20 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -37,6 +41,9 @@ using ::testing::HasSubstr;
 absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError("socket");
+  timeval timeout{10, 0};  // a hung server fails the test instead of hanging it
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_port = htons(port);
@@ -350,7 +357,7 @@ TEST_F(MetricsTest, MalformedListenAddressesAreRejected) {
 TEST_F(MetricsTest, AddressNotOnThisHostIsExplained) {
   // TEST-NET-1 (RFC 5737) is never assigned to a local interface.
   auto s = MetricsServer::Start("192.0.2.1:0", Sources());
-  ASSERT_FALSE(s.ok());
+  if (s.ok()) GTEST_SKIP() << "this host allows binding non-local addresses (ip_nonlocal_bind)";
   EXPECT_THAT(s.status().message(), HasSubstr("address not available"));
 }
 
