@@ -20,18 +20,20 @@ enum class PortRole { kHost, kUplink };
 const char* PortRoleName(PortRole r);  // "host" / "uplink"
 
 struct PortConfig {
-  std::string name;     // unique, [a-z0-9_-]{1,32}; used in metrics labels and the CLI
+  std::string name;  // unique, [a-z0-9_-]{1,32}; used in metrics labels and the CLI
   PortRole role = PortRole::kHost;
   // Exactly one of pci / vdev is set.
-  std::string pci;      // "0000:3b:00.0" (domain optional: "3b:00.0" is normalised to it)
-  std::string vdev;     // "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap"
-  std::string devargs;  // extra devargs for a PCI device, e.g. "dv_flow_en=1" (optional)
-  uint16_t rx_queues = 1;  // 1..64; RSS spreads across them when > 1
-  uint16_t rx_desc = 1024; // ring sizes, powers of two 64..16384
+  std::string pci;          // "0000:3b:00.0" (domain optional: "3b:00.0" is normalised to it)
+  std::string vdev;         // "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap"
+  std::string devargs;      // extra devargs for a PCI device, e.g. "dv_flow_en=1" (optional)
+  uint16_t rx_queues = 1;   // 1..64; RSS spreads across them when > 1
+  uint16_t rx_desc = 1024;  // ring sizes, powers of two 64..16384
   uint16_t tx_desc = 1024;
-  uint16_t mtu = 0;        // 0 = leave the driver default; else 68..9600
+  uint16_t mtu = 0;  // 0 = leave the driver default; else 68..9600
   bool promiscuous = true;
-  std::string peer;        // name of the port packets from this one go to; "" = default pairing
+  std::string peer;  // name of the port packets from this one go to; "" = default pairing
+
+  friend bool operator==(const PortConfig&, const PortConfig&) = default;
 };
 
 struct Config {
@@ -40,17 +42,17 @@ struct Config {
   std::vector<unsigned> worker_lcores = {1};  // non-empty, distinct, none equal to main_lcore
   // memory
   bool no_huge = false;
-  unsigned memory_mb = 0;     // -m; 0 = EAL default (required > 0 when no_huge)
-  std::string file_prefix;    // --file-prefix; "" = run in memory (--in-memory), no runtime files
+  unsigned memory_mb = 0;   // -m; 0 = EAL default (required > 0 when no_huge)
+  std::string file_prefix;  // --file-prefix; "" = run in memory (--in-memory), no runtime files
   // mempool
-  uint32_t mbufs = 8191;      // per NUMA socket in use; >= what the rings need (checked)
-  uint16_t mbuf_cache = 256;  // 0..512
+  uint32_t mbufs = 8191;                 // per NUMA socket in use; >= what the rings need (checked)
+  uint16_t mbuf_cache = 256;             // 0..512
   uint16_t mbuf_data_room = 2048 + 128;  // RTE_MBUF_DEFAULT_BUF_SIZE; 1024..65535
   // ports (at least one host and one uplink)
   std::vector<PortConfig> ports;
   // dataplane
-  uint16_t burst_size = 32;   // 1..256
-  bool verify_icrc = false;   // drop RoCEv2 frames with a bad ICRC (costs a CRC per packet)
+  uint16_t burst_size = 32;  // 1..256
+  bool verify_icrc = false;  // drop RoCEv2 frames with a bad ICRC (costs a CRC per packet)
   // metrics
   bool metrics_enabled = true;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port; port 0 = any free port
@@ -60,14 +62,21 @@ struct Config {
   std::string log_level = "info";  // error|warning|info|debug
   // extra EAL arguments appended verbatim (after the ones derived above)
   std::vector<std::string> eal_args;
+
+  friend bool operator==(const Config&, const Config&) = default;
 };
 
 // Parses YAML text. `source` names the file in messages.
 absl::StatusOr<Config> LoadString(const std::string& yaml, const std::string& source = "<string>");
 absl::StatusOr<Config> LoadFile(const std::string& path);
 // Semantic checks across keys (lcores distinct, ≥1 host and ≥1 uplink port, peers exist, unique
-// names, mbufs sufficient for rings). LoadString/LoadFile call this; exposed for programmatic configs.
+// names, mbufs sufficient for rings). LoadString/LoadFile call this; exposed for programmatic
+// configs.
 absl::Status Validate(const Config& c);
+// How many mbufs the configured rings and caches can hold at once (Validate() requires
+// `mbufs` >= this): the sum over ports of rx_queues*rx_desc + workers*tx_desc, plus
+// workers*burst_size*2 in flight, plus mbuf_cache*(workers+1) parked in per-lcore caches.
+uint64_t MbufsNeeded(const Config& c);
 // The effective config rendered back to YAML (defaults filled in): `heddlectl show config`.
 std::string ToYaml(const Config& c);
 

@@ -1,0 +1,925 @@
+// File: control/config/config.cc
+//
+// YAML -> Config in two passes. The structural pass walks the document: types, ranges, unknown
+// and duplicate keys, each error tagged with the file position of the offending node. Validate()
+// then checks the rules that span keys. Each pass collects every problem it finds, one per line,
+// so that a single `heddled --check-config` run shows all of them; the second pass runs only when
+// the first found nothing, because rules across keys mean little over values that did not parse.
+
+#include "control/config/config.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "yaml-cpp/yaml.h"
+
+namespace heddle::config {
+namespace {
+
+// Limits shared by the parser (which states them in its range messages) and Validate().
+constexpr unsigned kMaxLcores = 128;  // RTE_MAX_LCORE of Debian's DPDK 22.11 build
+constexpr size_t kMaxPorts = 16;
+constexpr uint64_t kMaxMemoryMb = 1 << 20;  // 1 TiB: anything larger is a typo
+constexpr uint16_t kMaxRxQueues = 64;
+constexpr uint16_t kMinDesc = 64;
+constexpr uint16_t kMaxDesc = 16384;
+constexpr uint16_t kMinMtu = 68;  // the IPv4 minimum
+constexpr uint16_t kMaxMtu = 9600;
+constexpr uint16_t kMaxBurst = 256;
+constexpr uint16_t kMaxMbufCache = 512;  // RTE_MEMPOOL_CACHE_MAX_SIZE
+constexpr uint16_t kMinDataRoom = 1024;
+constexpr unsigned kMbufHeadroom = 128;      // RTE_PKTMBUF_HEADROOM
+constexpr unsigned kFrameOverhead = 14 + 4;  // Ethernet header + one VLAN tag; the CRC is stripped
+constexpr size_t kMaxSocketPath = 107;       // sizeof(sockaddr_un::sun_path) - 1
+constexpr size_t kMaxFileSize = 16 << 20;
+
+// The keys each mapping accepts, in the order docs/config.md and ToYaml() use.
+constexpr absl::string_view kTopKeys[] = {"lcores",  "memory",  "mempool", "ports", "dataplane",
+                                          "metrics", "control", "log",     "eal"};
+constexpr absl::string_view kLcoreKeys[] = {"main", "workers"};
+constexpr absl::string_view kMemoryKeys[] = {"no_huge", "size_mb", "file_prefix"};
+constexpr absl::string_view kMempoolKeys[] = {"mbufs", "cache", "data_room"};
+constexpr absl::string_view kPortKeys[] = {"name",    "role",        "pci",     "vdev",
+                                           "devargs", "rx_queues",   "rx_desc", "tx_desc",
+                                           "mtu",     "promiscuous", "peer"};
+constexpr absl::string_view kDataplaneKeys[] = {"burst_size", "verify_icrc"};
+constexpr absl::string_view kMetricsKeys[] = {"enabled", "listen"};
+constexpr absl::string_view kControlKeys[] = {"socket"};
+constexpr absl::string_view kLogKeys[] = {"level"};
+constexpr absl::string_view kEalKeys[] = {"args"};
+constexpr absl::string_view kLogLevels[] = {"error", "warning", "info", "debug"};
+
+std::string Join(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+std::string Quote(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
+
+// Levenshtein distance, for "did you mean" on unknown keys.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+enum class UintParse { kOk, kNegative, kNotInteger, kTooBig };
+
+// Strict decimal: no sign, no hex, no fraction, no exponent.
+UintParse ParseUint(absl::string_view s, uint64_t* v) {
+  if (s.empty()) return UintParse::kNotInteger;
+  if (s[0] == '-') {
+    uint64_t ignored;
+    return ParseUint(s.substr(1), &ignored) == UintParse::kNotInteger ? UintParse::kNotInteger
+                                                                      : UintParse::kNegative;
+  }
+  if (!absl::ascii_isdigit(static_cast<unsigned char>(s[0]))) return UintParse::kNotInteger;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  if (ptr != s.data() + s.size()) return UintParse::kNotInteger;
+  if (ec == std::errc::result_out_of_range) return UintParse::kTooBig;
+  return ec == std::errc() ? UintParse::kOk : UintParse::kNotInteger;
+}
+
+bool IsHex(absl::string_view s) {
+  for (char ch : s) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(ch))) return false;
+  }
+  return !s.empty();
+}
+
+// "3b:00.0" or "0000:3B:00.0" -> "0000:3b:00.0"; nullopt if it is not a PCI address.
+std::optional<std::string> NormalizePci(absl::string_view s) {
+  std::vector<absl::string_view> parts = absl::StrSplit(s, ':');
+  if (parts.size() == 2) parts.insert(parts.begin(), "0000");
+  if (parts.size() != 3) return std::nullopt;
+  absl::string_view domain = parts[0], bus = parts[1], devfn = parts[2];
+  size_t dot = devfn.find('.');
+  if (dot == absl::string_view::npos) return std::nullopt;
+  absl::string_view dev = devfn.substr(0, dot), fn = devfn.substr(dot + 1);
+  if (domain.size() != 4 || !IsHex(domain) || bus.size() != 2 || !IsHex(bus) || dev.size() != 2 ||
+      !IsHex(dev) || fn.size() != 1 || fn[0] < '0' || fn[0] > '7') {
+    return std::nullopt;
+  }
+  if (std::stoul(std::string(dev), nullptr, 16) > 0x1f) return std::nullopt;
+  return absl::AsciiStrToLower(absl::StrCat(domain, ":", bus, ":", dev, ".", fn));
+}
+
+// The vdev's instance name ("net_pcap0" of "net_pcap0,rx_pcap=..."), or "" if it does not start
+// with a DPDK net driver name.
+std::string VdevName(absl::string_view vdev) {
+  absl::string_view name = vdev.substr(0, vdev.find(','));
+  if (name.size() <= 4 || name.substr(0, 4) != "net_") return "";
+  for (char ch : name) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(ch)) &&
+        !absl::ascii_isdigit(static_cast<unsigned char>(ch)) && ch != '_') {
+      return "";
+    }
+  }
+  return std::string(name);
+}
+
+bool IsPortName(absl::string_view s) {
+  if (s.empty() || s.size() > 32) return false;
+  for (char ch : s) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(ch)) &&
+        !absl::ascii_isdigit(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsFilePrefix(absl::string_view s) {
+  if (s.size() > 64) return false;
+  for (char ch : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' &&
+        ch != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// What is wrong with a metrics listen address, or nullopt if it is fine.
+std::optional<std::string> ListenProblem(absl::string_view s) {
+  absl::string_view host, port;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == absl::string_view::npos) return "has an unclosed '['; write [::1]:9464";
+    host = s.substr(1, close - 1);
+    absl::string_view rest = s.substr(close + 1);
+    if (rest.empty() || rest[0] != ':')
+      return "has no :port after the IPv6 address; write [::1]:9464";
+    port = rest.substr(1);
+    in6_addr a6;
+    if (inet_pton(AF_INET6, std::string(host).c_str(), &a6) != 1) {
+      return absl::StrCat(Quote(host), " is not an IPv6 address");
+    }
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == absl::string_view::npos) {
+      return "has no port; write host:port such as 127.0.0.1:9464";
+    }
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    if (host.find(':') != absl::string_view::npos) {
+      return "looks like an IPv6 address without brackets; write [addr]:port such as [::1]:9464";
+    }
+    if (host.empty()) return "has no host; use 0.0.0.0:9464 for all IPv4 addresses";
+    bool dotted = true;
+    for (char ch : host) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(ch)) && ch != '.') dotted = false;
+    }
+    in_addr a4;
+    if (dotted && inet_pton(AF_INET, std::string(host).c_str(), &a4) != 1) {
+      return absl::StrCat(Quote(host), " is not an IPv4 address");
+    }
+    for (char ch : host) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-') {
+        return absl::StrCat(Quote(host), " is not a host name or address");
+      }
+    }
+  }
+  uint64_t p = 0;
+  if (ParseUint(port, &p) != UintParse::kOk || p > 65535) {
+    return absl::StrCat("port ", Quote(port), " is not a port number in 0..65535");
+  }
+  return std::nullopt;
+}
+
+// EAL options heddled derives from other keys; repeating them in eal.args makes the EAL fail or
+// silently run with something other than what the config says.
+struct DerivedEalOption {
+  absl::string_view flag;
+  absl::string_view instead;
+};
+constexpr DerivedEalOption kDerivedEalOptions[] = {
+    {"-l", "lcores"},
+    {"-c", "lcores"},
+    {"--lcores", "lcores"},
+    {"--main-lcore", "lcores.main"},
+    {"--master-lcore", "lcores.main"},
+    {"-m", "memory.size_mb"},
+    {"--no-huge", "memory.no_huge"},
+    {"--file-prefix", "memory.file_prefix"},
+    {"--in-memory", "memory.file_prefix: \"\""},
+    {"-a", "ports[].pci"},
+    {"--allow", "ports[].pci"},
+    {"--vdev", "ports[].vdev"},
+};
+
+std::optional<absl::string_view> DerivedFrom(absl::string_view arg) {
+  for (const auto& o : kDerivedEalOptions) {
+    if (arg == o.flag) return o.instead;
+    if (arg.substr(0, o.flag.size()) != o.flag) continue;
+    absl::string_view rest = arg.substr(o.flag.size());
+    // "--file-prefix=x"; short options also take their value attached: "-l1-3", "-m512".
+    if (rest[0] == '=' || (o.flag.size() == 2 && o.flag[1] != '-')) return o.instead;
+  }
+  return std::nullopt;
+}
+
+// The smallest 2^k - 1 >= n: the mempool's most memory-efficient size.
+uint64_t SuggestedMbufs(uint64_t n) {
+  uint64_t s = 1;
+  while (s - 1 < n) s <<= 1;
+  return s - 1;
+}
+
+class Problems {
+ public:
+  void Add(std::string msg) { list_.push_back(std::move(msg)); }
+  bool empty() const { return list_.empty(); }
+  absl::Status ToStatus() const {
+    if (list_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(list_, "\n"));
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+// The structural pass: YAML nodes -> Config fields.
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  void Parse(const YAML::Node& root, Config* c) {
+    if (root.IsNull()) return;  // an empty file: every default, no ports (Validate says so)
+    if (!Map(root, "", kTopKeys)) return;
+    if (auto n = Section(root, "lcores", kLcoreKeys)) Lcores(*n, c);
+    if (auto n = Section(root, "memory", kMemoryKeys)) {
+      if (auto v = Child(*n, "no_huge")) Bool(*v, "memory.no_huge", &c->no_huge);
+      if (auto v = Child(*n, "size_mb")) Uint(*v, "memory.size_mb", 0, kMaxMemoryMb, &c->memory_mb);
+      if (auto v = Child(*n, "file_prefix")) String(*v, "memory.file_prefix", &c->file_prefix);
+    }
+    if (auto n = Section(root, "mempool", kMempoolKeys)) {
+      if (auto v = Child(*n, "mbufs")) Uint(*v, "mempool.mbufs", 1, UINT32_MAX, &c->mbufs);
+      if (auto v = Child(*n, "cache")) Uint(*v, "mempool.cache", 0, kMaxMbufCache, &c->mbuf_cache);
+      if (auto v = Child(*n, "data_room")) {
+        Uint(*v, "mempool.data_room", kMinDataRoom, UINT16_MAX, &c->mbuf_data_room);
+      }
+    }
+    if (auto n = Child(root, "ports")) Ports(*n, c);
+    if (auto n = Section(root, "dataplane", kDataplaneKeys)) {
+      if (auto v = Child(*n, "burst_size")) {
+        Uint(*v, "dataplane.burst_size", 1, kMaxBurst, &c->burst_size);
+      }
+      if (auto v = Child(*n, "verify_icrc")) Bool(*v, "dataplane.verify_icrc", &c->verify_icrc);
+    }
+    if (auto n = Section(root, "metrics", kMetricsKeys)) {
+      if (auto v = Child(*n, "enabled")) Bool(*v, "metrics.enabled", &c->metrics_enabled);
+      if (auto v = Child(*n, "listen")) String(*v, "metrics.listen", &c->metrics_listen);
+    }
+    if (auto n = Section(root, "control", kControlKeys)) {
+      if (auto v = Child(*n, "socket")) String(*v, "control.socket", &c->control_socket);
+    }
+    if (auto n = Section(root, "log", kLogKeys)) {
+      if (auto v = Child(*n, "level")) String(*v, "log.level", &c->log_level);
+    }
+    if (auto n = Section(root, "eal", kEalKeys)) {
+      if (auto v = Child(*n, "args")) StringList(*v, "eal.args", &c->eal_args);
+    }
+  }
+
+  const Problems& problems() const { return problems_; }
+
+ private:
+  void Error(const YAML::Node& n, absl::string_view path, absl::string_view msg) {
+    std::string where;
+    YAML::Mark m = n.Mark();
+    if (!m.is_null()) where = absl::StrCat(" (", source_, ":", m.line + 1, ":", m.column + 1, ")");
+    problems_.Add(absl::StrCat(path.empty() ? "(top level)" : path, ": ", msg, where));
+  }
+
+  static std::string Describe(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Scalar:
+        return Quote(n.Scalar());
+      case YAML::NodeType::Sequence:
+        return "a list";
+      case YAML::NodeType::Map:
+        return "a mapping";
+      default:
+        return "nothing";
+    }
+  }
+
+  static std::optional<YAML::Node> Child(const YAML::Node& map, absl::string_view key) {
+    if (!map.IsMap()) return std::nullopt;
+    const YAML::Node v = map[std::string(key)];
+    if (!v.IsDefined()) return std::nullopt;
+    return v;
+  }
+
+  // True if `n` is a mapping; reports non-string, unknown and duplicate keys.
+  template <size_t N>
+  bool Map(const YAML::Node& n, absl::string_view path, const absl::string_view (&keys)[N]) {
+    if (!n.IsMap()) {
+      Error(n, path,
+            absl::StrCat("expected a mapping with keys ", absl::StrJoin(keys, ", "), ", got ",
+                         Describe(n)));
+      return false;
+    }
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node& k = it->first;
+      if (!k.IsScalar()) {
+        Error(k, path, absl::StrCat("keys must be plain names, got ", Describe(k)));
+        continue;
+      }
+      const std::string& key = k.Scalar();
+      if (!seen.insert(key).second) {
+        Error(k, Join(path, key), "appears twice; keep one");
+        continue;
+      }
+      bool known = false;
+      absl::string_view best;
+      // Suggest only close matches: one edit for short keys, two for longer ones.
+      size_t best_distance = std::min<size_t>(2, std::max<size_t>(1, key.size() / 2)) + 1;
+      for (absl::string_view valid : keys) {
+        if (valid == key) known = true;
+        size_t d = EditDistance(key, valid);
+        if (d < best_distance) best = valid, best_distance = d;
+      }
+      if (known) continue;
+      std::string hint = best.empty() ? "" : absl::StrCat("did you mean ", Quote(best), "? ");
+      Error(k, Join(path, key),
+            absl::StrCat("unknown key; ", hint, "valid keys: ", absl::StrJoin(keys, ", ")));
+    }
+    return true;
+  }
+
+  // A top-level section: absent or empty ("memory:") means all defaults.
+  template <size_t N>
+  std::optional<YAML::Node> Section(const YAML::Node& root, absl::string_view key,
+                                    const absl::string_view (&keys)[N]) {
+    auto n = Child(root, key);
+    if (!n || n->IsNull()) return std::nullopt;
+    if (!Map(*n, key, keys)) return std::nullopt;
+    return n;
+  }
+
+  template <typename T>
+  bool Uint(const YAML::Node& n, const std::string& path, uint64_t lo, uint64_t hi, T* out) {
+    std::string range = absl::StrCat("an integer in ", lo, "..", hi);
+    if (!n.IsScalar()) {
+      Error(n, path, absl::StrCat("expected ", range, ", got ", Describe(n)));
+      return false;
+    }
+    uint64_t v = 0;
+    switch (ParseUint(n.Scalar(), &v)) {
+      case UintParse::kNotInteger:
+        Error(n, path, absl::StrCat(Quote(n.Scalar()), " is not an integer; use ", range));
+        return false;
+      case UintParse::kNegative:
+        Error(n, path, absl::StrCat(n.Scalar(), " is negative; use ", range));
+        return false;
+      case UintParse::kTooBig:
+        Error(n, path, absl::StrCat(n.Scalar(), " is out of range; use ", range));
+        return false;
+      case UintParse::kOk:
+        break;
+    }
+    if (v < lo || v > hi) {
+      Error(n, path, absl::StrCat(v, " is out of range; use ", range));
+      return false;
+    }
+    *out = static_cast<T>(v);
+    return true;
+  }
+
+  void Bool(const YAML::Node& n, const std::string& path, bool* out) {
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
+      Error(n, path, absl::StrCat(Describe(n), " is not a boolean; use true or false"));
+      return;
+    }
+    *out = v;
+  }
+
+  // Null ("key:" with no value) reads as the empty string.
+  bool String(const YAML::Node& n, const std::string& path, std::string* out) {
+    if (n.IsNull()) {
+      out->clear();
+      return true;
+    }
+    if (!n.IsScalar()) {
+      Error(n, path, absl::StrCat("expected a string, got ", Describe(n)));
+      return false;
+    }
+    *out = n.Scalar();
+    return true;
+  }
+
+  void StringList(const YAML::Node& n, const std::string& path, std::vector<std::string>* out) {
+    if (n.IsNull()) {
+      out->clear();
+      return;
+    }
+    if (!n.IsSequence()) {
+      Error(n, path,
+            absl::StrCat("expected a list of strings such as [\"--log-level=lib.eal:debug\"], got ",
+                         Describe(n)));
+      return;
+    }
+    out->clear();
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string s;
+      if (String(n[i], absl::StrCat(path, "[", i, "]"), &s)) out->push_back(std::move(s));
+    }
+  }
+
+  void Lcores(const YAML::Node& n, Config* c) {
+    const std::string range = absl::StrCat("0..", kMaxLcores - 1);
+    if (auto v = Child(n, "main")) Uint(*v, "lcores.main", 0, kMaxLcores - 1, &c->main_lcore);
+    auto w = Child(n, "workers");
+    if (!w) return;
+    if (w->IsSequence()) {
+      c->worker_lcores.clear();
+      for (size_t i = 0; i < w->size(); ++i) {
+        unsigned id = 0;
+        if (Uint((*w)[i], absl::StrCat("lcores.workers[", i, "]"), 0, kMaxLcores - 1, &id)) {
+          c->worker_lcores.push_back(id);
+        }
+      }
+      return;
+    }
+    if (!w->IsScalar()) {
+      Error(*w, "lcores.workers",
+            absl::StrCat("expected a list of lcore ids such as [1, 2] or a string such as "
+                         "\"1-3,5\", got ",
+                         Describe(*w)));
+      return;
+    }
+    // "1-3,5" (the EAL's own list syntax); a single integer is a one-element list.
+    std::vector<unsigned> ids;
+    for (absl::string_view item : absl::StrSplit(w->Scalar(), ',')) {
+      item = absl::StripAsciiWhitespace(item);
+      std::vector<absl::string_view> ends = absl::StrSplit(item, absl::MaxSplits('-', 1));
+      uint64_t lo = 0, hi = 0;
+      bool ok = ParseUint(absl::StripAsciiWhitespace(ends[0]), &lo) == UintParse::kOk;
+      hi = lo;
+      if (ok && ends.size() == 2) {
+        ok = ParseUint(absl::StripAsciiWhitespace(ends[1]), &hi) == UintParse::kOk;
+      }
+      if (!ok) {
+        Error(*w, "lcores.workers",
+              absl::StrCat(Quote(item), " in ", Quote(w->Scalar()),
+                           " is not an lcore id or range; write ids and ranges such as \"1-3,5\""));
+        return;
+      }
+      if (lo > hi) {
+        Error(*w, "lcores.workers",
+              absl::StrCat("range ", Quote(item), " runs backwards; write it low-high, e.g. \"", hi,
+                           "-", lo, "\""));
+        return;
+      }
+      if (hi >= kMaxLcores) {
+        Error(*w, "lcores.workers",
+              absl::StrCat("lcore ", hi, " in ", Quote(item), " is out of range; use lcore ids in ",
+                           range));
+        return;
+      }
+      for (uint64_t id = lo; id <= hi; ++id) ids.push_back(static_cast<unsigned>(id));
+    }
+    c->worker_lcores = std::move(ids);
+  }
+
+  void Ports(const YAML::Node& n, Config* c) {
+    if (n.IsNull()) return;
+    if (!n.IsSequence()) {
+      Error(n, "ports",
+            absl::StrCat("expected a list of ports (\"- name: host0 ...\"), got ", Describe(n)));
+      return;
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node p = n[i];
+      const std::string path = absl::StrCat("ports[", i, "]");
+      PortConfig pc;
+      if (!Map(p, path, kPortKeys)) {
+        c->ports.push_back(std::move(pc));
+        continue;
+      }
+      if (auto v = Child(p, "name")) {
+        String(*v, path + ".name", &pc.name);
+      } else {
+        Error(p, path + ".name", "missing; give every port a unique name such as host0");
+      }
+      if (auto v = Child(p, "role")) {
+        std::string role;
+        if (String(*v, path + ".role", &role)) {
+          if (role == "host") {
+            pc.role = PortRole::kHost;
+          } else if (role == "uplink") {
+            pc.role = PortRole::kUplink;
+          } else {
+            Error(*v, path + ".role",
+                  absl::StrCat(Quote(role), " is not a role; use \"host\" or \"uplink\""));
+          }
+        }
+      } else {
+        Error(p, path + ".role", "missing; set \"host\" or \"uplink\"");
+      }
+      if (auto v = Child(p, "pci")) {
+        if (String(*v, path + ".pci", &pc.pci)) {
+          // Stored normalised; Validate() reports a malformed address.
+          if (auto norm = NormalizePci(pc.pci)) pc.pci = *norm;
+        }
+      }
+      if (auto v = Child(p, "vdev")) String(*v, path + ".vdev", &pc.vdev);
+      if (auto v = Child(p, "devargs")) String(*v, path + ".devargs", &pc.devargs);
+      if (auto v = Child(p, "rx_queues")) {
+        Uint(*v, path + ".rx_queues", 1, kMaxRxQueues, &pc.rx_queues);
+      }
+      if (auto v = Child(p, "rx_desc"))
+        Uint(*v, path + ".rx_desc", kMinDesc, kMaxDesc, &pc.rx_desc);
+      if (auto v = Child(p, "tx_desc"))
+        Uint(*v, path + ".tx_desc", kMinDesc, kMaxDesc, &pc.tx_desc);
+      if (auto v = Child(p, "mtu")) Uint(*v, path + ".mtu", 0, kMaxMtu, &pc.mtu);
+      if (auto v = Child(p, "promiscuous")) Bool(*v, path + ".promiscuous", &pc.promiscuous);
+      if (auto v = Child(p, "peer")) String(*v, path + ".peer", &pc.peer);
+      c->ports.push_back(std::move(pc));
+    }
+  }
+
+  std::string source_;
+  Problems problems_;
+};
+
+}  // namespace
+
+const char* PortRoleName(PortRole r) { return r == PortRole::kHost ? "host" : "uplink"; }
+
+uint64_t MbufsNeeded(const Config& c) {
+  const uint64_t workers = c.worker_lcores.size();
+  uint64_t n = 0;
+  for (const PortConfig& p : c.ports) {
+    n += uint64_t{p.rx_queues} * p.rx_desc + workers * p.tx_desc;
+  }
+  n += workers * c.burst_size * 2;
+  n += uint64_t{c.mbuf_cache} * (workers + 1);
+  return n;
+}
+
+absl::Status Validate(const Config& c) {
+  Problems p;
+  const std::string lcore_range = absl::StrCat("0..", kMaxLcores - 1);
+
+  // lcores
+  if (c.main_lcore >= kMaxLcores) {
+    p.Add(absl::StrCat("lcores.main: ", c.main_lcore, " is out of range; use an lcore id in ",
+                       lcore_range, " (RTE_MAX_LCORE is ", kMaxLcores, ")"));
+  }
+  if (c.worker_lcores.empty()) {
+    p.Add("lcores.workers: empty; list at least one worker lcore, e.g. [1]");
+  }
+  std::set<unsigned> seen_lcores;
+  for (unsigned w : c.worker_lcores) {
+    if (w >= kMaxLcores) {
+      p.Add(absl::StrCat("lcores.workers: lcore ", w, " is out of range; use lcore ids in ",
+                         lcore_range, " (RTE_MAX_LCORE is ", kMaxLcores, ")"));
+    } else if (w == c.main_lcore) {
+      p.Add(absl::StrCat("lcores.workers: lcore ", w,
+                         " is also lcores.main; the main lcore runs the control thread, so give "
+                         "the workers other lcores or move lcores.main"));
+    } else if (!seen_lcores.insert(w).second) {
+      p.Add(absl::StrCat("lcores.workers: lcore ", w, " is listed twice; list each lcore once"));
+    }
+  }
+
+  // memory
+  if (c.no_huge && c.memory_mb == 0) {
+    p.Add(
+        "memory.size_mb: 0 with memory.no_huge: true; without hugepages the EAL needs an "
+        "explicit size, e.g. size_mb: 512");
+  }
+  if (c.memory_mb > kMaxMemoryMb) {
+    p.Add(absl::StrCat("memory.size_mb: ", c.memory_mb, " is out of range; use 0..", kMaxMemoryMb,
+                       " (0 = EAL default)"));
+  }
+  if (!IsFilePrefix(c.file_prefix)) {
+    p.Add(absl::StrCat("memory.file_prefix: ", Quote(c.file_prefix),
+                       " is not a valid prefix; use up to 64 of [A-Za-z0-9_.-], or \"\" to run "
+                       "in memory"));
+  }
+
+  // mempool
+  if (c.mbufs == 0) p.Add("mempool.mbufs: 0; the mbuf pool needs mbufs, e.g. 8191");
+  if (c.mbuf_cache > kMaxMbufCache) {
+    p.Add(
+        absl::StrCat("mempool.cache: ", c.mbuf_cache, " is out of range; use 0..", kMaxMbufCache));
+  }
+  if (c.mbuf_data_room < kMinDataRoom) {
+    p.Add(absl::StrCat("mempool.data_room: ", c.mbuf_data_room, " is out of range; use ",
+                       kMinDataRoom, "..65535 (2176 holds a 1500-byte MTU frame)"));
+  }
+
+  // ports
+  size_t hosts = 0, uplinks = 0;
+  for (const PortConfig& port : c.ports) (port.role == PortRole::kHost ? hosts : uplinks)++;
+  if (c.ports.empty()) {
+    p.Add(
+        "ports: none configured; add at least one port with role: host and one with "
+        "role: uplink");
+  } else {
+    if (hosts == 0) p.Add("ports: no port has role: host; heddled needs at least one host port");
+    if (uplinks == 0) {
+      p.Add("ports: no port has role: uplink; heddled needs at least one uplink port");
+    }
+  }
+  if (c.ports.size() > kMaxPorts) {
+    p.Add(absl::StrCat("ports: ", c.ports.size(), " ports configured; at most ", kMaxPorts,
+                       " are supported"));
+  }
+  std::map<std::string, size_t> names, devices;
+  for (size_t i = 0; i < c.ports.size(); ++i) {
+    const PortConfig& port = c.ports[i];
+    const std::string path = absl::StrCat("ports[", i, "]");
+    if (!IsPortName(port.name)) {
+      p.Add(absl::StrCat(path, ".name: ", Quote(port.name),
+                         " is not a valid port name; use 1 to 32 of [a-z0-9_-], e.g. host0"));
+    } else if (auto [it, fresh] = names.emplace(port.name, i); !fresh) {
+      p.Add(absl::StrCat(path, ".name: ", Quote(port.name), " is already ports[", it->second,
+                         "].name; port names must be unique"));
+    }
+    std::string device;  // what the EAL registers the port under, to catch a device used twice
+    if (!port.pci.empty() && !port.vdev.empty()) {
+      p.Add(absl::StrCat(path,
+                         ": both pci and vdev are set; keep pci for a NIC or vdev for a "
+                         "virtual device, not both"));
+    } else if (port.pci.empty() && port.vdev.empty()) {
+      p.Add(absl::StrCat(path,
+                         ": neither pci nor vdev is set; set pci: \"0000:3b:00.0\" for a "
+                         "NIC or vdev: \"net_pcap0,rx_pcap=in.pcap\" for a virtual device"));
+    } else if (!port.pci.empty()) {
+      if (auto norm = NormalizePci(port.pci)) {
+        device = *norm;
+      } else {
+        p.Add(absl::StrCat(path, ".pci: ", Quote(port.pci),
+                           " is not a PCI address; use domain:bus:device.function such as "
+                           "0000:3b:00.0 (see `lspci -D` or `dpdk-devbind.py -s`)"));
+      }
+    } else {
+      device = VdevName(port.vdev);
+      if (device.empty()) {
+        p.Add(absl::StrCat(path, ".vdev: ", Quote(port.vdev),
+                           " does not start with a DPDK net driver instance name; use e.g. "
+                           "\"net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap\", \"net_ring0\" or "
+                           "\"net_null0\""));
+      }
+      if (!port.devargs.empty()) {
+        p.Add(absl::StrCat(path,
+                           ".devargs: only applies to pci ports; append the arguments to "
+                           "vdev instead, e.g. \"",
+                           device.empty() ? "net_pcap0" : device, ",", port.devargs, "\""));
+      }
+    }
+    if (!device.empty()) {
+      if (auto [it, fresh] = devices.emplace(device, i); !fresh) {
+        p.Add(absl::StrCat(path, ".", port.pci.empty() ? "vdev" : "pci", ": device ", device,
+                           " is already ports[", it->second,
+                           "]; each device backs one port (number vdevs: net_ring0, net_ring1)"));
+      }
+    }
+    if (port.rx_queues < 1 || port.rx_queues > kMaxRxQueues) {
+      p.Add(absl::StrCat(path, ".rx_queues: ", port.rx_queues, " is out of range; use 1..",
+                         kMaxRxQueues));
+    }
+    for (auto [key, v] : {std::pair{"rx_desc", port.rx_desc}, std::pair{"tx_desc", port.tx_desc}}) {
+      if (v < kMinDesc || v > kMaxDesc || (v & (v - 1)) != 0) {
+        p.Add(absl::StrCat(path, ".", key, ": ", v, " is not a power of two in ", kMinDesc, "..",
+                           kMaxDesc, "; use e.g. 512, 1024 or 4096"));
+      }
+    }
+    if (port.mtu != 0 && (port.mtu < kMinMtu || port.mtu > kMaxMtu)) {
+      p.Add(absl::StrCat(path, ".mtu: ", port.mtu, " is out of range; use 0 (driver default) or ",
+                         kMinMtu, "..", kMaxMtu));
+    } else if (port.mtu != 0 && c.mbuf_data_room >= kMinDataRoom &&
+               port.mtu + kFrameOverhead > c.mbuf_data_room - kMbufHeadroom) {
+      // Receive does not scatter frames across mbufs: a whole frame must fit in one.
+      p.Add(absl::StrCat(path, ".mtu: ", port.mtu, " does not fit in one mbuf (mempool.data_room ",
+                         c.mbuf_data_room, " minus ", kMbufHeadroom, " B headroom leaves ",
+                         c.mbuf_data_room - kMbufHeadroom, " B, a frame needs mtu + ",
+                         kFrameOverhead, "); raise mempool.data_room to at least ",
+                         port.mtu + kFrameOverhead + kMbufHeadroom, " or lower the mtu"));
+    }
+  }
+  for (size_t i = 0; i < c.ports.size(); ++i) {
+    const PortConfig& port = c.ports[i];
+    if (port.peer.empty()) continue;
+    const std::string path = absl::StrCat("ports[", i, "].peer");
+    auto it = names.find(port.peer);
+    if (it == names.end()) {
+      std::vector<std::string> others;
+      for (const PortConfig& o : c.ports) {
+        if (o.role != port.role && !o.name.empty()) others.push_back(o.name);
+      }
+      p.Add(absl::StrCat(path, ": ", Quote(port.peer), " names no port; use the name of ",
+                         port.role == PortRole::kHost ? "an uplink" : "a host", " port",
+                         others.empty() ? "" : absl::StrCat(" (", absl::StrJoin(others, ", "), ")"),
+                         ", or remove peer for the default pairing"));
+    } else if (c.ports[it->second].role == port.role) {
+      p.Add(absl::StrCat(path, ": ", Quote(port.peer), " is also a ", PortRoleName(port.role),
+                         " port; a peer must have the other role (",
+                         port.role == PortRole::kHost ? "uplink" : "host", ")"));
+    }
+  }
+
+  // dataplane
+  if (c.burst_size < 1 || c.burst_size > kMaxBurst) {
+    p.Add(absl::StrCat("dataplane.burst_size: ", c.burst_size, " is out of range; use 1..",
+                       kMaxBurst, " (32 is the usual choice)"));
+  }
+
+  // The pool must cover every mbuf the rings, bursts and caches can hold at once, or RX starves.
+  if (uint64_t need = MbufsNeeded(c); c.mbufs > 0 && c.mbufs < need) {
+    p.Add(absl::StrCat("mempool.mbufs: ", c.mbufs, " is too few for the configured rings; ", need,
+                       " are needed (sum over ports of rx_queues*rx_desc + workers*tx_desc, "
+                       "+ workers*burst_size*2 + cache*(workers+1)); set mbufs: ",
+                       SuggestedMbufs(need), " or shrink the rings"));
+  }
+
+  // metrics
+  if (auto why = ListenProblem(c.metrics_listen)) {
+    p.Add(absl::StrCat("metrics.listen: ", Quote(c.metrics_listen), " ", *why));
+  }
+
+  // control
+  if (c.control_socket.empty() || c.control_socket[0] != '/') {
+    p.Add(absl::StrCat("control.socket: ", Quote(c.control_socket),
+                       " is not an absolute path; use e.g. /run/heddle/heddled.sock"));
+  } else if (c.control_socket.size() > kMaxSocketPath) {
+    p.Add(absl::StrCat("control.socket: path is ", c.control_socket.size(),
+                       " bytes long; a unix socket path holds at most ", kMaxSocketPath,
+                       ", use a shorter one such as /run/heddle/heddled.sock"));
+  }
+
+  // log
+  if (std::find(std::begin(kLogLevels), std::end(kLogLevels), c.log_level) ==
+      std::end(kLogLevels)) {
+    p.Add(absl::StrCat("log.level: ", Quote(c.log_level),
+                       " is not a level; use error, warning, info or debug"));
+  }
+
+  // eal
+  for (size_t i = 0; i < c.eal_args.size(); ++i) {
+    if (auto instead = DerivedFrom(c.eal_args[i])) {
+      p.Add(absl::StrCat("eal.args[", i, "]: ", Quote(c.eal_args[i]),
+                         " is derived by heddled; set ", *instead, " instead"));
+    }
+  }
+  return p.ToStatus();
+}
+
+absl::StatusOr<Config> LoadString(const std::string& yaml, const std::string& source) {
+  Config c;
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    if (docs.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": holds ", docs.size(),
+                       " YAML documents; heddled reads one, so remove the extra '---' separators"));
+    }
+    Parser parser(source);
+    parser.Parse(docs.empty() ? YAML::Node() : docs[0], &c);
+    if (!parser.problems().empty()) return parser.problems().ToStatus();
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg,
+        "; fix the YAML there (indentation, a missing ':', an unclosed quote or "
+        "bracket, tabs instead of spaces)"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": cannot read YAML: ", e.what()));
+  }
+  if (absl::Status s = Validate(c); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<Config> LoadFile(const std::string& path) {
+  auto cannot_read = [&path](int err) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
+  };
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return cannot_read(errno);
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return cannot_read(err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxFileSize) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxFileSize >> 20,
+                                                     " MiB; is this really a heddle config?"));
+    }
+  }
+  close(fd);
+  return LoadString(text, path);
+}
+
+std::string ToYaml(const Config& c) {
+  YAML::Emitter out;
+  // Free-form strings are always double-quoted so that they read back as the same string.
+  out << YAML::Comment("heddled effective configuration (defaults filled in); docs/config.md");
+  out << YAML::BeginMap;
+
+  out << YAML::Key << "lcores" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "main" << YAML::Value << c.main_lcore;
+  out << YAML::Key << "workers" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (unsigned w : c.worker_lcores) out << w;
+  out << YAML::EndSeq << YAML::EndMap;
+
+  out << YAML::Key << "memory" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "no_huge" << YAML::Value << c.no_huge;
+  out << YAML::Key << "size_mb" << YAML::Value << c.memory_mb;
+  out << YAML::Key << "file_prefix" << YAML::Value << YAML::DoubleQuoted << c.file_prefix;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "mempool" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mbufs" << YAML::Value << c.mbufs;
+  out << YAML::Key << "cache" << YAML::Value << c.mbuf_cache;
+  out << YAML::Key << "data_room" << YAML::Value << c.mbuf_data_room;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "ports" << YAML::Value << YAML::BeginSeq;
+  for (const PortConfig& p : c.ports) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << YAML::DoubleQuoted << p.name;
+    out << YAML::Key << "role" << YAML::Value << PortRoleName(p.role);
+    // A valid port has exactly one of pci / vdev; an invalid one is shown as it is.
+    if (!p.pci.empty() || p.vdev.empty()) {
+      out << YAML::Key << "pci" << YAML::Value << YAML::DoubleQuoted << p.pci;
+    }
+    if (!p.vdev.empty()) out << YAML::Key << "vdev" << YAML::Value << YAML::DoubleQuoted << p.vdev;
+    if (!p.pci.empty() || !p.devargs.empty()) {
+      out << YAML::Key << "devargs" << YAML::Value << YAML::DoubleQuoted << p.devargs;
+    }
+    out << YAML::Key << "rx_queues" << YAML::Value << p.rx_queues;
+    out << YAML::Key << "rx_desc" << YAML::Value << p.rx_desc;
+    out << YAML::Key << "tx_desc" << YAML::Value << p.tx_desc;
+    out << YAML::Key << "mtu" << YAML::Value << p.mtu;
+    out << YAML::Key << "promiscuous" << YAML::Value << p.promiscuous;
+    out << YAML::Key << "peer" << YAML::Value << YAML::DoubleQuoted << p.peer;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+
+  out << YAML::Key << "dataplane" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "burst_size" << YAML::Value << c.burst_size;
+  out << YAML::Key << "verify_icrc" << YAML::Value << c.verify_icrc;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << c.metrics_enabled;
+  out << YAML::Key << "listen" << YAML::Value << YAML::DoubleQuoted << c.metrics_listen;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "socket" << YAML::Value << YAML::DoubleQuoted << c.control_socket;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "log" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "level" << YAML::Value << c.log_level;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "eal" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "args" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& a : c.eal_args) out << YAML::DoubleQuoted << a;
+  out << YAML::EndSeq << YAML::EndMap;
+
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace heddle::config

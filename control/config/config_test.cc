@@ -1,0 +1,694 @@
+// File: control/config/config_test.cc
+//
+// The schema end to end: a full config, defaults, every validation rule (checked by the key path
+// that opens its message line), YAML positions, unknown keys, type errors, the ToYaml round
+// trip, and every shipped example under deploy/examples.
+
+#include "control/config/config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace heddle::config {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+constexpr char kFull[] = R"yaml(
+lcores: { main: 0, workers: [1, 2] }
+memory: { no_huge: true, size_mb: 512, file_prefix: "" }
+mempool: { mbufs: 16383, cache: 256, data_room: 2176 }
+ports:
+  - name: host0
+    role: host
+    vdev: "net_pcap0,rx_pcap=/tmp/in.pcap,tx_pcap=/tmp/out.pcap"
+    rx_queues: 2
+    rx_desc: 512
+    tx_desc: 2048
+    mtu: 1500
+    promiscuous: false
+    peer: uplink0
+  - name: uplink0
+    role: uplink
+    pci: "3B:00.1"
+    devargs: "dv_flow_en=1"
+dataplane: { burst_size: 64, verify_icrc: true }
+metrics: { enabled: false, listen: "[::1]:9464" }
+control: { socket: /run/heddle/test.sock }
+log: { level: debug }
+eal: { args: ["--log-level=lib.eal:debug"] }
+)yaml";
+
+// The smallest valid config: everything but the ports is a default.
+constexpr char kMinimal[] = R"yaml(
+ports:
+  - { name: host0, role: host, vdev: net_ring0 }
+  - { name: uplink0, role: uplink, vdev: net_ring1 }
+)yaml";
+
+std::vector<std::string> Lines(const absl::Status& s) {
+  return absl::StrSplit(std::string(s.message()), '\n');
+}
+
+// Whether a message line starts with `path: ` and contains `text`.
+bool HasError(const absl::Status& s, absl::string_view path, absl::string_view text = "") {
+  std::string prefix = std::string(path) + ": ";
+  for (const std::string& line : Lines(s)) {
+    if (line.rfind(prefix, 0) == 0 && absl::StrContains(line, text)) return true;
+  }
+  return false;
+}
+
+// Loads `yaml` expecting failure; returns the status for inspection.
+absl::Status Fails(const std::string& yaml) {
+  absl::StatusOr<Config> c = LoadString(yaml, "test.yaml");
+  EXPECT_FALSE(c.ok()) << "accepted:\n" << yaml;
+  if (c.ok()) return absl::OkStatus();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  return c.status();
+}
+
+Config Minimal() {
+  absl::StatusOr<Config> c = LoadString(kMinimal);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : Config{};
+}
+
+// A port entry for the YAML-based error tests.
+std::string WithPort(const std::string& extra_port_keys) {
+  return std::string(kMinimal) + "  - { name: extra0, role: host, vdev: net_null0, " +
+         extra_port_keys + " }\n";
+}
+
+TEST(ConfigTest, FullExample) {
+  absl::StatusOr<Config> c = LoadString(kFull, "full.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->main_lcore, 0u);
+  EXPECT_THAT(c->worker_lcores, ElementsAre(1u, 2u));
+  EXPECT_TRUE(c->no_huge);
+  EXPECT_EQ(c->memory_mb, 512u);
+  EXPECT_EQ(c->file_prefix, "");
+  EXPECT_EQ(c->mbufs, 16383u);
+  EXPECT_EQ(c->mbuf_cache, 256);
+  EXPECT_EQ(c->mbuf_data_room, 2176);
+  ASSERT_THAT(c->ports, SizeIs(2));
+  const PortConfig& h = c->ports[0];
+  EXPECT_EQ(h.name, "host0");
+  EXPECT_EQ(h.role, PortRole::kHost);
+  EXPECT_EQ(h.vdev, "net_pcap0,rx_pcap=/tmp/in.pcap,tx_pcap=/tmp/out.pcap");
+  EXPECT_EQ(h.pci, "");
+  EXPECT_EQ(h.rx_queues, 2);
+  EXPECT_EQ(h.rx_desc, 512);
+  EXPECT_EQ(h.tx_desc, 2048);
+  EXPECT_EQ(h.mtu, 1500);
+  EXPECT_FALSE(h.promiscuous);
+  EXPECT_EQ(h.peer, "uplink0");
+  const PortConfig& u = c->ports[1];
+  EXPECT_EQ(u.role, PortRole::kUplink);
+  EXPECT_EQ(u.pci, "0000:3b:00.1");  // domain added, hex lower-cased
+  EXPECT_EQ(u.devargs, "dv_flow_en=1");
+  EXPECT_EQ(u.rx_queues, 1);  // defaults inside a port
+  EXPECT_EQ(u.rx_desc, 1024);
+  EXPECT_TRUE(u.promiscuous);
+  EXPECT_EQ(u.peer, "");
+  EXPECT_EQ(c->burst_size, 64);
+  EXPECT_TRUE(c->verify_icrc);
+  EXPECT_FALSE(c->metrics_enabled);
+  EXPECT_EQ(c->metrics_listen, "[::1]:9464");
+  EXPECT_EQ(c->control_socket, "/run/heddle/test.sock");
+  EXPECT_EQ(c->log_level, "debug");
+  EXPECT_THAT(c->eal_args, ElementsAre("--log-level=lib.eal:debug"));
+}
+
+TEST(ConfigTest, DefaultsFillEverythingButPorts) {
+  Config c = Minimal();
+  Config expected;
+  expected.ports = c.ports;
+  EXPECT_EQ(c, expected);
+  EXPECT_EQ(c.main_lcore, 0u);
+  EXPECT_THAT(c.worker_lcores, ElementsAre(1u));
+  EXPECT_FALSE(c.no_huge);
+  EXPECT_EQ(c.mbufs, 8191u);
+  EXPECT_EQ(c.burst_size, 32);
+  EXPECT_EQ(c.metrics_listen, "127.0.0.1:9464");
+  EXPECT_EQ(c.control_socket, "/run/heddle/heddled.sock");
+  EXPECT_EQ(c.log_level, "info");
+  EXPECT_EQ(c.ports[0].rx_desc, 1024);
+  EXPECT_EQ(c.ports[0].mtu, 0);
+}
+
+TEST(ConfigTest, EmptySectionsMeanDefaults) {
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) + "memory:\nmetrics: {}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_mb, 0u);
+  EXPECT_TRUE(c->metrics_enabled);
+}
+
+TEST(ConfigTest, WorkerListSyntax) {
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) +
+                                        "lcores: { main: 0, workers: \"1-3, 5\" }\n"
+                                        "mempool: { mbufs: 16383 }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->worker_lcores, ElementsAre(1u, 2u, 3u, 5u));
+
+  c = LoadString(std::string(kMinimal) + "lcores: { main: 4, workers: 7 }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->main_lcore, 4u);
+  EXPECT_THAT(c->worker_lcores, ElementsAre(7u));
+
+  absl::Status s = Fails(std::string(kMinimal) + "lcores: { workers: \"3-1\" }\n");
+  EXPECT_TRUE(HasError(s, "lcores.workers", "runs backwards")) << s;
+  s = Fails(std::string(kMinimal) + "lcores: { workers: \"1,x\" }\n");
+  EXPECT_TRUE(HasError(s, "lcores.workers", "\"x\" in \"1,x\" is not an lcore id")) << s;
+  s = Fails(std::string(kMinimal) + "lcores: { workers: \"1-4000000000\" }\n");
+  EXPECT_TRUE(HasError(s, "lcores.workers", "0..127")) << s;
+  s = Fails(std::string(kMinimal) + "lcores: { workers: { a: 1 } }\n");
+  EXPECT_TRUE(HasError(s, "lcores.workers", "got a mapping")) << s;
+}
+
+// --- Validate(): one test per rule, on programmatic configs -------------------------------------
+
+TEST(ValidateTest, MinimalIsValid) { EXPECT_TRUE(Validate(Minimal()).ok()); }
+
+TEST(ValidateTest, WorkersNonEmpty) {
+  Config c = Minimal();
+  c.worker_lcores.clear();
+  EXPECT_TRUE(HasError(Validate(c), "lcores.workers", "at least one worker"));
+}
+
+TEST(ValidateTest, WorkersDistinct) {
+  Config c = Minimal();
+  c.worker_lcores = {1, 2, 1};
+  EXPECT_TRUE(HasError(Validate(c), "lcores.workers", "lcore 1 is listed twice"));
+}
+
+TEST(ValidateTest, WorkerIsNotMain) {
+  Config c = Minimal();
+  c.main_lcore = 2;
+  c.worker_lcores = {1, 2};
+  EXPECT_TRUE(HasError(Validate(c), "lcores.workers", "lcore 2 is also lcores.main"));
+}
+
+TEST(ValidateTest, LcoreIdsBelowMaxLcore) {
+  Config c = Minimal();
+  c.main_lcore = 128;
+  c.worker_lcores = {1, 200};
+  absl::Status s = Validate(c);
+  EXPECT_TRUE(HasError(s, "lcores.main", "128 is out of range")) << s;
+  EXPECT_TRUE(HasError(s, "lcores.workers", "lcore 200 is out of range")) << s;
+  c.main_lcore = 127;
+  c.worker_lcores = {1};
+  EXPECT_TRUE(Validate(c).ok());
+}
+
+TEST(ValidateTest, NoHugeNeedsSize) {
+  Config c = Minimal();
+  c.no_huge = true;
+  c.memory_mb = 0;
+  EXPECT_TRUE(HasError(Validate(c), "memory.size_mb", "no_huge"));
+  c.memory_mb = 256;
+  EXPECT_TRUE(Validate(c).ok());
+}
+
+TEST(ValidateTest, FilePrefixIsAName) {
+  Config c = Minimal();
+  c.file_prefix = "../etc";
+  EXPECT_TRUE(HasError(Validate(c), "memory.file_prefix", "\"../etc\""));
+  c.file_prefix = "heddle-a.1";
+  EXPECT_TRUE(Validate(c).ok());
+}
+
+TEST(ValidateTest, PortNames) {
+  Config c = Minimal();
+  c.ports[0].name = "Host0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].name", "[a-z0-9_-]"));
+  c.ports[0].name = std::string(33, 'a');
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].name", "1 to 32"));
+  c.ports[0].name = std::string(32, 'a');
+  EXPECT_TRUE(Validate(c).ok());
+  c.ports[0].name = "";
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].name"));
+}
+
+TEST(ValidateTest, PortNamesUnique) {
+  Config c = Minimal();
+  c.ports[1].name = "host0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[1].name", "already ports[0].name"));
+}
+
+TEST(ValidateTest, ExactlyOneOfPciAndVdev) {
+  Config c = Minimal();
+  c.ports[1].pci = "0000:3b:00.0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[1]", "both pci and vdev"));
+  c.ports[1].pci = "";
+  c.ports[1].vdev = "";
+  EXPECT_TRUE(HasError(Validate(c), "ports[1]", "neither pci nor vdev"));
+}
+
+TEST(ValidateTest, PciAddressFormat) {
+  Config c = Minimal();
+  c.ports[1].vdev = "";
+  for (const char* good : {"0000:3b:00.0", "3b:00.7", "ABCD:FF:1f.3"}) {
+    c.ports[1].pci = good;
+    EXPECT_TRUE(Validate(c).ok()) << good;
+  }
+  for (const char* bad : {"3b:00", "3b:00.8", "3b:20.0", "0:3b:00.0", "eth0", "3b:0g.0"}) {
+    c.ports[1].pci = bad;
+    EXPECT_TRUE(HasError(Validate(c), "ports[1].pci", "is not a PCI address")) << bad;
+  }
+}
+
+TEST(ValidateTest, PciAddressIsNormalisedOnLoad) {
+  absl::StatusOr<Config> c = LoadString(R"yaml(
+ports:
+  - { name: h, role: host, pci: "3b:00.0" }
+  - { name: u, role: uplink, pci: "0001:AF:1F.7" }
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ports[0].pci, "0000:3b:00.0");
+  EXPECT_EQ(c->ports[1].pci, "0001:af:1f.7");
+}
+
+TEST(ValidateTest, SameDeviceTwice) {
+  Config c = Minimal();
+  c.ports[1].vdev = "net_ring0,foo=1";
+  EXPECT_TRUE(HasError(Validate(c), "ports[1].vdev", "device net_ring0 is already ports[0]"));
+  c = Minimal();
+  c.ports[0].vdev = "";
+  c.ports[0].pci = "3b:00.0";
+  c.ports[1].vdev = "";
+  c.ports[1].pci = "0000:3b:00.0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[1].pci", "already ports[0]"));
+}
+
+TEST(ValidateTest, VdevStartsWithNetDriver) {
+  Config c = Minimal();
+  for (const char* bad : {"pcap0,rx_pcap=a", "net_", "eth_ring0", "net_Ring0", ",x=1"}) {
+    c.ports[0].vdev = bad;
+    EXPECT_TRUE(HasError(Validate(c), "ports[0].vdev", "net driver")) << bad;
+  }
+}
+
+TEST(ValidateTest, DevargsOnlyForPci) {
+  Config c = Minimal();
+  c.ports[0].devargs = "iface=eth0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].devargs", "net_ring0,iface=eth0"));
+}
+
+TEST(ValidateTest, NeedsHostAndUplink) {
+  Config c = Minimal();
+  c.ports[1].role = PortRole::kHost;
+  EXPECT_TRUE(HasError(Validate(c), "ports", "no port has role: uplink"));
+  c.ports[0].role = c.ports[1].role = PortRole::kUplink;
+  EXPECT_TRUE(HasError(Validate(c), "ports", "no port has role: host"));
+  c.ports.clear();
+  EXPECT_TRUE(HasError(Validate(c), "ports", "none configured"));
+}
+
+TEST(ValidateTest, AtMostSixteenPorts) {
+  Config c = Minimal();
+  c.mbufs = 1 << 20;
+  while (c.ports.size() < 16) {
+    PortConfig p = c.ports[1];
+    p.name = "u" + std::to_string(c.ports.size());
+    p.vdev = "net_null" + std::to_string(c.ports.size());
+    c.ports.push_back(p);
+  }
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  PortConfig p = c.ports[1];
+  p.name = "one_too_many";
+  p.vdev = "net_null99";
+  c.ports.push_back(p);
+  EXPECT_TRUE(HasError(Validate(c), "ports", "at most 16"));
+}
+
+TEST(ValidateTest, PeerExistsAndHasOtherRole) {
+  Config c = Minimal();
+  c.ports[0].peer = "uplnk0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].peer",
+                       "\"uplnk0\" names no port; use the name "
+                       "of an uplink port (uplink0)"));
+  c.ports[0].peer = "host0";
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].peer", "is also a host port"));
+  c.ports[0].peer = "uplink0";
+  c.ports[1].peer = "host0";
+  EXPECT_TRUE(Validate(c).ok());
+}
+
+TEST(ValidateTest, RxQueues) {
+  Config c = Minimal();
+  c.ports[0].rx_queues = 0;
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].rx_queues", "1..64"));
+  c.ports[0].rx_queues = 65;
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].rx_queues", "1..64"));
+  c.ports[0].rx_queues = 64;
+  c.mbufs = 1 << 20;
+  EXPECT_TRUE(Validate(c).ok());
+}
+
+TEST(ValidateTest, DescriptorsArePowersOfTwo) {
+  Config c = Minimal();
+  c.mbufs = 1 << 20;
+  for (uint16_t bad : {0, 32, 100, 1000, 32768}) {
+    c.ports[1].rx_desc = bad;
+    c.ports[0].tx_desc = bad;
+    absl::Status s = Validate(c);
+    EXPECT_TRUE(HasError(s, "ports[1].rx_desc", "power of two in 64..16384")) << bad;
+    EXPECT_TRUE(HasError(s, "ports[0].tx_desc", "power of two in 64..16384")) << bad;
+  }
+  for (uint16_t good : {64, 512, 16384}) {
+    c.ports[1].rx_desc = good;
+    c.ports[0].tx_desc = good;
+    EXPECT_TRUE(Validate(c).ok()) << good;
+  }
+}
+
+TEST(ValidateTest, MtuRangeAndMbufFit) {
+  Config c = Minimal();
+  c.ports[0].mtu = 60;
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].mtu", "68..9600"));
+  c.ports[0].mtu = 9000;
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].mtu", "at least 9146"));
+  c.mbuf_data_room = 9146;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+}
+
+TEST(ValidateTest, BurstSize) {
+  Config c = Minimal();
+  c.burst_size = 0;
+  EXPECT_TRUE(HasError(Validate(c), "dataplane.burst_size", "1..256"));
+  c.burst_size = 257;
+  EXPECT_TRUE(HasError(Validate(c), "dataplane.burst_size", "1..256"));
+}
+
+TEST(ValidateTest, MempoolLimits) {
+  Config c = Minimal();
+  c.mbuf_cache = 513;
+  c.mbuf_data_room = 512;
+  c.mbufs = 0;
+  absl::Status s = Validate(c);
+  EXPECT_TRUE(HasError(s, "mempool.cache", "0..512")) << s;
+  EXPECT_TRUE(HasError(s, "mempool.data_room", "1024..65535")) << s;
+  EXPECT_TRUE(HasError(s, "mempool.mbufs", "0;")) << s;
+}
+
+TEST(ValidateTest, MbufsCoverTheRings) {
+  Config c = Minimal();
+  // 2 ports * (1*1024 rx + 1 worker*1024 tx) + 1*32*2 + 256*2 = 4672.
+  EXPECT_EQ(MbufsNeeded(c), 4672u);
+  c.mbufs = 4672;
+  EXPECT_TRUE(Validate(c).ok());
+  c.mbufs = 4671;
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "4672 are needed")) << Validate(c);
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "set mbufs: 8191"));
+
+  c.worker_lcores = {1, 2, 3};
+  c.ports[0].rx_queues = 4;
+  // host: 4*1024 + 3*1024, uplink: 1024 + 3*1024, + 3*32*2 + 256*4 = 12480.
+  EXPECT_EQ(MbufsNeeded(c), 12480u);
+  c.mbufs = 8191;
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "12480 are needed")) << Validate(c);
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "set mbufs: 16383")) << Validate(c);
+}
+
+TEST(ValidateTest, MetricsListen) {
+  Config c = Minimal();
+  for (const char* good : {"127.0.0.1:9464", "0.0.0.0:0", "[::1]:9464", "[::]:65535",
+                           "localhost:9464", "metrics-host.example:80"}) {
+    c.metrics_listen = good;
+    EXPECT_TRUE(Validate(c).ok()) << good << ": " << Validate(c);
+  }
+  struct Bad {
+    const char* listen;
+    const char* why;
+  };
+  for (const Bad& bad : {Bad{"9464", "no port"}, Bad{"127.0.0.1:65536", "0..65535"},
+                         Bad{"127.0.0.1:http", "0..65535"}, Bad{"::1:9464", "[::1]:9464"},
+                         Bad{"[::1]9464", "no :port"}, Bad{"[zz]:1", "not an IPv6"},
+                         Bad{"300.1.1.1:80", "not an IPv4"}, Bad{":9464", "no host"},
+                         Bad{"127.0.0.1:-1", "0..65535"}}) {
+    c.metrics_listen = bad.listen;
+    EXPECT_TRUE(HasError(Validate(c), "metrics.listen", bad.why))
+        << bad.listen << ": " << Validate(c);
+  }
+}
+
+TEST(ValidateTest, ControlSocketIsAbsolute) {
+  Config c = Minimal();
+  c.control_socket = "heddled.sock";
+  EXPECT_TRUE(HasError(Validate(c), "control.socket", "not an absolute path"));
+  c.control_socket = "/" + std::string(200, 'x');
+  EXPECT_TRUE(HasError(Validate(c), "control.socket", "at most 107"));
+}
+
+TEST(ValidateTest, LogLevel) {
+  Config c = Minimal();
+  for (const char* good : {"error", "warning", "info", "debug"}) {
+    c.log_level = good;
+    EXPECT_TRUE(Validate(c).ok()) << good;
+  }
+  c.log_level = "warn";
+  EXPECT_TRUE(HasError(Validate(c), "log.level", "error, warning, info or debug"));
+}
+
+TEST(ValidateTest, EalArgsMustNotRepeatDerivedOptions) {
+  Config c = Minimal();
+  c.eal_args = {"--log-level=lib.eal:debug", "-l", "0-3", "--file-prefix=x", "-m512", "-a",
+                "--vdev=net_null0"};
+  absl::Status s = Validate(c);
+  EXPECT_TRUE(HasError(s, "eal.args[1]", "set lcores instead")) << s;
+  EXPECT_TRUE(HasError(s, "eal.args[3]", "memory.file_prefix")) << s;
+  EXPECT_TRUE(HasError(s, "eal.args[4]", "memory.size_mb")) << s;
+  EXPECT_TRUE(HasError(s, "eal.args[5]", "ports[].pci")) << s;
+  EXPECT_TRUE(HasError(s, "eal.args[6]", "ports[].vdev")) << s;
+  EXPECT_THAT(Lines(s), SizeIs(5));
+}
+
+TEST(ValidateTest, CollectsEveryErrorOneLineEach) {
+  Config c = Minimal();
+  c.worker_lcores = {0};
+  c.ports[1].rx_desc = 1000;
+  c.log_level = "loud";
+  c.control_socket = "x.sock";
+  absl::Status s = Validate(c);
+  EXPECT_THAT(Lines(s), SizeIs(4)) << s;
+  EXPECT_TRUE(HasError(s, "lcores.workers"));
+  EXPECT_TRUE(HasError(s, "ports[1].rx_desc"));
+  EXPECT_TRUE(HasError(s, "log.level"));
+  EXPECT_TRUE(HasError(s, "control.socket"));
+}
+
+// --- The YAML pass: types, keys, positions ------------------------------------------------------
+
+TEST(ParseTest, BadRoleNamesKeyValueAndFix) {
+  absl::Status s = Fails(R"yaml(
+ports:
+  - { name: host0, role: host, vdev: net_ring0 }
+  - { name: uplink0, role: uplinkk, vdev: net_ring1 }
+)yaml");
+  EXPECT_TRUE(HasError(s, "ports[1].role", "\"uplinkk\" is not a role; use \"host\" or \"uplink\""))
+      << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(test.yaml:4:")) << s;
+}
+
+TEST(ParseTest, MissingNameAndRole) {
+  absl::Status s = Fails(std::string(kMinimal) + "  - { vdev: net_null0 }\n");
+  EXPECT_TRUE(HasError(s, "ports[2].name", "missing")) << s;
+  EXPECT_TRUE(HasError(s, "ports[2].role", "missing")) << s;
+}
+
+TEST(ParseTest, SyntaxErrorHasFileLineColumn) {
+  absl::Status s = Fails("lcores:\n  main: 0\nports: [ { name: a }\n");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("test.yaml:4:1: YAML syntax error")) << s;
+
+  s = Fails("lcores: { main: 0 }\nmemory:\n  no_huge: true\n   size_mb: 5\n");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("test.yaml:4:11: YAML syntax error")) << s;
+}
+
+TEST(ParseTest, UnknownKeySuggestsAndListsValidKeys) {
+  absl::Status s = Fails(WithPort("rx_queue: 2"));
+  EXPECT_TRUE(HasError(s, "ports[2].rx_queue",
+                       "unknown key; did you mean \"rx_queues\"? valid keys: name, role, pci, "
+                       "vdev, devargs, rx_queues, rx_desc, tx_desc, mtu, promiscuous, peer"))
+      << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("(test.yaml:5:")) << s;
+
+  s = Fails(std::string(kMinimal) + "metric: { enabled: false }\nfoo: 1\n");
+  EXPECT_TRUE(HasError(s, "metric", "did you mean \"metrics\"")) << s;
+  EXPECT_TRUE(HasError(s, "foo", "unknown key; valid keys: lcores, memory, mempool, ports")) << s;
+
+  s = Fails(std::string(kMinimal) + "log: { levle: debug }\n");
+  EXPECT_TRUE(HasError(s, "log.levle", "did you mean \"level\"")) << s;
+}
+
+TEST(ParseTest, DuplicateKey) {
+  absl::Status s = Fails(std::string(kMinimal) + "log: { level: info, level: debug }\n");
+  EXPECT_TRUE(HasError(s, "log.level", "appears twice")) << s;
+}
+
+TEST(ParseTest, TypeErrorsStateTheRange) {
+  absl::Status s = Fails(std::string(kMinimal) +
+                         "mempool: { mbufs: lots, cache: -1, data_room: 70000 }\n"
+                         "memory: { size_mb: 99999999999999999999999 }\n"
+                         "dataplane: { burst_size: 3.5, verify_icrc: maybe }\n"
+                         "lcores: { main: [0] }\n"
+                         "control: { socket: [a, b] }\n");
+  EXPECT_TRUE(HasError(s, "mempool.mbufs", "\"lots\" is not an integer; use an integer in 1.."))
+      << s;
+  EXPECT_TRUE(HasError(s, "mempool.cache", "-1 is negative; use an integer in 0..512")) << s;
+  EXPECT_TRUE(HasError(s, "mempool.data_room",
+                       "70000 is out of range; use an integer in "
+                       "1024..65535"))
+      << s;
+  EXPECT_TRUE(HasError(s, "memory.size_mb", "is out of range; use an integer in 0..1048576")) << s;
+  EXPECT_TRUE(HasError(s, "dataplane.burst_size", "\"3.5\" is not an integer")) << s;
+  EXPECT_TRUE(HasError(s, "dataplane.verify_icrc", "use true or false")) << s;
+  EXPECT_TRUE(HasError(s, "lcores.main", "got a list")) << s;
+  EXPECT_TRUE(HasError(s, "control.socket", "expected a string, got a list")) << s;
+  EXPECT_THAT(Lines(s), SizeIs(8)) << s;
+}
+
+TEST(ParseTest, PortFieldRanges) {
+  absl::Status s = Fails(WithPort("rx_queues: 65, rx_desc: 65536, tx_desc: 32, mtu: 9601"));
+  EXPECT_TRUE(HasError(s, "ports[2].rx_queues", "1..64")) << s;
+  EXPECT_TRUE(HasError(s, "ports[2].rx_desc", "64..16384")) << s;
+  EXPECT_TRUE(HasError(s, "ports[2].tx_desc", "64..16384")) << s;
+  EXPECT_TRUE(HasError(s, "ports[2].mtu", "0..9600")) << s;
+}
+
+TEST(ParseTest, WrongShapes) {
+  absl::Status s = Fails("ports: { name: host0 }\n");
+  EXPECT_TRUE(HasError(s, "ports", "expected a list of ports")) << s;
+  s = Fails("- a\n- b\n");
+  EXPECT_TRUE(HasError(s, "(top level)", "expected a mapping")) << s;
+  s = Fails(std::string(kMinimal) + "memory: 512\n");
+  EXPECT_TRUE(HasError(s, "memory", "expected a mapping with keys no_huge, size_mb")) << s;
+  s = Fails(std::string(kMinimal) + "eal: { args: \"--foo\" }\n");
+  EXPECT_TRUE(HasError(s, "eal.args", "expected a list of strings")) << s;
+  s = Fails(std::string(kMinimal) + "  - just-a-string\n");
+  EXPECT_TRUE(HasError(s, "ports[2]", "expected a mapping")) << s;
+}
+
+TEST(ParseTest, EmptyDocumentNeedsPorts) {
+  absl::Status s = Fails("");
+  EXPECT_TRUE(HasError(s, "ports", "none configured")) << s;
+  s = Fails("# only a comment\n");
+  EXPECT_TRUE(HasError(s, "ports", "none configured")) << s;
+}
+
+TEST(ParseTest, SeveralDocumentsAreRejected) {
+  absl::Status s = Fails(std::string(kMinimal) + "---\n" + kMinimal);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("holds 2 YAML documents")) << s;
+}
+
+TEST(ParseTest, SemanticErrorsAfterParseErrorsAreNotMixedIn) {
+  // A bad role would otherwise also yield "no port has role: uplink".
+  absl::Status s = Fails("ports:\n  - { name: a, role: up, vdev: net_null0 }\n");
+  EXPECT_THAT(Lines(s), SizeIs(1)) << s;
+}
+
+// --- Round trip --------------------------------------------------------------------------------
+
+TEST(ToYamlTest, RoundTripFull) {
+  absl::StatusOr<Config> c = LoadString(kFull);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string yaml = ToYaml(*c);
+  absl::StatusOr<Config> back = LoadString(yaml, "rendered");
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, *c) << yaml;
+}
+
+TEST(ToYamlTest, RoundTripDefaultsAreSpelledOut) {
+  Config c = Minimal();
+  std::string yaml = ToYaml(c);
+  for (const char* key : {"main: 0", "mbufs: 8191", "data_room: 2176", "burst_size: 32",
+                          "rx_desc: 1024", "promiscuous: true", "verify_icrc: false",
+                          "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
+    EXPECT_THAT(yaml, HasSubstr(key));
+  }
+  absl::StatusOr<Config> back = LoadString(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, c);
+}
+
+TEST(ToYamlTest, RoundTripAwkwardStrings) {
+  Config c = Minimal();
+  c.file_prefix = "null";
+  c.ports[0].vdev = "net_pcap0,rx_pcap=/tmp/a b#c: d.pcap,infinite_rx=1";
+  c.ports[1].name = "true";
+  c.ports[1].vdev = "";
+  c.ports[1].pci = "0000:3b:00.0";
+  c.ports[1].devargs = "class=eth:regex,txq_inline_max=\"x\"";
+  c.ports[0].peer = "true";
+  c.eal_args = {"--log-level=lib.eal:debug", "", "--huge-unlink", "'quoted'"};
+  ASSERT_TRUE(Validate(c).ok()) << Validate(c);
+  std::string yaml = ToYaml(c);
+  absl::StatusOr<Config> back = LoadString(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, c) << yaml;
+}
+
+// --- Files -------------------------------------------------------------------------------------
+
+TEST(LoadFileTest, MissingFile) {
+  absl::StatusOr<Config> c = LoadFile("/nonexistent/heddle.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(),
+            "cannot read /nonexistent/heddle.yaml: No such file or directory");
+}
+
+TEST(LoadFileTest, DirectoryIsUnreadable) {
+  absl::StatusOr<Config> c = LoadFile("/");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("cannot read /: Is a directory"));
+}
+
+TEST(LoadFileTest, ReadsAndNamesTheFileInPositions) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("heddle_config_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::path good = dir / "good.yaml", bad = dir / "bad.yaml";
+  std::ofstream(good) << kFull;
+  std::ofstream(bad) << "ports:\n  - { name: a, role: host, vdev: net_null0, rx_queue: 1 }\n";
+  absl::StatusOr<Config> c = LoadFile(good.string());
+  EXPECT_TRUE(c.ok()) << c.status();
+  c = LoadFile(bad.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("(" + bad.string() + ":2:"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ExamplesTest, EveryShippedExampleIsValid) {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(HEDDLE_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++n;
+    absl::StatusOr<Config> c = LoadFile(entry.path().string());
+    EXPECT_TRUE(c.ok()) << entry.path() << ":\n" << c.status();
+    if (!c.ok()) continue;
+    absl::StatusOr<Config> back = LoadString(ToYaml(*c));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, *c) << entry.path();
+  }
+  EXPECT_GE(n, 3u) << "expected virtual.yaml, mlx5-host.yaml and ring.yaml in "
+                   << HEDDLE_EXAMPLES_DIR;
+}
+
+}  // namespace
+}  // namespace heddle::config
