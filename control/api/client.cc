@@ -12,6 +12,28 @@
 
 namespace heddle::api {
 
+namespace {
+
+// gRPC's connect errors are long and generic ("failed to connect to all addresses; last error:
+// UNKNOWN: unix:...: No such file or directory"); look at the path to say what is actually wrong.
+std::string UnreachableReason(const std::string& path, const std::string& grpc_reason) {
+  absl::StatusOr<internal::PathState> state = internal::ProbeSocketPath(path);
+  if (!state.ok()) return std::string(state.status().message());  // e.g. permission denied
+  switch (*state) {
+    case internal::PathState::kAbsent:
+      return "no such socket";
+    case internal::PathState::kStaleSocket:
+      return "connection refused (a socket is there but nothing listens on it)";
+    case internal::PathState::kNotASocket:
+      return "not a socket";
+    case internal::PathState::kListening:
+      break;  // something listens but the call still failed: gRPC knows best
+  }
+  return grpc_reason;
+}
+
+}  // namespace
+
 struct ApiClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Heddle::Stub> stub;
@@ -61,7 +83,7 @@ absl::StatusOr<Response> ApiClient::Call(const char* rpc, Method method, const R
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
       return absl::UnavailableError(absl::StrCat("cannot reach heddled at ", socket_path_, ": ",
-                                                 reason,
+                                                 UnreachableReason(socket_path_, reason),
                                                  "; is heddled running? (-s to choose another "
                                                  "socket)"));
     case grpc::StatusCode::DEADLINE_EXCEEDED:

@@ -1,0 +1,339 @@
+// File: tools/heddlectl/heddlectl_test.cc
+//
+// Runs the real heddlectl binary as a subprocess against an ApiServer answering from a
+// FakeDaemonView on a socket in a temp dir: every `show` object in table and -j form, socket
+// selection, and the exit codes for an unreachable daemon and for usage errors.
+#include <fcntl.h>
+#include <google/protobuf/util/json_util.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "control/api/heddle.pb.h"
+#include "control/api/server.h"
+#include "control/api/testing/fake_daemon_view.h"
+#include "control/api/testing/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace heddle::api::cli {
+namespace {
+
+using ::heddle::api::testing::FakeDaemonView;
+using ::heddle::api::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs heddlectl with `args`; HEDDLE_SOCKET is removed from the environment unless `socket_env`
+// is given. Output goes through files in `dir` so no pipe can fill up and block the child.
+Result RunHeddlectl(const TempDir& dir, const std::vector<std::string>& args,
+                    const std::string& socket_env = "") {
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("HEDDLE_SOCKET=", 0) != 0) env_storage.emplace_back(*e);
+  }
+  if (!socket_env.empty()) env_storage.push_back("HEDDLE_SOCKET=" + socket_env);
+  std::vector<char*> envp;
+  for (std::string& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  std::vector<std::string> argv_storage = {HEDDLECTL_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  const std::string out_path = dir.Join("stdout");
+  const std::string err_path = dir.Join("stderr");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  Result result;
+  pid_t pid;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << rc;
+    return result;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+template <typename Message>
+Message ParseJson(const std::string& json) {
+  Message message;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &message);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+  return message;
+}
+
+class HeddlectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dir_.ok());
+    socket_ = dir_.Join("heddled.sock");
+    StartServer();
+  }
+
+  void StartServer() {
+    auto server = ApiServer::Start(socket_, &view_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  // heddlectl -s <socket> args..., expected to succeed.
+  Result Ok(std::vector<std::string> args) {
+    args.insert(args.begin(), {"-s", socket_});
+    Result r = RunHeddlectl(dir_, args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    return r;
+  }
+
+  TempDir dir_;
+  std::string socket_;
+  FakeDaemonView view_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+TEST_F(HeddlectlTest, ShowStatusTable) {
+  const Result r = Ok({"show", "status"});
+  EXPECT_THAT(r.out, HasSubstr("version:  0.1.0-test\n"));
+  EXPECT_THAT(r.out, HasSubstr("pid:      4242\n"));
+  EXPECT_THAT(r.out, HasSubstr("uptime:   1d 02:03:04\n"));
+  EXPECT_THAT(r.out, HasSubstr("metrics:  http://127.0.0.1:9464/metrics\n"));
+  EXPECT_THAT(r.out, HasSubstr("LCORE  ROLE    BUSY%\n"
+                               "    0  main        -\n"
+                               "    2  worker   25.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("PORT     ROLE    DRIVER    DEVICE                 LINK\n"
+                               "host0    host    net_pcap  net_pcap0,iface=veth0  up 10G full\n"
+                               "uplink0  uplink  mlx5_pci  0000:3b:00.0           down\n"));
+}
+
+TEST_F(HeddlectlTest, ShowStatusJson) {
+  const Result r = Ok({"-j", "show", "status"});
+  // uint64 travels as a JSON string, lowerCamelCase names.
+  EXPECT_THAT(r.out, HasSubstr("\"uptimeSeconds\": \"93784\""));
+  const auto status = ParseJson<v1::GetStatusResponse>(r.out);
+  EXPECT_EQ(status.version(), "0.1.0-test");
+  EXPECT_EQ(status.pid(), 4242u);
+  ASSERT_EQ(status.ports_size(), 2);
+  EXPECT_EQ(status.ports(1).driver(), "mlx5_pci");
+  EXPECT_FALSE(status.ports(1).link_up());
+  ASSERT_EQ(status.lcores_size(), 2);
+  EXPECT_DOUBLE_EQ(status.lcores(1).busy_percent(), 25.0);
+}
+
+TEST_F(HeddlectlTest, JsonPrintsFieldsAtTheirDefaultToo) {
+  view_.status.metrics_url = "";
+  const Result r = Ok({"show", "status", "--json"});  // global flag after the object
+  EXPECT_THAT(r.out, HasSubstr("\"metricsUrl\": \"\""));
+  EXPECT_THAT(r.out, HasSubstr("\"linkUp\": false"));
+  const Result table = Ok({"show", "status"});
+  EXPECT_THAT(table.out, HasSubstr("metrics:  off\n"));
+}
+
+TEST_F(HeddlectlTest, ShowPortsTable) {
+  const Result r = Ok({"show", "ports"});
+  EXPECT_EQ(r.out,
+            "PORT     ID  ROLE    DRIVER    DEVICE                 LINK          MTU  RXQ  TXQ  MAC"
+            "                PEER\n"
+            "host0     0  host    net_pcap  net_pcap0,iface=veth0  up 10G full  1500    1    1  "
+            "02:00:00:00:00:01  uplink0\n"
+            "uplink0   1  uplink  mlx5_pci  0000:3b:00.0           down         9000    2    2  "
+            "02:00:00:00:00:02  host0\n");
+}
+
+TEST_F(HeddlectlTest, ShowPortsJson) {
+  const auto ports = ParseJson<v1::GetPortsResponse>(Ok({"-j", "show", "ports"}).out);
+  ASSERT_EQ(ports.ports_size(), 2);
+  EXPECT_EQ(ports.ports(0).name(), "host0");
+  EXPECT_EQ(ports.ports(0).speed_mbps(), 10000u);
+  EXPECT_EQ(ports.ports(1).mtu(), 9000u);
+  EXPECT_EQ(ports.ports(1).peer(), "host0");
+}
+
+TEST_F(HeddlectlTest, ShowStatsTable) {
+  const Result r = Ok({"show", "stats"});
+  EXPECT_THAT(r.out,
+              HasSubstr("PORT     RX-PKTS  RX-BYTES  TX-PKTS  TX-BYTES  HW-MISSED  HW-RX-ERR  "
+                        "HW-TX-ERR  NO-MBUF\n"
+                        "host0       1000   1234567      990   1200000          3          1  "
+                        "        0        7\n"));
+  EXPECT_THAT(r.out, HasSubstr("PORT     rdma-write  send  ack\n"
+                               "host0           600   300    0\n"
+                               "uplink0           0     0  550\n"));
+  EXPECT_THAT(r.out, HasSubstr("LCORE  ROLE    BUSY-LOOPS  IDLE-LOOPS  BUSY%\n"
+                               "    0  main             0           0      -\n"
+                               "    2  worker         250         750   25.0\n"));
+}
+
+TEST_F(HeddlectlTest, ShowStatsJson) {
+  const auto stats = ParseJson<v1::GetStatsResponse>(Ok({"-j", "show", "stats"}).out);
+  ASSERT_EQ(stats.ports_size(), 2);
+  EXPECT_EQ(stats.ports(0).rx_bytes(), 1234567u);
+  EXPECT_EQ(stats.ports(0).hw_rx_nombuf(), 7u);
+  ASSERT_EQ(stats.ports(1).roce_by_class_size(), 3);
+  EXPECT_EQ(stats.ports(1).roce_by_class(2).class_name(), "ack");
+  EXPECT_EQ(stats.ports(1).roce_by_class(2).packets(), 550u);
+  ASSERT_EQ(stats.lcores_size(), 2);
+  EXPECT_EQ(stats.lcores(1).idle_loops(), 750u);
+}
+
+TEST_F(HeddlectlTest, ShowDropsHidesZerosUnlessAll) {
+  const Result r = Ok({"show", "drops"});
+  EXPECT_EQ(r.out,
+            "REASON          PACKETS  DESCRIPTION\n"
+            "ipv4-truncated        5  IPv4 header shorter than IHL\n"
+            "bth-bad-opcode       12  reserved BTH opcode\n"
+            "total: 17 packets dropped\n");
+  const Result all = Ok({"show", "drops", "--all"});
+  EXPECT_THAT(all.out, HasSubstr("no-route              0  no forwarding entry\n"));
+}
+
+TEST_F(HeddlectlTest, ShowDropsWhenNothingDropped) {
+  for (DropView& d : view_.drops) d.packets = 0;
+  EXPECT_EQ(Ok({"show", "drops"}).out, "no packets dropped (--all lists every reason)\n");
+}
+
+TEST_F(HeddlectlTest, ShowDropsJson) {
+  const auto drops = ParseJson<v1::GetDropsResponse>(Ok({"show", "drops", "-j"}).out);
+  ASSERT_EQ(drops.drops_size(), 2);
+  EXPECT_EQ(drops.drops(1).reason(), "bth-bad-opcode");
+  EXPECT_EQ(drops.total_packets(), 17u);
+  const auto all = ParseJson<v1::GetDropsResponse>(Ok({"-j", "show", "drops", "-a"}).out);
+  ASSERT_EQ(all.drops_size(), 3);
+  EXPECT_EQ(all.drops(1).reason(), "no-route");
+  EXPECT_EQ(all.drops(1).packets(), 0u);
+}
+
+TEST_F(HeddlectlTest, ShowConfig) {
+  EXPECT_EQ(Ok({"show", "config"}).out, view_.config_yaml);
+  const auto config = ParseJson<v1::GetConfigResponse>(Ok({"-j", "show", "config"}).out);
+  EXPECT_EQ(config.yaml(), view_.config_yaml);
+}
+
+TEST_F(HeddlectlTest, ShowRdmaTable) {
+  const Result r = Ok({"show", "rdma"});
+  EXPECT_THAT(r.out, HasSubstr("DEVICE  NODE-GUID            FW          PORTS\n"
+                               "mlx5_0  0c42:a103:0012:3456  22.36.1010      1\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("DEVICE  PORT  STATE    MTU  LINK-LAYER  GID-INDEX  GID\n"
+                        "mlx5_0     1  active  4096  Ethernet            0  fe80::42:aff:fe00:1\n"
+                        "mlx5_0     1  active  4096  Ethernet            3  ::ffff:10.0.0.1\n"));
+}
+
+TEST_F(HeddlectlTest, ShowRdmaWithoutDevices) {
+  view_.rdma = RdmaView{.devices = {}, .note = "no RDMA device found"};
+  EXPECT_EQ(Ok({"show", "rdma"}).out, "no RDMA device found\n");
+  const auto rdma = ParseJson<v1::GetRdmaResponse>(Ok({"-j", "show", "rdma"}).out);
+  EXPECT_EQ(rdma.devices_size(), 0);
+  EXPECT_EQ(rdma.note(), "no RDMA device found");
+}
+
+TEST_F(HeddlectlTest, ShowRdmaJson) {
+  const auto rdma = ParseJson<v1::GetRdmaResponse>(Ok({"-j", "show", "rdma"}).out);
+  ASSERT_EQ(rdma.devices_size(), 1);
+  ASSERT_EQ(rdma.devices(0).ports_size(), 1);
+  EXPECT_EQ(rdma.devices(0).ports(0).active_mtu(), 4096u);
+  ASSERT_EQ(rdma.devices(0).ports(0).gids_size(), 2);
+  EXPECT_EQ(rdma.devices(0).ports(0).gids(0).gid(), "fe80::42:aff:fe00:1");
+}
+
+TEST_F(HeddlectlTest, SocketFromEnvironmentAndFlagWins) {
+  Result r = RunHeddlectl(dir_, {"-j", "show", "config"}, /*socket_env=*/socket_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"yaml\""));
+
+  const std::string nowhere = dir_.Join("nowhere.sock");
+  r = RunHeddlectl(dir_, {"-s", nowhere, "show", "config"}, /*socket_env=*/socket_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach heddled at " + nowhere));
+}
+
+TEST_F(HeddlectlTest, UnreachableDaemonExitsOneWithHelp) {
+  server_->Shutdown();
+  const Result r = RunHeddlectl(dir_, {"-s", socket_, "--timeout", "2000", "show", "status"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("heddlectl: cannot reach heddled at " + socket_ +
+                               ": no such socket; is heddled running? (-s to choose another "
+                               "socket)"));
+}
+
+TEST_F(HeddlectlTest, UsageErrorsExitTwo) {
+  Result r = RunHeddlectl(dir_, {"-s", socket_, "show", "bogus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown object 'bogus' for 'show'; expected one of: status"));
+  EXPECT_EQ(r.out, "");
+
+  r = RunHeddlectl(dir_, {"-s", socket_, "frobnicate", "status"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+
+  r = RunHeddlectl(dir_, {"-s", socket_});
+  EXPECT_EQ(r.exit_code, 2);
+
+  r = RunHeddlectl(dir_, {"-s", socket_, "show", "status", "--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2);
+
+  r = RunHeddlectl(dir_, {"-s", socket_, "--timeout", "0", "show", "status"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST_F(HeddlectlTest, HelpAndVersionExitZero) {
+  Result r = RunHeddlectl(dir_, {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("HEDDLE_SOCKET"));
+  EXPECT_THAT(r.out, HasSubstr("status, ports, stats, drops, config, rdma"));
+  r = RunHeddlectl(dir_, {"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("heddlectl "));
+}
+
+TEST_F(HeddlectlTest, DaemonErrorExitsOne) {
+  // A server that is up but fails the call: the message is the daemon's, the exit code 1.
+  class Broken : public FakeDaemonView {
+    std::string GetConfigYaml() override { throw std::runtime_error("config unavailable"); }
+  };
+  server_->Shutdown();
+  Broken broken;
+  auto server = ApiServer::Start(socket_, &broken);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const Result r = RunHeddlectl(dir_, {"-s", socket_, "show", "config"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("config unavailable"));
+  EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));
+}
+
+}  // namespace
+}  // namespace heddle::api::cli
