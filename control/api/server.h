@@ -13,6 +13,9 @@
 //   - removes a stale socket left behind by a daemon that died;
 //   - refuses, and leaves alone, anything at the path that is not a socket;
 //   - makes the socket mode 0660 so that access is governed by the directory and the group.
+// gRPC binds a private name in the same directory (".heddled-<pid>.sock.tmp") that is then
+// hard-linked to the public path, so the socket appears there already at mode 0660 and a daemon
+// racing this one cannot have its socket replaced.
 // Shutdown stops the server (in-flight calls get a short deadline) and unlinks the socket, unless
 // something else has replaced it meanwhile. Failures come back as a Status; nothing throws or
 // aborts.
@@ -45,7 +48,7 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
   ~ApiServer();
 
-  // Idempotent; also run by the destructor.
+  // Idempotent; also run by the destructor. Call from one thread (the daemon's control thread).
   void Shutdown();
 
   const std::string& socket_path() const { return socket_path_; }
