@@ -46,6 +46,8 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
   burst_.ingress = port_index;
   burst_.n = 0;
   uint64_t bytes = 0;
+  // Per-class counts stay in registers/stack for the burst and are added once per class.
+  uint16_t per_class[kNumRoceClasses] = {};
   // Parse; malformed frames are dropped here under their parse reason.
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 2 < n) rte_prefetch0(rte_pktmbuf_mtod(burst_.pkts[i + 2], void*));
@@ -54,14 +56,17 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     pkt::PacketDesc& d = burst_.desc[burst_.n];
     // The parser sees the first segment; RoCE headers always sit there for the MTUs in use.
     pkt::ParseError e = pkt::Parse(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &d);
-    if (e != pkt::ParseError::kOk) {
+    if (e != pkt::ParseError::kOk) [[unlikely]] {
       ctx_.Drop(m, DropReasonFromParse(e));
       continue;
     }
-    pc.roce_rx_packets[static_cast<int>(d.roce_class)].Add(1);
+    ++per_class[static_cast<int>(d.roce_class)];
     burst_.pkts[burst_.n] = m;
     burst_.egress[burst_.n] = kNoEgress;
     ++burst_.n;
+  }
+  for (int c = 0; c < kNumRoceClasses; ++c) {
+    if (per_class[c]) pc.roce_rx_packets[c].Add(per_class[c]);
   }
   pc.rx_packets.Add(n);
   pc.rx_bytes.Add(bytes);

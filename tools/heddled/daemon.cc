@@ -268,7 +268,6 @@ absl::Status Daemon::Impl::Start() {
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }
   HEDDLE_ASSIGN_OR_RETURN(api, api::ApiServer::Start(cfg.control_socket, this));
-  HEDDLE_LOG(kInfo, "control API on unix:%s", cfg.control_socket.c_str());
 
   for (auto& p : ports) {
     HEDDLE_RETURN_IF_ERROR(p.Start());
