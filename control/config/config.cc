@@ -164,6 +164,37 @@ bool IsFilePrefix(absl::string_view s) {
   return true;
 }
 
+// Where `s` stops being printable text (valid UTF-8 without control characters), or npos.
+// Config strings end up in argv, paths and messages, and must survive ToYaml unchanged.
+size_t BadTextAt(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      if (b < 0x20 || b == 0x7f) return i;
+      ++i;
+      continue;
+    }
+    size_t len = b >= 0xf0 && b <= 0xf4 ? 4 : b >= 0xe0 ? 3 : b >= 0xc2 && b < 0xe0 ? 2 : 0;
+    if (len == 0 || (len == 3 && b >= 0xf0) || i + len > s.size()) return i;
+    unsigned char b1 = static_cast<unsigned char>(s[i + 1]);
+    // Reject overlong forms, UTF-16 surrogates and code points above U+10FFFF.
+    if ((b == 0xe0 && b1 < 0xa0) || (b == 0xed && b1 > 0x9f) || (b == 0xf0 && b1 < 0x90) ||
+        (b == 0xf4 && b1 > 0x8f)) {
+      return i;
+    }
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return i;
+    }
+    i += len;
+  }
+  return absl::string_view::npos;
+}
+
+std::string BadTextMessage(size_t at) {
+  return absl::StrCat("has a control character or invalid UTF-8 at byte ", at,
+                      "; use printable text");
+}
+
 // What is wrong with a metrics listen address, or nullopt if it is fine.
 std::optional<std::string> ListenProblem(absl::string_view s) {
   absl::string_view host, port;
@@ -430,6 +461,10 @@ class Parser {
     }
     if (!n.IsScalar()) {
       Error(n, path, absl::StrCat("expected a string, got ", Describe(n)));
+      return false;
+    }
+    if (size_t at = BadTextAt(n.Scalar()); at != absl::string_view::npos) {
+      Error(n, path, BadTextMessage(at));
       return false;
     }
     *out = n.Scalar();
@@ -748,6 +783,21 @@ absl::Status Validate(const Config& c) {
                          " port; a peer must have the other role (",
                          port.role == PortRole::kHost ? "uplink" : "host", ")"));
     }
+  }
+
+  // Free-form strings; the others are checked against their own formats above or below.
+  auto check_text = [&p](const std::string& path, const std::string& v) {
+    if (size_t at = BadTextAt(v); at != absl::string_view::npos) {
+      p.Add(absl::StrCat(path, ": ", BadTextMessage(at)));
+    }
+  };
+  for (size_t i = 0; i < c.ports.size(); ++i) {
+    check_text(absl::StrCat("ports[", i, "].vdev"), c.ports[i].vdev);
+    check_text(absl::StrCat("ports[", i, "].devargs"), c.ports[i].devargs);
+  }
+  check_text("control.socket", c.control_socket);
+  for (size_t i = 0; i < c.eal_args.size(); ++i) {
+    check_text(absl::StrCat("eal.args[", i, "]"), c.eal_args[i]);
   }
 
   // dataplane

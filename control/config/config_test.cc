@@ -492,6 +492,19 @@ TEST(ValidateTest, CollectsEveryErrorOneLineEach) {
   EXPECT_TRUE(HasError(s, "control.socket"));
 }
 
+TEST(ValidateTest, FreeFormStringsArePrintableText) {
+  Config c = Minimal();
+  c.ports[0].vdev =
+      "net_pcap0,rx_pcap=/tmp/a\x8f"
+      "b.pcap";
+  c.control_socket = "/run/heddle/x\ty.sock";
+  c.eal_args = {"--huge-dir=/mnt/h\xc3\xa9"};  // valid UTF-8 is fine
+  absl::Status s = Validate(c);
+  EXPECT_TRUE(HasError(s, "ports[0].vdev", "invalid UTF-8 at byte 24")) << s;
+  EXPECT_TRUE(HasError(s, "control.socket", "control character")) << s;
+  EXPECT_THAT(Lines(s), SizeIs(2)) << s;
+}
+
 // --- The YAML pass: types, keys, positions ------------------------------------------------------
 
 TEST(ParseTest, BadRoleNamesKeyValueAndFix) {
@@ -533,6 +546,12 @@ TEST(ParseTest, UnknownKeySuggestsAndListsValidKeys) {
 
   s = Fails(std::string(kMinimal) + "log: { levle: debug }\n");
   EXPECT_TRUE(HasError(s, "log.levle", "did you mean \"level\"")) << s;
+}
+
+TEST(ParseTest, StringsMustBePrintableText) {
+  absl::Status s = Fails(WithPort("devargs: \"a\\x01b\"") + "log: { level: \"\xff\" }\n");
+  EXPECT_TRUE(HasError(s, "ports[2].devargs", "control character or invalid UTF-8 at byte 1")) << s;
+  EXPECT_TRUE(HasError(s, "log.level", "at byte 0")) << s;
 }
 
 TEST(ParseTest, DuplicateKey) {
