@@ -168,8 +168,9 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept;
 // with its variant fields set to ones (IPv4 TOS, TTL, checksum; IPv6 traffic class, flow label, hop
 // limit), the UDP header with its checksum set to ones, BTH with byte 4 set to ones, and everything
 // up to the ICRC. Returned as the value that sits on the wire read as a little-endian uint32.
-// `d` must come from Parse() of this very frame returning kOk with kFlagRoce; otherwise both
-// functions return 0 and read nothing.
+// `d` must come from Parse() of this very frame returning kOk with kFlagRoce; for a desc without
+// kFlagRoce both functions return 0 and read nothing (so VerifyIcrc() is then trivially true:
+// test kFlagRoce first).
 uint32_t ComputeIcrc(const uint8_t* data, const PacketDesc& d) noexcept;
 // The ICRC stored in the frame, read little-endian.
 uint32_t StoredIcrc(const uint8_t* data, const PacketDesc& d) noexcept;
