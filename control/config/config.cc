@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -27,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace heddle::config {
@@ -846,23 +848,63 @@ absl::Status Validate(const Config& c) {
   return p.ToStatus();
 }
 
+namespace {
+
+// Records where each YAML document starts; the content itself is read by YAML::Load.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+absl::Status SyntaxError(const std::string& source, const YAML::Mark& mark,
+                         absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": YAML syntax error: ", what,
+                   "; fix the YAML there (indentation, a missing ':', an unclosed quote or "
+                   "bracket, tabs instead of spaces)"));
+}
+
+}  // namespace
+
 absl::StatusOr<Config> LoadString(const std::string& yaml, const std::string& source) {
   Config c;
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
-    if (docs.size() > 1) {
+    // yaml-cpp 0.7 neither rejects nor consumes a stray ',' before a document's content: Load()
+    // returns an empty document and LoadAll() loops forever, yielding more of them. So walk the
+    // documents with the event parser, stopping at the second, and treat a document that starts
+    // where the previous one started as the syntax error it is.
+    std::istringstream in(yaml);
+    YAML::Parser events(in);
+    DocumentStarts starts;
+    if (events.HandleNextDocument(starts) && events.HandleNextDocument(starts)) {
+      const YAML::Mark& m = starts.marks.back();
+      if (starts.marks.size() == 2 && m.pos == starts.marks[0].pos) {
+        return SyntaxError(
+            source, m,
+            absl::StrCat("unexpected ", Quote(absl::string_view(yaml).substr(m.pos, 1)),
+                         " where a document's content should start"));
+      }
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": holds ", docs.size(),
-                       " YAML documents; heddled reads one, so remove the extra '---' separators"));
+          absl::StrCat(source, ": holds more than one YAML document (the second starts at line ",
+                       m.line + 1, "); heddled reads one, so remove the extra '---' separators"));
     }
     Parser parser(source);
-    parser.Parse(docs.empty() ? YAML::Node() : docs[0], &c);
+    parser.Parse(YAML::Load(yaml), &c);
     if (!parser.problems().empty()) return parser.problems().ToStatus();
   } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax error: ", e.msg,
-        "; fix the YAML there (indentation, a missing ':', an unclosed quote or "
-        "bracket, tabs instead of spaces)"));
+    return SyntaxError(source, e.mark, e.msg);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": cannot read YAML: ", e.what()));
   }

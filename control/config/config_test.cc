@@ -611,7 +611,22 @@ TEST(ParseTest, EmptyDocumentNeedsPorts) {
 
 TEST(ParseTest, SeveralDocumentsAreRejected) {
   absl::Status s = Fails(std::string(kMinimal) + "---\n" + kMinimal);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("holds 2 YAML documents")) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("holds more than one YAML document (the second "
+                                                  "starts at line 5)"))
+      << s;
+  // yaml-cpp's LoadAll() would never return on this one.
+  s = Fails("lcores: {}\n---\n,\n");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than one YAML document")) << s;
+}
+
+TEST(ParseTest, StrayCommaIsASyntaxError) {
+  // yaml-cpp 0.7 reads these as an empty document (Load) or loops forever (LoadAll).
+  absl::Status s = Fails(",");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("test.yaml:1:1: YAML syntax error: unexpected "
+                                                  "\",\""))
+      << s;
+  s = Fails("# heddle\n  ,r\n");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("test.yaml:2:3: YAML syntax error")) << s;
 }
 
 TEST(ParseTest, SemanticErrorsAfterParseErrorsAreNotMixedIn) {
