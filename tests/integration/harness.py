@@ -42,6 +42,11 @@ def read_pcap(path):
     return frames
 
 
+def write_empty_pcap(path):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+
+
 def pktgen(out, *args):
     subprocess.run([PKTGEN, "--out", out] + list(args), check=True, stdout=subprocess.DEVNULL)
 
@@ -50,14 +55,15 @@ class Daemon:
     """A heddled process on the ports given as (name, role, vdev) tuples."""
 
     def __init__(self, ports, workers=(1,), extra_yaml="", verify_icrc=False, metrics=True,
-                 tmp=None):
+                 tmp=None, data_room=None):
         self.tmp = tmp or tempfile.mkdtemp(prefix="heddle-it-")
+        os.makedirs(self.tmp, exist_ok=True)
         self.socket = os.path.join(self.tmp, "run", "heddled.sock")
         self.config = os.path.join(self.tmp, "heddle.yaml")
         lines = [
             "lcores: { main: 0, workers: [%s] }" % ", ".join(str(w) for w in workers),
             "memory: { no_huge: true, size_mb: 256 }",
-            "mempool: { mbufs: 8191 }",
+            "mempool: { mbufs: 8191%s }" % (", data_room: %d" % data_room if data_room else ""),
             "dataplane: { burst_size: 32, verify_icrc: %s }" % ("true" if verify_icrc else "false"),
             "metrics: { enabled: %s, listen: \"127.0.0.1:0\" }" % ("true" if metrics else "false"),
             "control: { socket: %s }" % self.socket,

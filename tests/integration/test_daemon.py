@@ -143,7 +143,7 @@ class MalformedAndIcrc(unittest.TestCase):
         host_in = os.path.join(tmp, "in.pcap")
         empty = os.path.join(tmp, "empty.pcap")
         pktgen(host_in, "--mix", "demo", "--packets", "300", "--malformed", "60", "--seed", "3")
-        pktgen(empty, "--mix", "demo", "--packets", "0")
+        harness.write_empty_pcap(empty)
         frames = read_pcap(host_in)
         up_out = os.path.join(tmp, "out.pcap")
         d = Daemon([
@@ -184,7 +184,7 @@ class Signals(unittest.TestCase):
             d = Daemon([
                 ("host0", "host", "net_pcap0,rx_pcap=%s,infinite_rx=1" % trace),
                 ("uplink0", "uplink", "net_null0,no-rx=1"),
-            ], tmp=os.path.join(tmp, "d"))
+            ], tmp=os.path.join(tmp, "d"), data_room=4608)  # infinite_rx needs one segment
             try:
                 d.start()
                 d.wait_for(lambda: int(d.port_stats()["uplink0"].get("txPackets", 0)) > 10000,
