@@ -70,7 +70,7 @@ def main():
     lines.append("")
     lines.append("RoCEv2 packets received, by opcode class:")
     classes = sorted({c["className"] for p in stats["ports"] for c in p.get("roceByClass", [])})
-    lines.append("  %-14s" % "class" + "".join("%16s" % p["name"] for p in stats["ports"]))
+    lines.append("  %-14s" % "class" + "".join("%22s" % p["name"] for p in stats["ports"]))
     for cls in classes:
         row = "  %-14s" % cls
         for p in stats["ports"]:
@@ -78,7 +78,7 @@ def main():
                       if c["className"] == cls), 0)
             key = "%s.%s" % (p["name"], cls)
             cur[key] = n
-            row += "%16s" % ("%s (%s/s)" % (human(n), human((n - prev.get(key, n)) / dt)))
+            row += "%22s" % ("%s (%s/s)" % (human(n), human((n - prev.get(key, n)) / dt)))
         lines.append(row)
     lines.append("")
     for l in stats.get("lcores", []):
