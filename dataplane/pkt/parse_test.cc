@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,9 @@ const Golden kGoldens[] = {
      0xc005,
      0x306db5cc},
 };
+
+// Keeps ctest's discovered names short (the default prints the struct's bytes).
+void PrintTo(const Golden& g, std::ostream* os) { *os << g.name; }
 
 class GoldenTest : public testing::TestWithParam<Golden> {};
 
