@@ -2,6 +2,10 @@
 
 #include <rte_mbuf.h>
 
+#include <algorithm>
+
+#include "dataplane/pkt/roce.h"
+
 namespace heddle::pipeline {
 
 uint16_t PortForwardStage::Process(WorkerContext& ctx, Burst& b) {
@@ -14,13 +18,34 @@ uint16_t PortForwardStage::Process(WorkerContext& ctx, Burst& b) {
   return b.n;
 }
 
+bool MbufIcrcValid(const rte_mbuf* m, const pkt::PacketDesc& d) {
+  const uint8_t* first = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (m->nb_segs == 1) return pkt::VerifyIcrc(first, d);
+  // Chained mbuf: the headers are in the first segment; the CRC continues over every segment's
+  // share of [end of BTH, ICRC), and the ICRC itself may straddle two segments.
+  uint32_t crc = pkt::IcrcOverHeaders(first, d);
+  const size_t from = d.bth_off + pkt::kBthLen, to = d.icrc_off;
+  size_t pos = 0;
+  for (const rte_mbuf* s = m; s != nullptr && pos < to; s = s->next) {
+    const size_t end = pos + s->data_len;
+    const size_t a = std::max(pos, from), b = std::min(end, to);
+    if (a < b) crc = pkt::IcrcContinue(crc, rte_pktmbuf_mtod(s, const uint8_t*) + (a - pos), b - a);
+    pos = end;
+  }
+  uint8_t tmp[pkt::kIcrcLen];
+  const auto* icrc =
+      static_cast<const uint8_t*>(rte_pktmbuf_read(m, d.icrc_off, pkt::kIcrcLen, tmp));
+  if (icrc == nullptr) return false;
+  const uint32_t stored = uint32_t{icrc[0]} | uint32_t{icrc[1]} << 8 | uint32_t{icrc[2]} << 16 |
+                          uint32_t{icrc[3]} << 24;
+  return crc == stored;
+}
+
 uint16_t IcrcVerifyStage::Process(WorkerContext& ctx, Burst& b) {
   uint16_t kept = 0;
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
-    // The descriptor's offsets are within the first segment (the parser saw data_len bytes).
-    if ((d.flags & pkt::kFlagRoce) &&
-        !pkt::VerifyIcrc(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d)) {
+    if ((d.flags & pkt::kFlagRoce) && !MbufIcrcValid(b.pkts[i], d)) {
       ctx.Drop(b.pkts[i], DropReason::kIcrcBad);
       continue;
     }

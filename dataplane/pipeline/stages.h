@@ -23,6 +23,9 @@ class PortForwardStage final : public Stage {
   std::array<uint16_t, kMaxPorts> peer_;
 };
 
+// True when the ICRC of the RoCE frame in `m` (single or chained mbuf) matches its bytes.
+bool MbufIcrcValid(const rte_mbuf* m, const pkt::PacketDesc& d);
+
 class IcrcVerifyStage final : public Stage {
  public:
   const char* name() const override { return "icrc-verify"; }

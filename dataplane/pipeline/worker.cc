@@ -54,8 +54,10 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     rte_mbuf* m = burst_.pkts[i];
     bytes += m->pkt_len;
     pkt::PacketDesc& d = burst_.desc[burst_.n];
-    // The parser sees the first segment; RoCE headers always sit there for the MTUs in use.
-    pkt::ParseError e = pkt::Parse(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &d);
+    // Headers are read from the first segment; lengths are checked against the whole frame, so a
+    // chained mbuf (jumbo frame, scattered RX) parses like a contiguous one.
+    pkt::ParseError e =
+        pkt::Parse(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, m->pkt_len, &d);
     if (e != pkt::ParseError::kOk) [[unlikely]] {
       ctx_.Drop(m, DropReasonFromParse(e));
       continue;

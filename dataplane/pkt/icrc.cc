@@ -13,7 +13,7 @@
 
 namespace heddle::pkt {
 
-uint32_t ComputeIcrc(const uint8_t* data, const PacketDesc& d) noexcept {
+uint32_t IcrcOverHeaders(const uint8_t* data, const PacketDesc& d) noexcept {
   if ((d.flags & kFlagRoce) == 0 || d.l3 == L3::kNone) return 0;
   // Pseudo-LRH + the largest IPv4 header (60 B; IPv6 is 40 B) + UDP + BTH.
   uint8_t buf[8 + 60 + kUdpHeaderLen + kBthLen];
@@ -39,10 +39,17 @@ uint32_t ComputeIcrc(const uint8_t* data, const PacketDesc& d) noexcept {
   bth[4] = 0xff;  // FECN, BECN, reserved
 
   uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, buf, static_cast<uInt>(masked_len));
+  return static_cast<uint32_t>(crc32(crc, buf, static_cast<uInt>(masked_len)));
+}
+
+uint32_t IcrcContinue(uint32_t crc, const uint8_t* bytes, size_t n) noexcept {
+  return static_cast<uint32_t>(crc32(crc, bytes, static_cast<uInt>(n)));
+}
+
+uint32_t ComputeIcrc(const uint8_t* data, const PacketDesc& d) noexcept {
+  if ((d.flags & kFlagRoce) == 0 || d.l3 == L3::kNone) return 0;
   const size_t rest = d.bth_off + kBthLen;
-  crc = crc32(crc, data + rest, static_cast<uInt>(d.icrc_off - rest));
-  return static_cast<uint32_t>(crc);
+  return IcrcContinue(IcrcOverHeaders(data, d), data + rest, d.icrc_off - rest);
 }
 
 uint32_t StoredIcrc(const uint8_t* data, const PacketDesc& d) noexcept {

@@ -6,6 +6,7 @@
 // lying length field can only produce an error, never a read past the frame.
 #include "dataplane/pkt/parse.h"
 
+#include <array>
 #include <cstring>
 
 #include "dataplane/pkt/internal/bytes.h"
@@ -21,9 +22,19 @@ using internal::Load32;
 
 namespace {
 
+// DescribeOpcode() evaluated once per opcode at compile time: one load per packet on the hot path.
+constexpr std::array<OpcodeInfo, 256> kOpcodeTable = [] {
+  std::array<OpcodeInfo, 256> t{};
+  for (int i = 0; i < 256; ++i) t[i] = DescribeOpcode(static_cast<uint8_t>(i));
+  return t;
+}();
+
 // BTH and its extension headers within the UDP payload [p, end).
-ParseError ParseRoce(const uint8_t* frame, size_t bth_off, size_t udp_end, PacketDesc* d) {
-  if (udp_end - bth_off < static_cast<size_t>(kBthLen + kIcrcLen)) {
+// Headers are read only below `readable` (the contiguous part); lengths are checked against
+// udp_end, which may lie beyond it in a segmented frame.
+ParseError ParseRoce(const uint8_t* frame, size_t bth_off, size_t udp_end, size_t readable,
+                     PacketDesc* d) {
+  if (udp_end - bth_off < static_cast<size_t>(kBthLen + kIcrcLen) || readable < bth_off + kBthLen) {
     return ParseError::kBthTruncated;
   }
   const uint8_t* bth = frame + bth_off;
@@ -40,11 +51,13 @@ ParseError ParseRoce(const uint8_t* frame, size_t bth_off, size_t udp_end, Packe
   if (bth[4] & 0x40) flags |= kFlagBecn;
   if (bth[8] & 0x80) flags |= kFlagAckReq;
 
-  const OpcodeInfo info = DescribeOpcode(d->opcode);
+  const OpcodeInfo info = kOpcodeTable[d->opcode];
   d->roce_class = info.roce_class;
   const size_t ext_off = bth_off + kBthLen;
   const size_t room = udp_end - ext_off;  // >= kIcrcLen, checked above
-  if (info.ext_len > room) return ParseError::kRoceExtTruncated;
+  if (info.ext_len > room || ext_off + info.ext_len > readable) {
+    return ParseError::kRoceExtTruncated;
+  }
   if (info.ext_len + static_cast<size_t>(kIcrcLen) > room) return ParseError::kRoceNoIcrc;
 
   // Extension headers in wire order; only the fields the stages need are decoded.
@@ -71,11 +84,17 @@ ParseError ParseRoce(const uint8_t* frame, size_t bth_off, size_t udp_end, Packe
 }  // namespace
 
 ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept {
+  return Parse(data, len, len, out);
+}
+
+ParseError Parse(const uint8_t* data, size_t len, size_t frame_len, PacketDesc* out) noexcept {
   PacketDesc& d = *out;
   std::memset(&d, 0, sizeof(d));
   // Offsets are 16-bit; anything longer than that is no Ethernet frame heddle handles. Parsing only
   // the first 64 KiB keeps every offset representable.
-  if (len > 0xffff) len = 0xffff;
+  if (frame_len < len) frame_len = len;
+  if (frame_len > 0xffff) frame_len = 0xffff;
+  if (len > frame_len) len = frame_len;
   if (len < static_cast<size_t>(kEthHeaderLen)) return ParseError::kEthTruncated;
 
   size_t off = 12;
@@ -103,7 +122,7 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept {
       return ParseError::kIpv4BadIhl;
     }
     const size_t total = Load16(ip + 2);
-    if (total < ihl || total > len - off) return ParseError::kIpv4BadLength;
+    if (total < ihl || total > frame_len - off) return ParseError::kIpv4BadLength;
     d.l3 = L3::kIpv4;
     d.dscp = ip[1] >> 2;
     d.ecn = ip[1] & 0x3;
@@ -125,7 +144,7 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept {
     const uint8_t* ip = data + off;
     if ((ip[0] >> 4) != 6) return ParseError::kIpv6BadVersion;
     const size_t total = kIpv6HeaderLen + static_cast<size_t>(Load16(ip + 4));
-    if (total > len - off) return ParseError::kIpv6BadLength;
+    if (total > frame_len - off) return ParseError::kIpv6BadLength;
     const uint8_t tclass = static_cast<uint8_t>((ip[0] & 0x0f) << 4 | ip[1] >> 4);
     d.l3 = L3::kIpv6;
     d.dscp = tclass >> 2;
@@ -140,7 +159,10 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept {
   }
 
   if (d.ip_proto != kIpProtoUdp) return ParseError::kOk;
-  if (ip_end - l4_off < static_cast<size_t>(kUdpHeaderLen)) return ParseError::kUdpTruncated;
+  if (ip_end - l4_off < static_cast<size_t>(kUdpHeaderLen) ||
+      len - l4_off < static_cast<size_t>(kUdpHeaderLen)) {
+    return ParseError::kUdpTruncated;
+  }
   const uint8_t* udp = data + l4_off;
   const size_t udp_len = Load16(udp + 4);
   if (udp_len < static_cast<size_t>(kUdpHeaderLen) || udp_len > ip_end - l4_off) {
@@ -148,7 +170,7 @@ ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept {
   }
   d.udp_sport = Load16(udp);
   if (Load16(udp + 2) != kRoceV2UdpPort) return ParseError::kOk;
-  return ParseRoce(data, l4_off + kUdpHeaderLen, l4_off + udp_len, &d);
+  return ParseRoce(data, l4_off + kUdpHeaderLen, l4_off + udp_len, len, &d);
 }
 
 }  // namespace heddle::pkt

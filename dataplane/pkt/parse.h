@@ -164,6 +164,13 @@ struct PacketDesc {
 // Parses one frame. Never reads outside [data, data+len); len may be 0 and data may then be null.
 ParseError Parse(const uint8_t* data, size_t len, PacketDesc* out) noexcept;
 
+// Parses a frame of `frame_len` bytes of which only the first `len` (>= the headers) are
+// contiguous at `data`, as in a chained mbuf whose first segment holds the headers. Length fields
+// are checked against frame_len; headers are read only within [data, data+len) (headers that
+// straddle the end of the contiguous part count as truncated). Offsets past `len` (payload, ICRC)
+// then point into later segments: use IcrcOverHeaders()/IcrcContinue() there, not ComputeIcrc().
+ParseError Parse(const uint8_t* data, size_t len, size_t frame_len, PacketDesc* out) noexcept;
+
 // The RoCEv2 ICRC of a parsed RoCE frame: CRC-32 over a 64-bit all-ones pseudo-LRH, the IP header
 // with its variant fields set to ones (IPv4 TOS, TTL, checksum; IPv6 traffic class, flow label, hop
 // limit), the UDP header with its checksum set to ones, BTH with byte 4 set to ones, and everything
@@ -177,5 +184,14 @@ uint32_t StoredIcrc(const uint8_t* data, const PacketDesc& d) noexcept;
 inline bool VerifyIcrc(const uint8_t* data, const PacketDesc& d) noexcept {
   return ComputeIcrc(data, d) == StoredIcrc(data, d);
 }
+
+// The ICRC in two steps, for frames whose bytes are not contiguous: IcrcOverHeaders() covers the
+// pseudo-LRH and the masked IP/UDP/BTH headers (all within the contiguous part); IcrcContinue()
+// then runs over the bytes from d.bth_off + 12 up to d.icrc_off, piece by piece, in order.
+//   uint32_t c = IcrcOverHeaders(first, d);
+//   for each piece: c = IcrcContinue(c, piece, piece_len);
+//   c == ComputeIcrc(...) for the same frame laid out contiguously.
+uint32_t IcrcOverHeaders(const uint8_t* data, const PacketDesc& d) noexcept;
+uint32_t IcrcContinue(uint32_t crc, const uint8_t* bytes, size_t n) noexcept;
 
 }  // namespace heddle::pkt
