@@ -7,6 +7,7 @@ come from the environment (set by ctest): HEDDLED, HEDDLECTL, HEDDLE_PKTGEN.
 
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -156,11 +157,13 @@ class Daemon:
 
 
 def metric_values(text, name):
-    """{label string: value} for one metric family in the Prometheus text format."""
+    """{label string: value} for one metric family in the Prometheus text format; the label
+    string has its labels sorted by name: '{class="send",port="host0"}'."""
     out = {}
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
             key, _, val = line.rpartition(" ")
-            labels = key[len(name):]
-            out[labels] = float(val)
+            labels = key[len(name):].strip("{}")
+            parts = sorted(p for p in re.findall(r'[a-zA-Z_]+="[^"]*"', labels))
+            out["{" + ",".join(parts) + "}" if parts else ""] = float(val)
     return out
