@@ -71,9 +71,12 @@ class Daemon:
             "log: { level: info }",
             "ports:",
         ]
-        for name, role, vdev in ports:
+        for port in ports:
+            name, role, vdev = port[:3]
+            extra = port[3] if len(port) > 3 else {}
             lines += ["  - name: %s" % name, "    role: %s" % role,
                       "    vdev: \"%s\"" % vdev, "    rx_desc: 512", "    tx_desc: 512"]
+            lines += ["    %s: %s" % kv for kv in extra.items()]
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n" + extra_yaml)
         self.proc = None
