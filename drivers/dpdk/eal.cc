@@ -2,6 +2,7 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -84,8 +85,31 @@ absl::Status CheckHugepages(const EalParams& p, const std::string& meminfo_path)
   return absl::OkStatus();
 }
 
+absl::Status CheckLcores(const EalParams& p) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return absl::OkStatus();  // let EAL decide
+  std::vector<unsigned> usable;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) usable.push_back(c);
+  }
+  auto check = [&](unsigned lcore, const char* key) -> absl::Status {
+    if (lcore < CPU_SETSIZE && CPU_ISSET(lcore, &set)) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": lcore ", lcore,
+                     " is not a CPU this process may run on (allowed: ", absl::StrJoin(usable, ","),
+                     "); pick lcores from that list (see `lscpu`, `taskset -p $$`)"));
+  };
+  if (auto s = check(p.main_lcore, "lcores.main"); !s.ok()) return s;
+  for (unsigned w : p.worker_lcores) {
+    if (auto s = check(w, "lcores.workers"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InitEal(const EalParams& p) {
   if (auto s = CheckHugepages(p); !s.ok()) return s;
+  if (auto s = CheckLcores(p); !s.ok()) return s;
   std::vector<std::string> args = BuildEalArgs(p);
   HEDDLE_LOG(kDebug, "EAL args: %s", absl::StrJoin(args, " ").c_str());
   std::vector<char*> argv;

@@ -37,6 +37,10 @@ std::vector<std::string> BuildEalArgs(const EalParams& p);
 // make one (or to use no_huge) when there is none.
 absl::Status CheckHugepages(const EalParams& p, const std::string& meminfo_path = "/proc/meminfo");
 
+// Every configured lcore must be a CPU in this process's affinity mask (EAL's `-l` maps lcore n to
+// CPU n); says which ones are allowed otherwise.
+absl::Status CheckLcores(const EalParams& p);
+
 // rte_eal_init with the arguments above; errors carry rte_errno's meaning and the usual fix.
 absl::Status InitEal(const EalParams& p);
 

@@ -74,6 +74,18 @@ TEST(CheckHugepages, AllInUseAndAvailable) {
   std::remove(ok.c_str());
 }
 
+TEST(CheckLcores, NamesTheKeyAndTheAllowedCpus) {
+  EalParams p;
+  p.main_lcore = 0;
+  p.worker_lcores = {1000};
+  auto s = CheckLcores(p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("lcores.workers: lcore 1000"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("allowed: 0"));
+  p.worker_lcores = {};
+  EXPECT_TRUE(CheckLcores(p).ok());
+}
+
 TEST(EthdevNameFor, NormalisesPciAndVdev) {
   EXPECT_EQ(EthdevNameFor({.device = "3b:00.0"}), "0000:3b:00.0");
   EXPECT_EQ(EthdevNameFor({.device = "0000:3b:00.1,dv_flow_en=1"}), "0000:3b:00.1");
