@@ -129,13 +129,15 @@ class PipelineTest : public ::testing::Test {
       rte_ring_free(p->tx);
     }
   }
-  std::unique_ptr<Worker> MakeWorker(bool verify_icrc, bool with_peer = true) {
+  std::unique_ptr<Worker> MakeWorker(bool verify_icrc, bool with_peer = true,
+                                     bool uplink_multi_seg = true) {
     WorkerSetup s;
     s.lcore_id = 1;
     s.rx = {{0, host_.port_id, 0}, {1, uplink_.port_id, 0}};
     s.port_ids[0] = host_.port_id;
     s.port_ids[1] = uplink_.port_id;
     s.num_ports = 2;
+    s.tx_multi_seg[1] = uplink_multi_seg;
     s.stats = stats_->lcore(0);
     s.stop = &stop_;
     std::array<uint16_t, kMaxPorts> peer;
@@ -250,6 +252,18 @@ TEST_F(PipelineTest, ChainedMbufsParseAndVerifyLikeContiguousFrames) {
   StatsSnapshot s = stats_->Snapshot();
   EXPECT_EQ(s.ports[0].rx_bytes, jumbo.size() + bad.size() + icrc_split.size());
   EXPECT_EQ(s.ports[0].roce_rx_packets[static_cast<int>(pkt::RoceClass::kWrite)], 3u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(PipelineTest, ChainsForASingleSegmentPortAreDroppedNotTruncated) {
+  std::vector<uint8_t> small = Write(1, 256), jumbo = Write(2, 4096);
+  ASSERT_EQ(rte_ring_enqueue(host_.rx, ToMbuf(small)), 0);
+  ASSERT_EQ(rte_ring_enqueue(host_.rx, ToChain(jumbo, {1500, 3000})), 0);
+  auto w = MakeWorker(false, true, /*uplink_multi_seg=*/false);
+  for (int i = 0; i < 4; ++i) w->PollOnce();
+  EXPECT_EQ(Drain(uplink_.tx), (std::vector<std::vector<uint8_t>>{small}));
+  EXPECT_EQ(Drops(DropReason::kTxMultiSeg), 1u);
+  EXPECT_EQ(stats_->Snapshot().ports[1].tx_bytes, small.size());
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
 }
 

@@ -46,7 +46,8 @@ inline constexpr int kMaxLcores = 128;
   X(kParseRoceNoIcrc, "roce-no-icrc", "no room for the ICRC")                        \
   X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)")      \
   X(kNoEgress, "no-egress", "no egress port for the ingress port")                   \
-  X(kTxFull, "tx-full", "egress TX queue full")
+  X(kTxFull, "tx-full", "egress TX queue full")                                      \
+  X(kTxMultiSeg, "tx-multi-seg", "chained mbuf for a port whose TX takes one segment only")
 
 enum class DropReason : uint8_t {
 #define HEDDLE_PIPELINE_ENUM_(e, n, d) e,

@@ -79,14 +79,21 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     burst_.n = stage->Process(ctx_, burst_);
   }
 
-  // Stage egress, then send.
+  // Stage egress, then send. Bytes are summed here: once tx_burst returns, the sent mbufs belong
+  // to the driver and may already be freed.
   for (uint16_t i = 0; i < burst_.n; ++i) {
+    rte_mbuf* m = burst_.pkts[i];
     uint16_t out = burst_.egress[i];
-    if (out >= s_.num_ports) {
-      ctx_.Drop(burst_.pkts[i], DropReason::kNoEgress);
+    if (out >= s_.num_ports) [[unlikely]] {
+      ctx_.Drop(m, DropReason::kNoEgress);
       continue;
     }
-    tx_[out][tx_n_[out]++] = burst_.pkts[i];
+    if (m->nb_segs > 1 && !s_.tx_multi_seg[out]) [[unlikely]] {
+      ctx_.Drop(m, DropReason::kTxMultiSeg);
+      continue;
+    }
+    tx_[out][tx_n_[out]++] = m;
+    tx_bytes_[out] += m->pkt_len;
   }
   Transmit();
 
@@ -102,15 +109,17 @@ void Worker::Transmit() {
     if (n == 0) continue;
     rte_mbuf** pkts = tx_[p].data();
     uint16_t sent = rte_eth_tx_burst(s_.port_ids[p], s_.tx_queue, pkts, n);
-    uint64_t bytes = 0;
-    for (uint16_t i = 0; i < sent; ++i) bytes += pkts[i]->pkt_len;
-    st.port[p].tx_packets.Add(sent);
-    st.port[p].tx_bytes.Add(bytes);
-    if (sent < n) {
+    uint64_t bytes = tx_bytes_[p];
+    if (sent < n) [[unlikely]] {
+      // The refused tail is still ours: take its bytes back out, then free it.
+      for (uint16_t i = sent; i < n; ++i) bytes -= pkts[i]->pkt_len;
       st.drops[static_cast<int>(DropReason::kTxFull)].Add(n - sent);
       rte_pktmbuf_free_bulk(pkts + sent, n - sent);
     }
+    st.port[p].tx_packets.Add(sent);
+    st.port[p].tx_bytes.Add(bytes);
     tx_n_[p] = 0;
+    tx_bytes_[p] = 0;
   }
 }
 

@@ -25,12 +25,22 @@ struct RxAssignment {
   uint16_t queue;
 };
 
+constexpr std::array<bool, kMaxPorts> MakeAllTrue() {
+  std::array<bool, kMaxPorts> a{};
+  a.fill(true);
+  return a;
+}
+
 struct WorkerSetup {
   unsigned lcore_id = 0;
   std::vector<RxAssignment> rx;
   std::array<uint16_t, kMaxPorts> port_ids{};  // DPDK port id by port index
   uint16_t num_ports = 0;
   uint16_t tx_queue = 0;  // this worker's TX queue on every port
+  // Whether each port's TX takes chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS); chains bound for a
+  // port that does not are dropped as "tx-multi-seg" rather than handed to a driver that would
+  // send only their first segment.
+  std::array<bool, kMaxPorts> tx_multi_seg = MakeAllTrue();
   uint16_t burst = 32;
   std::vector<std::unique_ptr<Stage>> stages;
   LcoreStats* stats = nullptr;
@@ -59,6 +69,7 @@ class Worker {
   Burst burst_;
   // Per-egress-port TX staging, flushed after every burst.
   std::array<uint16_t, kMaxPorts> tx_n_{};
+  std::array<uint64_t, kMaxPorts> tx_bytes_{};
   std::unique_ptr<std::array<rte_mbuf*, kMaxBurst>[]> tx_;
 };
 

@@ -5,6 +5,9 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -114,6 +117,16 @@ absl::Status Port::Configure(rte_mempool* pool) {
                  n.c_str(), driver_.c_str(), params_.rx_queues);
     }
   }
+  // Chained mbufs (jumbo frames received into several segments) are forwarded as they are; a
+  // driver must be told so, or it may pick a TX path that sends only the first segment.
+  // Some software PMDs take chains without advertising the offload (net_pcap copies the segments
+  // out, net_ring and net_null pass the pointer on, net_tap and net_af_packet write each segment).
+  static constexpr const char* kChainSafeVdevs[] = {"net_pcap", "net_ring", "net_null", "net_tap",
+                                                    "net_af_packet"};
+  const bool advertised = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+  if (advertised) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  tx_multi_seg_ = advertised || std::any_of(std::begin(kChainSafeVdevs), std::end(kChainSafeVdevs),
+                                            [&](const char* d) { return driver_ == d; });
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;  // one pool, refcnt 1
   }

@@ -63,6 +63,8 @@ class Port {
   LinkInfo Link() const;
   HwStats Stats() const;
   bool rss_enabled() const { return rss_enabled_; }
+  // After Configure(): whether TX accepts chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS).
+  bool tx_multi_seg() const { return tx_multi_seg_; }
 
  private:
   Port() = default;
@@ -73,6 +75,7 @@ class Port {
   bool started_ = false;
   bool closed_ = false;
   bool rss_enabled_ = false;
+  bool tx_multi_seg_ = false;
 };
 
 // A pktmbuf pool. `name` must be unique per process.

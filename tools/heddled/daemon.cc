@@ -251,29 +251,12 @@ absl::Status Daemon::Impl::Start() {
   stats =
       std::make_unique<pipeline::DataplaneStats>(static_cast<int>(ports.size()), cfg.worker_lcores);
 
-  if (cfg.metrics_enabled) {
-    metrics::MetricsSources src;
-    src.snapshot = [this] { return stats->Snapshot(); };
-    src.hw_stats = [this] {
-      std::vector<metrics::HwPortStats> hw;
-      for (const auto& p : ports) {
-        dpdk::HwStats h = p.Stats();
-        hw.push_back({h.rx_missed, h.rx_errors, h.tx_errors, h.rx_nombuf});
-      }
-      return hw;
-    };
-    for (const auto& pc : cfg.ports) src.ports.push_back({pc.name, config::PortRoleName(pc.role)});
-    src.version = kVersion;
-    HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
-    HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
-  }
-  HEDDLE_ASSIGN_OR_RETURN(api, api::ApiServer::Start(cfg.control_socket, this));
-
   for (auto& p : ports) {
     HEDDLE_RETURN_IF_ERROR(p.Start());
-    HEDDLE_LOG(kInfo, "port %s: %s (port %u, driver %s, %u rx queue(s)%s, %u tx queue(s)) -> %s",
+    HEDDLE_LOG(kInfo, "port %s: %s (port %u, driver %s, %u rx queue(s)%s, %u tx queue(s)%s) -> %s",
                p.params().name.c_str(), p.params().device.c_str(), p.port_id(), p.driver().c_str(),
                p.params().rx_queues, p.rss_enabled() ? " with RSS" : "", p.params().tx_queues,
+               p.tx_multi_seg() ? "" : ", single-segment TX: chained mbufs dropped",
                peer[&p - &ports[0]] == kNoEgress ? "(no egress)"
                                                  : cfg.ports[peer[&p - &ports[0]]].name.c_str());
   }
@@ -292,6 +275,7 @@ absl::Status Daemon::Impl::Start() {
     s.num_ports = static_cast<uint16_t>(ports.size());
     for (size_t pi = 0; pi < ports.size(); ++pi) s.port_ids[pi] = ports[pi].port_id();
     s.tx_queue = w;
+    for (size_t pi = 0; pi < ports.size(); ++pi) s.tx_multi_seg[pi] = ports[pi].tx_multi_seg();
     s.burst = cfg.burst_size;
     s.stats = stats->lcore(w);
     s.stop = &stop_workers;
@@ -312,6 +296,28 @@ absl::Status Daemon::Impl::Start() {
     }
     workers_running = true;
   }
+  // The exposer and the control API serve only once ports and workers run: their threads then
+  // never race the main thread's ethdev set-up calls, and an answering socket means a running
+  // dataplane.
+  if (cfg.metrics_enabled) {
+    metrics::MetricsSources src;
+    src.snapshot = [this] { return stats->Snapshot(); };
+    src.hw_stats = [this] {
+      std::vector<metrics::HwPortStats> hw;
+      for (const auto& p : ports) {
+        dpdk::HwStats h = p.Stats();
+        hw.push_back({h.rx_missed, h.rx_errors, h.tx_errors, h.rx_nombuf});
+      }
+      return hw;
+    };
+    for (const auto& pc : cfg.ports) src.ports.push_back({pc.name, config::PortRoleName(pc.role)});
+    src.version = kVersion;
+    HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
+    HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
+  }
+
+  // Last: GetStatus() reads `metrics`, so it must be set before any RPC can arrive.
+  HEDDLE_ASSIGN_OR_RETURN(api, api::ApiServer::Start(cfg.control_socket, this));
   HEDDLE_LOG(kInfo, "heddled %s running: %zu port(s), %u worker(s)", kVersion, ports.size(),
              num_workers);
   return absl::OkStatus();

@@ -44,8 +44,14 @@ int main(int argc, char** argv) {
                  std::string(cfg.status().message()).c_str());
     return 1;
   }
+  // Command-line overrides go through the same checks as the file.
   if (!log_level.empty()) cfg->log_level = log_level;
   for (auto& a : eal_extra) cfg->eal_args.push_back(a);
+  if (auto s = heddle::config::Validate(*cfg); !s.ok()) {
+    std::fprintf(stderr, "heddled: %s: invalid configuration (with command-line overrides):\n%s\n",
+                 config_path.c_str(), std::string(s.message()).c_str());
+    return 1;
+  }
   if (check_only) {
     std::printf("%s: OK (%zu ports, %zu worker lcore(s))\n", config_path.c_str(), cfg->ports.size(),
                 cfg->worker_lcores.size());
