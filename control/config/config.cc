@@ -46,6 +46,7 @@ constexpr uint16_t kMaxMtu = 9600;
 constexpr uint16_t kMaxBurst = 256;
 constexpr uint16_t kMaxMbufCache = 512;  // RTE_MEMPOOL_CACHE_MAX_SIZE
 constexpr uint16_t kMinDataRoom = 1024;
+constexpr unsigned kDefaultMtu = 1500;       // what drivers use when ports[].mtu is 0
 constexpr unsigned kMbufHeadroom = 128;      // RTE_PKTMBUF_HEADROOM
 constexpr unsigned kFrameOverhead = 14 + 4;  // Ethernet header + one VLAN tag; the CRC is stripped
 constexpr size_t kMaxSocketPath = 107;       // sizeof(sockaddr_un::sun_path) - 1
@@ -756,14 +757,17 @@ absl::Status Validate(const Config& c) {
     if (port.mtu != 0 && (port.mtu < kMinMtu || port.mtu > kMaxMtu)) {
       p.Add(absl::StrCat(path, ".mtu: ", port.mtu, " is out of range; use 0 (driver default) or ",
                          kMinMtu, "..", kMaxMtu));
-    } else if (port.mtu != 0 && c.mbuf_data_room >= kMinDataRoom &&
-               port.mtu + kFrameOverhead > c.mbuf_data_room - kMbufHeadroom) {
-      // Receive does not scatter frames across mbufs: a whole frame must fit in one.
-      p.Add(absl::StrCat(path, ".mtu: ", port.mtu, " does not fit in one mbuf (mempool.data_room ",
-                         c.mbuf_data_room, " minus ", kMbufHeadroom, " B headroom leaves ",
+    } else if (const unsigned mtu = port.mtu != 0 ? port.mtu : kDefaultMtu;
+               c.mbuf_data_room >= kMinDataRoom &&
+               mtu + kFrameOverhead > c.mbuf_data_room - kMbufHeadroom) {
+      // Receive does not scatter frames across mbufs: a whole frame must fit in one. mtu 0 leaves
+      // the driver default, 1500 on Ethernet ports.
+      p.Add(absl::StrCat(path, ".mtu: ", mtu, port.mtu == 0 ? " (the driver default)" : "",
+                         " does not fit in one mbuf (mempool.data_room ", c.mbuf_data_room,
+                         " minus ", kMbufHeadroom, " B headroom leaves ",
                          c.mbuf_data_room - kMbufHeadroom, " B, a frame needs mtu + ",
                          kFrameOverhead, "); raise mempool.data_room to at least ",
-                         port.mtu + kFrameOverhead + kMbufHeadroom, " or lower the mtu"));
+                         mtu + kFrameOverhead + kMbufHeadroom, " or lower the mtu"));
     }
   }
   for (size_t i = 0; i < c.ports.size(); ++i) {

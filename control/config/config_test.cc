@@ -385,6 +385,13 @@ TEST(ValidateTest, MtuRangeAndMbufFit) {
   EXPECT_TRUE(HasError(Validate(c), "ports[0].mtu", "at least 9146"));
   c.mbuf_data_room = 9146;
   EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  // mtu 0 means the driver's 1500: that must fit too.
+  c.ports[0].mtu = 0;
+  c.mbuf_data_room = 1024;
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].mtu", "the driver default")) << Validate(c);
+  EXPECT_TRUE(HasError(Validate(c), "ports[0].mtu", "at least 1646")) << Validate(c);
+  c.mbuf_data_room = 1646;
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
 }
 
 TEST(ValidateTest, BurstSize) {
