@@ -21,19 +21,29 @@ LOG=$(mktemp /tmp/heddled-demo.XXXXXX.log)
 "$BUILD_DIR/tools/heddled/heddled" --check-config -c "$CONFIG"
 "$BUILD_DIR/tools/heddled/heddled" -c "$CONFIG" >"$LOG" 2>&1 &
 PID=$!
+STATE=$(mktemp /tmp/heddle-demo-summary.XXXXXX.json)
 
+# Whatever ends this script (Ctrl-C, SIGTERM, the time limit, an error) stops heddled with
+# SIGTERM and reports how it exited.
+stopped=0
 stop() {
-  trap - INT TERM
+  [ "$stopped" = 1 ] && return
+  stopped=1
+  trap - INT TERM EXIT
+  rm -f "$STATE"
   if kill -0 "$PID" 2>/dev/null; then
     kill -TERM "$PID"
     wait "$PID" && rc=0 || rc=$?
     echo "heddled stopped (exit $rc); log: $LOG"
-    exit "$rc"
+  else
+    wait "$PID" && rc=0 || rc=$?
+    echo "heddled exited by itself (exit $rc); log:"
+    cat "$LOG"
+    [ "$rc" = 0 ] && rc=1
   fi
-  wait "$PID" || true
-  echo "heddled exited early; log:"; cat "$LOG"; exit 1
+  exit "$rc"
 }
-trap stop INT TERM
+trap stop INT TERM EXIT
 
 for _ in $(seq 100); do
   [ -S "$SOCK" ] && "$BUILD_DIR/tools/heddlectl/heddlectl" -s "$SOCK" show status >/dev/null 2>&1 && break
@@ -46,8 +56,8 @@ interactive=0
 start=$(date +%s)
 while kill -0 "$PID" 2>/dev/null; do
   /usr/bin/python3 "$ROOT/tools/demo_summary.py" \
-    --heddlectl "$BUILD_DIR/tools/heddlectl/heddlectl" --socket "$SOCK" \
-    $([ $interactive = 1 ] && echo --clear)
+    --heddlectl "$BUILD_DIR/tools/heddlectl/heddlectl" --socket "$SOCK" --state "$STATE" \
+    $([ $interactive = 1 ] && echo --clear) || true
   if [ $interactive = 0 ] && [ $(( $(date +%s) - start )) -ge "$SECONDS_LIMIT" ]; then
     echo "(no terminal: stopping after ${SECONDS_LIMIT}s)"
     stop

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 
@@ -32,22 +31,25 @@ def main():
     ap.add_argument("--heddlectl", required=True)
     ap.add_argument("--socket", required=True)
     ap.add_argument("--clear", action="store_true")
+    ap.add_argument("--state", required=True, help="file keeping the previous frame's counters")
     args = ap.parse_args()
 
     status = ctl(args, "show", "status")
     stats = ctl(args, "show", "stats")
     drops = ctl(args, "show", "drops")
     now = time.time()
-    state_path = os.path.join(tempfile.gettempdir(), "heddle-demo-%d.json" % status["pid"])
+    state_path = args.state
     prev = {}
     try:
         with open(state_path) as f:
             prev = json.load(f)
+        if prev.get("pid") != status["pid"]:
+            prev = {}
     except (OSError, ValueError):
         pass
     dt = now - prev.get("t", now) or 1.0
 
-    cur = {"t": now}
+    cur = {"t": now, "pid": status["pid"]}
     lines = []
     lines.append("heddled %s  pid %s  up %ss  metrics: %s" % (
         status["version"], status["pid"], status.get("uptimeSeconds", 0),
@@ -100,4 +102,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
