@@ -1,0 +1,101 @@
+// File: dataplane/storm/tracker.h
+//
+// Request tracking (docs/storm.md §1-§2): from the request-direction packets of one QP it keeps
+// the current RDMA request's kind, size, bytes sent and PSN window in the QP's QpEntry, and from
+// the response direction it records the highest acknowledged PSN.
+//
+//   heddle::storm::RequestTracker tracker({.mtu = 4096});
+//   heddle::storm::TrackResult t = tracker.OnRequestPacket(*entry, desc);
+//   uint8_t level = heddle::storm::TagPacket(config, entry, desc, t, backlog, mtu);  // levels.h
+//   if (t.size_sample) histogram.Add(t.size_sample);
+//
+// PSNs are 24-bit and compared modulo 2^24. A packet whose PSN is not after next_psn - 1 is a
+// duplicate or retransmission: it changes no accounting. A forward jump advances next_psn; `sent`
+// counts only payload bytes of packets actually seen, each PSN at most once.
+//
+// A RequestTracker holds only configuration and per-worker counters; all per-QP state is in the
+// QpEntry. Hot path: no allocation, no locks, no exceptions.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/pkt/parse.h"
+#include "dataplane/storm/qp_table.h"
+
+namespace heddle::storm {
+
+// True if a is after b modulo 2^24 (a - b in (0, 2^23)).
+constexpr bool PsnAfter(uint32_t a, uint32_t b) {
+  const uint32_t d = (a - b) & kPsnMask;
+  return d != 0 && d < (1u << 23);
+}
+constexpr uint32_t PsnAdd(uint32_t a, uint32_t n) { return (a + n) & kPsnMask; }
+
+// The largest RDMA message (IBTA: 2^31 bytes). A RETH length above it is counted as bogus but
+// still tracked (the level treats it as huge).
+inline constexpr uint32_t kMaxMessageBytes = 1u << 31;
+
+enum class TrackOutcome : uint8_t {
+  kStart,       // first/only packet: a new request started (entry fields reset for it)
+  kOrphan,      // a middle/last packet with no request in progress (entry created mid-message, or
+                // its first packet lost): tracked as a request of unknown size from here
+  kContinue,    // a later packet of the request in progress
+  kDuplicate,   // PSN not after next_psn - 1: retransmission or duplicate; nothing accounted
+  kNotTracked,  // not a request-direction data class (ACK, CNP, READ response, other, not RoCE)
+};
+
+struct TrackResult {
+  TrackOutcome outcome = TrackOutcome::kNotTracked;
+  bool completed = false;    // this packet ended the request (last/only)
+  uint32_t sent_before = 0;  // entry.sent before this packet's payload was added
+  // Non-zero when a request's size became known with this packet (RETH at the start of a WRITE
+  // or READ, 8 for an atomic, the byte count at a SEND's last packet): feed the size histogram.
+  uint32_t size_sample = 0;
+};
+
+struct TrackerOptions {
+  uint32_t mtu = 4096;  // path MTU in payload bytes, for end_psn
+};
+
+struct TrackerCounters {
+  uint64_t requests_started = 0;
+  uint64_t requests_completed = 0;
+  uint64_t orphans = 0;       // requests picked up mid-message
+  uint64_t abandoned = 0;     // a request started while the previous one was in progress
+  uint64_t duplicates = 0;    // packets with an old PSN (retransmissions, duplicates)
+  uint64_t psn_jumps = 0;     // packets whose PSN was ahead of next_psn
+  uint64_t bogus_length = 0;  // RETH DMA length > 2^31
+  uint64_t overrun = 0;       // payload beyond a known request size
+  uint64_t acks = 0;          // response packets that advanced acked_psn
+};
+
+class RequestTracker {
+ public:
+  explicit RequestTracker(const TrackerOptions& options = {});
+
+  // A packet of the request direction (host -> uplink) on the entry of its QP. Updates kind,
+  // size, sent, first/next/end PSN, completed, flags. Never touches level (TagPacket does).
+  TrackResult OnRequestPacket(QpEntry& entry, const pkt::PacketDesc& desc);
+
+  // A packet of the response direction. ACKs (and READ responses / atomic ACKs, which acknowledge
+  // implicitly) advance acked_psn to their PSN; NAKs (sequence error, RNR) to PSN - 1. The only
+  // store is a relaxed atomic one to acked_psn, so it may run on another worker than
+  // OnRequestPacket for the same entry. Returns true if acked_psn advanced.
+  bool OnResponsePacket(QpEntry& entry, const pkt::PacketDesc& desc);
+
+  const TrackerCounters& counters() const { return counters_; }
+  uint32_t mtu() const { return mtu_; }
+
+ private:
+  void StartRequest(QpEntry& e, const pkt::PacketDesc& desc, RequestKind kind, TrackResult* r);
+
+  uint32_t mtu_;
+  TrackerCounters counters_;
+};
+
+// Data bytes of a packet: payload minus the BTH pad bytes.
+inline uint32_t DataBytes(const pkt::PacketDesc& d) {
+  return d.payload_len > d.pad_count ? d.payload_len - d.pad_count : 0;
+}
+
+}  // namespace heddle::storm

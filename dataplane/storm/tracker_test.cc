@@ -1,0 +1,259 @@
+// File: dataplane/storm/tracker_test.cc
+#include "dataplane/storm/tracker.h"
+
+#include <gtest/gtest.h>
+
+#include "dataplane/pkt/roce.h"
+#include "dataplane/storm/storm_test_util.h"
+
+namespace heddle::storm {
+namespace {
+
+using pkt::op::kAcknowledge;
+using pkt::op::kCompareSwap;
+using pkt::op::kReadRequest;
+using pkt::op::kReadResponseMiddle;
+using pkt::op::kSendFirst;
+using pkt::op::kSendLast;
+using pkt::op::kSendMiddle;
+using pkt::op::kSendOnly;
+using pkt::op::kWriteFirst;
+using pkt::op::kWriteLast;
+using pkt::op::kWriteMiddle;
+using pkt::op::kWriteOnly;
+using testing::MakeAck;
+using testing::MakePacket;
+
+class TrackerTest : public ::testing::Test {
+ protected:
+  QpEntry Fresh() {
+    QpTable t({.capacity = 4});
+    return *t.FindOrInsert(QpKey{}, 0, nullptr);
+  }
+  TrackResult Feed(uint8_t opcode, uint32_t psn, uint32_t payload = 0, uint32_t dma = 0) {
+    return tracker_.OnRequestPacket(e_, MakePacket(opcode, psn, payload, dma).desc);
+  }
+  RequestTracker tracker_{{.mtu = 1024}};
+  QpEntry e_ = Fresh();
+};
+
+TEST_F(TrackerTest, WriteSizeFromRethAndSentByPayload) {
+  TrackResult r = Feed(kWriteFirst, 100, 1024, 3000);
+  EXPECT_EQ(r.outcome, TrackOutcome::kStart);
+  EXPECT_EQ(r.sent_before, 0u);
+  EXPECT_EQ(r.size_sample, 3000u);
+  EXPECT_EQ(static_cast<RequestKind>(e_.kind), RequestKind::kWrite);
+  EXPECT_EQ(e_.size, 3000u);
+  EXPECT_TRUE(e_.flags & kEntrySizeKnown);
+  EXPECT_TRUE(e_.flags & kEntryInProgress);
+  EXPECT_EQ(e_.first_psn, 100u);
+  EXPECT_EQ(e_.end_psn, 102u);  // ceil(3000 / 1024) = 3 packets
+  EXPECT_TRUE(e_.flags & kEntryEndPsnValid);
+  EXPECT_EQ(e_.sent, 1024u);
+  EXPECT_EQ(e_.next_psn, 101u);
+
+  r = Feed(kWriteMiddle, 101, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kContinue);
+  EXPECT_EQ(r.sent_before, 1024u);
+  EXPECT_EQ(r.size_sample, 0u);
+  EXPECT_EQ(e_.sent, 2048u);
+  EXPECT_FALSE(r.completed);
+
+  r = Feed(kWriteLast, 102, 952);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(e_.sent, 3000u);
+  EXPECT_EQ(e_.completed, 1u);
+  EXPECT_FALSE(e_.flags & kEntryInProgress);
+  EXPECT_EQ(tracker_.counters().requests_completed, 1u);
+  EXPECT_EQ(tracker_.counters().overrun, 0u);
+}
+
+TEST_F(TrackerTest, PadBytesAreNotData) {
+  Feed(kWriteOnly, 0, 1001, 1001);  // payload padded to 1004 on the wire
+  EXPECT_EQ(e_.sent, 1001u);
+}
+
+TEST_F(TrackerTest, SendSizeUnknownUntilLast) {
+  TrackResult r = Feed(kSendFirst, 7, 1024);
+  EXPECT_EQ(r.size_sample, 0u);
+  EXPECT_FALSE(e_.flags & kEntrySizeKnown);
+  EXPECT_FALSE(e_.flags & kEntryEndPsnValid);
+  Feed(kSendMiddle, 8, 1024);
+  EXPECT_FALSE(e_.flags & kEntrySizeKnown);
+  r = Feed(kSendLast, 9, 100);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(r.size_sample, 2148u);
+  EXPECT_TRUE(e_.flags & kEntrySizeKnown);
+  EXPECT_EQ(e_.size, 2148u);
+  EXPECT_EQ(e_.end_psn, 9u);
+
+  r = Feed(kSendOnly, 10, 64);
+  EXPECT_EQ(r.outcome, TrackOutcome::kStart);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(r.size_sample, 64u);
+  EXPECT_EQ(e_.completed, 2u);
+}
+
+TEST_F(TrackerTest, ReadRequestAndAtomicSizes) {
+  TrackResult r = Feed(kReadRequest, 50, 0, 65536);
+  EXPECT_EQ(static_cast<RequestKind>(e_.kind), RequestKind::kRead);
+  EXPECT_EQ(e_.size, 65536u);
+  EXPECT_EQ(e_.sent, 0u);  // the bytes come back as READ responses
+  EXPECT_EQ(r.size_sample, 65536u);
+  EXPECT_TRUE(r.completed);
+
+  // The READ consumed PSNs 50..113 (64 responses); the next request's PSN is a forward jump.
+  r = Feed(kCompareSwap, 114);
+  EXPECT_EQ(r.outcome, TrackOutcome::kStart);
+  EXPECT_EQ(static_cast<RequestKind>(e_.kind), RequestKind::kAtomic);
+  EXPECT_EQ(e_.size, 8u);
+  EXPECT_EQ(r.size_sample, 8u);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(e_.completed, 2u);
+  EXPECT_EQ(e_.next_psn, 115u);
+}
+
+TEST_F(TrackerTest, DuplicatesNeverDoubleCount) {
+  Feed(kWriteFirst, 0, 1024, 8192);
+  for (uint32_t p = 1; p < 4; ++p) Feed(kWriteMiddle, p, 1024);
+  EXPECT_EQ(e_.sent, 4096u);
+  // Replays of every packet so far, including the first.
+  TrackResult r = Feed(kWriteFirst, 0, 1024, 8192);
+  EXPECT_EQ(r.outcome, TrackOutcome::kDuplicate);
+  for (uint32_t p = 1; p < 4; ++p) {
+    r = Feed(kWriteMiddle, p, 1024);
+    EXPECT_EQ(r.outcome, TrackOutcome::kDuplicate);
+    EXPECT_EQ(r.sent_before, 4096u);
+  }
+  EXPECT_EQ(e_.sent, 4096u);
+  EXPECT_EQ(e_.first_psn, 0u);
+  EXPECT_EQ(e_.size, 8192u);
+  EXPECT_EQ(tracker_.counters().duplicates, 4u);
+  EXPECT_EQ(tracker_.counters().requests_started, 1u);
+}
+
+TEST_F(TrackerTest, GoBackNRetransmissionCountsEachPsnOnce) {
+  // 8-packet WRITE; the receiver NAKs at PSN 3 after 0..5 passed; the sender resends 3..7.
+  Feed(kWriteFirst, 0, 1024, 8192);
+  for (uint32_t p = 1; p <= 5; ++p) Feed(kWriteMiddle, p, 1024);
+  for (uint32_t p = 3; p <= 6; ++p) Feed(kWriteMiddle, p, 1024);
+  TrackResult r = Feed(kWriteLast, 7, 1024);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(e_.sent, 8192u);
+  EXPECT_EQ(e_.completed, 1u);
+  EXPECT_EQ(tracker_.counters().duplicates, 3u);  // 3, 4, 5
+  EXPECT_EQ(tracker_.counters().overrun, 0u);
+}
+
+TEST_F(TrackerTest, PsnWrapsAroundModulo2To24) {
+  TrackResult r = Feed(kWriteFirst, 0xfffffe, 1024, 4096);
+  EXPECT_EQ(e_.end_psn, 0x000001u);
+  r = Feed(kWriteMiddle, 0xffffff, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kContinue);
+  r = Feed(kWriteMiddle, 0x000000, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kContinue);
+  EXPECT_EQ(e_.next_psn, 1u);
+  // A duplicate from before the wrap is still a duplicate.
+  r = Feed(kWriteMiddle, 0xffffff, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kDuplicate);
+  r = Feed(kWriteLast, 0x000001, 1024);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(e_.sent, 4096u);
+  EXPECT_EQ(tracker_.counters().psn_jumps, 0u);
+
+  EXPECT_TRUE(PsnAfter(0, 0xffffff));
+  EXPECT_FALSE(PsnAfter(0xffffff, 0));
+  EXPECT_TRUE(PsnAfter(0x7fffff, 0));
+  EXPECT_FALSE(PsnAfter(0x800000, 0));  // half the space away: treated as behind
+  EXPECT_FALSE(PsnAfter(5, 5));
+}
+
+TEST_F(TrackerTest, ForwardJumpAdvancesAndCountsOnlySeenBytes) {
+  Feed(kWriteFirst, 10, 1024, 4096);
+  TrackResult r = Feed(kWriteMiddle, 12, 1024);  // 11 lost upstream
+  EXPECT_EQ(r.outcome, TrackOutcome::kContinue);
+  EXPECT_EQ(e_.next_psn, 13u);
+  EXPECT_EQ(e_.sent, 2048u);
+  EXPECT_EQ(tracker_.counters().psn_jumps, 1u);
+  // The lost packet arriving late is behind next_psn: not counted (PSNs only move forward).
+  r = Feed(kWriteMiddle, 11, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kDuplicate);
+  EXPECT_EQ(e_.sent, 2048u);
+}
+
+TEST_F(TrackerTest, BogusRethLengthsAreSurvived) {
+  // Zero-length WRITE: legal, one packet, no payload.
+  TrackResult r = Feed(kWriteOnly, 0, 0, 0);
+  EXPECT_TRUE(r.completed);
+  EXPECT_TRUE(e_.flags & kEntrySizeKnown);
+  EXPECT_EQ(e_.size, 0u);
+  EXPECT_EQ(e_.end_psn, 0u);
+  // Zero length on a first packet that then carries data: overrun, counted, not a crash.
+  Feed(kWriteFirst, 1, 1024, 0);
+  Feed(kWriteLast, 2, 1024);
+  EXPECT_EQ(e_.sent, 2048u);
+  EXPECT_EQ(tracker_.counters().overrun, 1u);
+  EXPECT_EQ(e_.completed, 2u);
+  // 2^31 with a tiny MTU: 2^23 packets cannot be told apart modulo 2^24, so no end_psn.
+  RequestTracker small({.mtu = 256});
+  QpEntry e = Fresh();
+  small.OnRequestPacket(e, MakePacket(kWriteFirst, 3, 256, 1u << 31).desc);
+  EXPECT_EQ(e.size, 1u << 31);
+  EXPECT_FALSE(e.flags & kEntryEndPsnValid);
+  EXPECT_EQ(small.counters().bogus_length, 0u);  // 2^31 itself is the IBTA maximum
+  // Beyond the maximum: counted, tracked as huge.
+  small.OnRequestPacket(e, MakePacket(kWriteFirst, 4, 256, 0xffffffffu).desc);
+  EXPECT_EQ(e.size, 0xffffffffu);
+  EXPECT_EQ(small.counters().bogus_length, 1u);
+  EXPECT_EQ(small.counters().abandoned, 1u);
+  EXPECT_EQ(e.sent, 256u);
+}
+
+TEST_F(TrackerTest, MidMessagePickupIsAnOrphanOfUnknownSize) {
+  TrackResult r = Feed(kWriteMiddle, 500, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kOrphan);
+  EXPECT_FALSE(e_.flags & kEntrySizeKnown);
+  EXPECT_EQ(r.size_sample, 0u);
+  r = Feed(kWriteMiddle, 501, 1024);
+  EXPECT_EQ(r.outcome, TrackOutcome::kContinue);
+  r = Feed(kWriteLast, 502, 1024);
+  EXPECT_TRUE(r.completed);
+  EXPECT_EQ(r.size_sample, 0u);  // a partial view is not a size sample
+  EXPECT_EQ(e_.sent, 3072u);
+  EXPECT_EQ(tracker_.counters().orphans, 1u);
+}
+
+TEST_F(TrackerTest, NonRequestClassesAreNotTracked) {
+  const auto ack = MakeAck(3);
+  TrackResult r = tracker_.OnRequestPacket(e_, ack.desc);
+  EXPECT_EQ(r.outcome, TrackOutcome::kNotTracked);
+  EXPECT_FALSE(e_.flags & kEntryPsnValid);
+}
+
+TEST_F(TrackerTest, AcksAdvanceAckedPsnMonotonically) {
+  EXPECT_EQ(LoadAckedPsn(e_), kNoPsn);
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(100).desc));
+  EXPECT_EQ(LoadAckedPsn(e_), 100u);
+  EXPECT_FALSE(tracker_.OnResponsePacket(e_, MakeAck(90).desc));  // stale
+  EXPECT_EQ(LoadAckedPsn(e_), 100u);
+  // NAK (sequence error, syndrome 011xxxxx) at 120: 119 and before are acknowledged.
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(120, 0x60).desc));
+  EXPECT_EQ(LoadAckedPsn(e_), 119u);
+  // READ response middles acknowledge implicitly.
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(130, 0, kReadResponseMiddle).desc));
+  EXPECT_EQ(LoadAckedPsn(e_), 130u);
+  // Across the wrap.
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(0x700000).desc));
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(0xe00000).desc));
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(0xfffff0).desc));
+  EXPECT_TRUE(tracker_.OnResponsePacket(e_, MakeAck(0x000005).desc));
+  EXPECT_EQ(LoadAckedPsn(e_), 5u);
+  EXPECT_FALSE(tracker_.OnResponsePacket(e_, MakeAck(0xfffff8).desc));
+  // Request-direction classes are ignored here.
+  EXPECT_FALSE(tracker_.OnResponsePacket(e_, MakePacket(kWriteOnly, 9, 8, 8).desc));
+  EXPECT_EQ(tracker_.counters().acks, 7u);
+  (void)kAcknowledge;
+}
+
+}  // namespace
+}  // namespace heddle::storm
