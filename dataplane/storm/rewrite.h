@@ -1,0 +1,39 @@
+// File: dataplane/storm/rewrite.h
+//
+// In-place DSCP and VLAN PCP rewrites for the STORM level of a packet (docs/storm.md §5).
+//
+//   heddle::storm::SetDscp(frame, desc, config.dscp[level]);
+//   if (config.pcp[level] >= 0) heddle::storm::SetPcp(frame, desc, config.pcp[level]);
+//
+// DSCP goes into the IPv4 TOS or the IPv6 traffic class; the ECN bits are never touched. The IPv4
+// header checksum is updated incrementally (RFC 1624, eqn. 3) from the one changed 16-bit word.
+// Both fields are masked in the RoCEv2 ICRC, so the ICRC stays valid. `desc` must come from
+// pkt::Parse() of this frame; its dscp field is not updated (it is the parser's view). Hot path: a
+// few byte stores, no allocation.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/pkt/parse.h"
+
+namespace heddle::storm {
+
+// Sets the DSCP (low 6 bits of `dscp`) of an IPv4 or IPv6 frame; no-op for other frames.
+void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp);
+
+// Sets the PCP (0..7) of the outermost VLAN tag; false (frame untouched) if the frame has no VLAN
+// tag or pcp is outside 0..7 (-1 means "keep").
+bool SetPcp(uint8_t* frame, const pkt::PacketDesc& desc, int pcp);
+
+// RFC 1624 eqn. 3: the checksum after one 16-bit word of the header changed from old_word to
+// new_word (host-order values of network-order words).
+constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16_t new_word) {
+  // HC' = ~(~HC + ~m + m')
+  uint32_t sum = static_cast<uint16_t>(~checksum) +
+                 static_cast<uint32_t>(static_cast<uint16_t>(~old_word)) + new_word;
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+}  // namespace heddle::storm
