@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <set>
 #include <vector>
 
@@ -68,7 +69,7 @@ TEST(KeyFromPacketTest, CopiesIpv6Addresses) {
 TEST(HashKeyTest, DeterministicAndSensitiveToEveryField) {
   // A fixed value: the hash must not depend on the process (absl::Hash does).
   EXPECT_EQ(HashKey(Key(1)), HashKey(Key(1)));
-  EXPECT_EQ(HashKey(Key(0x123456)), 0x98428884873af02dull);
+  EXPECT_EQ(HashKey(Key(0x123456)), 0x40a0e1b4295ae3feull);
   std::set<uint64_t> seen;
   seen.insert(HashKey(Key(1)));
   seen.insert(HashKey(Key(2)));
@@ -79,6 +80,30 @@ TEST(HashKeyTest, DeterministicAndSensitiveToEveryField) {
   seen.insert(HashKey(swapped));
   EXPECT_EQ(seen.size(), 5u);
   for (uint32_t q = 0; q < 1000; ++q) EXPECT_NE(HashKey(Key(q)), 0u);
+}
+
+TEST(HashKeyTest, EveryInputBitAvalanches) {
+  // Flipping any one key bit flips about half the hash bits (32 of 64), averaged over keys.
+  const QpKey base = Key(0x123456);
+  for (int bit = 0; bit < 8 * 36; ++bit) {
+    double flipped = 0;
+    for (uint32_t q = 0; q < 64; ++q) {
+      QpKey a = base;
+      a.dest_qpn = q * 0x10101;
+      QpKey b = a;
+      if (bit < 128) {
+        b.src_ip[bit / 8] ^= 1 << (bit % 8);
+      } else if (bit < 256) {
+        b.dst_ip[(bit - 128) / 8] ^= 1 << (bit % 8);
+      } else if (bit < 280) {
+        b.dest_qpn ^= 1u << (bit - 256);
+      } else {
+        b.direction = Direction::kResponse;
+      }
+      flipped += std::popcount(HashKey(a) ^ HashKey(b));
+    }
+    EXPECT_NEAR(flipped / 64, 32.0, 3.0) << "bit " << bit;
+  }
 }
 
 TEST(HashKeyTest, SpreadsSequentialQpnsOverBuckets) {
