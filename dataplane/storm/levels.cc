@@ -54,15 +54,12 @@ uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog,
   const double r = static_cast<double>(remaining);
   const double b = static_cast<double>(std::min<uint64_t>(backlog, c.backlog_max));
   const double denom = std::max(r, static_cast<double>(std::max<uint32_t>(mtu, 1)));
-  const double r_eff = r / (1.0 + c.beta * b / denom);
+  // R_eff > c  <=>  R / (1 + beta*B/D) > c  <=>  R*D > c * (D + beta*B)   (D = max(R, MTU) > 0):
+  // multiplications only, no division on the per-packet path.
+  const double lhs = r * denom;
+  const double scale = denom + c.beta * b;
   int above = 0;
-  for (int i = 0; i + 1 < k; ++i) {
-    if (r_eff > static_cast<double>(c.cutoffs[i])) {
-      ++above;
-    } else {
-      break;  // cutoffs are increasing
-    }
-  }
+  while (above + 1 < k && lhs > static_cast<double>(c.cutoffs[above]) * scale) ++above;
   return static_cast<uint8_t>(k - 1 - above);
 }
 

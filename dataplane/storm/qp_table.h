@@ -149,6 +149,14 @@ class QpTable {
   QpEntry* FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
                               InsertResult* result);
 
+  // Starts loading the bucket of `hash` (all four cache lines) into the cache. On a burst, hash
+  // every packet's key and prefetch first, then FindOrInsertHashed(): the misses overlap instead
+  // of being paid one after another.
+  void Prefetch(uint64_t hash) const {
+    const QpEntry* b = Bucket(hash);
+    for (size_t i = 0; i < kBucketEntries; ++i) __builtin_prefetch(&b[i], 1, 3);
+  }
+
   // The entry for `key` or nullptr. Does not touch last_seen.
   QpEntry* Find(const QpKey& key);
   const QpEntry* Find(const QpKey& key) const;
