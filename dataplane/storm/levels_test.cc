@@ -179,6 +179,20 @@ TEST_F(TagTest, UnknownSendSizeIsShortUntilProvenLong) {
   EXPECT_EQ(l, 1);  // sent 148 KiB
 }
 
+TEST_F(TagTest, BogusRethLengthsGetWellDefinedLevels) {
+  // 0xffffffff bytes: huge, lowest level; the packets that follow keep it.
+  EXPECT_EQ(Send(MakePacket(kWriteFirst, 0, kMtu, 0xffffffffu)), 0);
+  EXPECT_EQ(Send(MakePacket(kWriteMiddle, 1, kMtu)), 0);
+  // 0 bytes yet carrying data: R = 0 from the start (and after the overrun), top level.
+  EXPECT_EQ(Send(MakePacket(kWriteFirst, 2, kMtu, 0)), 3);
+  EXPECT_EQ(Send(MakePacket(kWriteLast, 3, kMtu)), 3);
+  config_.mode = Mode::kPerPacket;
+  EXPECT_EQ(Send(MakePacket(kWriteFirst, 4, kMtu, 0)), 3);
+  EXPECT_EQ(Send(MakePacket(kWriteLast, 5, kMtu)), 3);
+  EXPECT_EQ(Send(MakePacket(kWriteFirst, 6, kMtu, 1u << 31)), 0);
+  EXPECT_EQ(tracker_.counters().overrun, 2u);
+}
+
 TEST_F(TagTest, RefusedQpGetsTheDefaultLevel) {
   QpTable full({.capacity = 4, .idle_ms = 1000});
   for (uint32_t q = 0; q < 4; ++q) full.FindOrInsert(QpKey{.dest_qpn = q}, 0, nullptr);
