@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <vector>
+
 #include "dataplane/pkt/roce.h"
 #include "dataplane/storm/storm_test_util.h"
 
@@ -253,6 +256,41 @@ TEST_F(TrackerTest, AcksAdvanceAckedPsnMonotonically) {
   EXPECT_FALSE(tracker_.OnResponsePacket(e_, MakePacket(kWriteOnly, 9, 8, 8).desc));
   EXPECT_EQ(tracker_.counters().acks, 7u);
   (void)kAcknowledge;
+}
+
+TEST(TrackerConcurrencyTest, RequestAndResponseWorkersWriteDisjointFields) {
+  // docs/storm.md §2: with RSS the requests and the responses of a QP may reach different workers;
+  // each has its own tracker, and they share only the entry. Run both at once (clean under TSan:
+  // the response side only ever touches acked_psn, atomically).
+  QpTable table({.capacity = 4});
+  QpEntry* e = table.FindOrInsert(QpKey{}, 0, nullptr);
+  constexpr uint32_t kMessages = 2000;
+  std::vector<testing::Packet> requests, acks;
+  for (uint32_t m = 0; m < kMessages; ++m) {
+    requests.push_back(MakePacket(kWriteFirst, 2 * m, 1024, 2048));
+    requests.push_back(MakePacket(kWriteLast, 2 * m + 1, 1024));
+    acks.push_back(MakeAck(2 * m + 1));
+  }
+  RequestTracker request_side({.mtu = 1024});
+  RequestTracker response_side({.mtu = 1024});
+  std::thread responder([&] {
+    for (const auto& a : acks) response_side.OnResponsePacket(*e, a.desc);
+  });
+  uint32_t last_seen_ack = kNoPsn;  // the request worker may read acked_psn meanwhile
+  for (const auto& r : requests) {
+    request_side.OnRequestPacket(*e, r.desc);
+    const uint32_t acked = LoadAckedPsn(*e);
+    if (acked != kNoPsn) {
+      if (last_seen_ack != kNoPsn) EXPECT_FALSE(PsnAfter(last_seen_ack, acked));  // monotonic
+      last_seen_ack = acked;
+    }
+  }
+  responder.join();
+  EXPECT_EQ(e->completed, kMessages);
+  EXPECT_EQ(e->sent, 2048u);
+  EXPECT_EQ(e->next_psn, 2 * kMessages);
+  EXPECT_EQ(LoadAckedPsn(*e), 2 * kMessages - 1);
+  EXPECT_EQ(response_side.counters().acks, kMessages);
 }
 
 }  // namespace
