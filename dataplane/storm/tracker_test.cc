@@ -281,7 +281,9 @@ TEST(TrackerConcurrencyTest, RequestAndResponseWorkersWriteDisjointFields) {
     request_side.OnRequestPacket(*e, r.desc);
     const uint32_t acked = LoadAckedPsn(*e);
     if (acked != kNoPsn) {
-      if (last_seen_ack != kNoPsn) EXPECT_FALSE(PsnAfter(last_seen_ack, acked));  // monotonic
+      if (last_seen_ack != kNoPsn) {
+        EXPECT_FALSE(PsnAfter(last_seen_ack, acked));  // monotonic
+      }
       last_seen_ack = acked;
     }
   }
