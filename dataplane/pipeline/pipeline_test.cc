@@ -209,9 +209,9 @@ TEST_F(PipelineTest, MalformedFramesDroppedByReasonAndFreed) {
   auto w = MakeWorker(false);
   for (int i = 0; i < 4; ++i) w->PollOnce();
   EXPECT_EQ(Drain(uplink_.tx), (std::vector<std::vector<uint8_t>>{good, good}));
-  EXPECT_EQ(Drops(DropReason::kParseEthTruncated), 1u);
-  EXPECT_EQ(Drops(DropReason::kParseIpv4Truncated), 1u);
-  EXPECT_EQ(Drops(DropReason::kParseUdpBadLength), 1u);
+  EXPECT_EQ(Drops(DropReason::kEthTruncated), 1u);
+  EXPECT_EQ(Drops(DropReason::kIpv4Truncated), 1u);
+  EXPECT_EQ(Drops(DropReason::kUdpBadLength), 1u);
   EXPECT_EQ(stats_->Snapshot().ports[0].rx_packets, 5u);
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
 }

@@ -18,10 +18,10 @@ constexpr const char* kDropDescs[] = {
 };
 static_assert(sizeof(kDropNames) / sizeof(kDropNames[0]) == kNumDropReasons);
 
-// Parse errors 1..N map onto the first drop reasons in the same order; checked here so the two
-// X-macro lists cannot drift apart silently.
+// Parse errors 1..N are the first drop reasons, in the same order (the drop list starts with the
+// parser's failure list); DropReasonFromParse() relies on it.
 constexpr int kNumParseErrors = static_cast<int>(pkt::ParseError::kCount) - 1;  // minus kOk
-static_assert(static_cast<int>(DropReason::kParseRoceNoIcrc) == kNumParseErrors - 1);
+static_assert(static_cast<int>(DropReason::kRoceNoIcrc) == kNumParseErrors - 1);
 static_assert(static_cast<int>(pkt::ParseError::kRoceNoIcrc) == kNumParseErrors);
 
 }  // namespace

@@ -26,27 +26,13 @@ inline constexpr int kMaxPorts = 16;
 inline constexpr int kMaxLcores = 128;
 
 // Every reason a packet is dropped in the dataplane, with a stable name used in metrics labels,
-// the CLI and traces. Parse errors are folded in with the "parse-" prefix by DropReasonFromParse().
-#define HEDDLE_FOREACH_DROP_REASON(X)                                                \
-  X(kParseEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")    \
-  X(kParseVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                   \
-  X(kParseVlanTooMany, "vlan-too-many", "more than two VLAN tags")                   \
-  X(kParseIpv4Truncated, "ipv4-truncated", "IPv4 header cut short")                  \
-  X(kParseIpv4BadVersion, "ipv4-bad-version", "IPv4 ethertype but version != 4")     \
-  X(kParseIpv4BadIhl, "ipv4-bad-ihl", "IPv4 IHL < 5 or beyond the frame")            \
-  X(kParseIpv4BadLength, "ipv4-bad-length", "IPv4 total length inconsistent")        \
-  X(kParseIpv6Truncated, "ipv6-truncated", "IPv6 header cut short")                  \
-  X(kParseIpv6BadVersion, "ipv6-bad-version", "IPv6 ethertype but version != 6")     \
-  X(kParseIpv6BadLength, "ipv6-bad-length", "IPv6 payload length beyond the frame")  \
-  X(kParseUdpTruncated, "udp-truncated", "UDP header cut short")                     \
-  X(kParseUdpBadLength, "udp-bad-length", "UDP length inconsistent")                 \
-  X(kParseBthTruncated, "bth-truncated", "RoCEv2 datagram shorter than BTH + ICRC")  \
-  X(kParseBthBadVersion, "bth-bad-version", "BTH transport header version != 0")     \
-  X(kParseRoceExtTruncated, "roce-ext-truncated", "RoCE extension header cut short") \
-  X(kParseRoceNoIcrc, "roce-no-icrc", "no room for the ICRC")                        \
-  X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)")      \
-  X(kNoEgress, "no-egress", "no egress port for the ingress port")                   \
-  X(kTxFull, "tx-full", "egress TX queue full")                                      \
+// the CLI and traces. The parser's failures come first, in their order (DropReasonFromParse()
+// relies on it); reasons of the stages follow.
+#define HEDDLE_FOREACH_DROP_REASON(X)                                           \
+  HEDDLE_FOREACH_PARSE_FAILURE(X)                                               \
+  X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)") \
+  X(kNoEgress, "no-egress", "no egress port for the ingress port")              \
+  X(kTxFull, "tx-full", "egress TX queue full")                                 \
   X(kTxMultiSeg, "tx-multi-seg", "chained mbuf for a port whose TX takes one segment only")
 
 enum class DropReason : uint8_t {

@@ -29,9 +29,9 @@ inline constexpr uint16_t kRoceV2UdpPort = 4791;
 inline constexpr int kMaxVlanTags = 2;
 inline constexpr int kIcrcLen = 4;
 
-// X(enumerator, "stable-name", "one-line description")
-#define HEDDLE_FOREACH_PARSE_ERROR(X)                                                         \
-  X(kOk, "ok", "parsed")                                                                      \
+// X(enumerator, "stable-name", "one-line description"). Every way a frame can fail to parse; the
+// dataplane's drop reasons start with this list (dataplane/pipeline/stats.h).
+#define HEDDLE_FOREACH_PARSE_FAILURE(X)                                                       \
   X(kEthTruncated, "eth-truncated", "frame shorter than an Ethernet header")                  \
   X(kVlanTruncated, "vlan-truncated", "802.1Q tag cut short")                                 \
   X(kVlanTooMany, "vlan-too-many", "more than two 802.1Q/802.1ad tags")                       \
@@ -48,6 +48,10 @@ inline constexpr int kIcrcLen = 4;
   X(kBthBadVersion, "bth-bad-version", "BTH transport header version != 0")                   \
   X(kRoceExtTruncated, "roce-ext-truncated", "RETH/AETH/DETH/ImmDt/IETH/AtomicETH cut short") \
   X(kRoceNoIcrc, "roce-no-icrc", "no room for the 4-byte ICRC after the headers")
+
+#define HEDDLE_FOREACH_PARSE_ERROR(X) \
+  X(kOk, "ok", "parsed")              \
+  HEDDLE_FOREACH_PARSE_FAILURE(X)
 
 enum class ParseError : uint8_t {
 #define HEDDLE_PKT_ENUM_(e, n, d) e,
