@@ -12,23 +12,14 @@
 
 #include "dataplane/pkt/parse.h"
 #include "dataplane/pkt/roce.h"
+#include "dataplane/pkt/testing/golden.h"
 
 namespace heddle::pkt {
 namespace {
 
-std::vector<uint8_t> Hex(const std::string& s) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2) {
-    out.push_back(static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
+using golden::Hex;
+using golden::kWriteFirst;
 
-// scapy.contrib.roce: RC WRITE first, IPv4, 32 B payload; ICRC bytes 4b dc 95 75.
-const char kWriteFirst[] =
-    "02000000000202000000000108004568005c12344000401113f30a0000010a000002c00112b70048000006"
-    "40ffff000001230000001000007f00000010000000123400010000000102030405060708090a0b0c0d0e0f"
-    "101112131415161718191a1b1c1d1e1f4bdc9575";
 // scapy: RC SEND only behind 802.1ad + 802.1Q with a 4-byte IPv4 option (covered by the ICRC).
 const char kSendOnlyOpts[] =
     "02000000000202000000000188a8000a810000140800460000381234400040117f7a0a0000010a0000029404"

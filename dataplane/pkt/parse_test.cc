@@ -13,23 +13,14 @@
 #include <vector>
 
 #include "dataplane/pkt/roce.h"
+#include "dataplane/pkt/testing/golden.h"
 
 namespace heddle::pkt {
 namespace {
 
-std::vector<uint8_t> Hex(const std::string& s) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2) {
-    out.push_back(static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
+using golden::Hex;
+using golden::kWriteFirst;
 
-// RC RDMA WRITE first, RETH dma_length 0x10000, 32 B payload, TOS 0x68 (DSCP 26), MigReq set.
-const char kWriteFirst[] =
-    "02000000000202000000000108004568005c12344000401113f30a0000010a000002c00112b70048000006"
-    "40ffff000001230000001000007f00000010000000123400010000000102030405060708090a0b0c0d0e0f"
-    "101112131415161718191a1b1c1d1e1f4bdc9575";
 // RC ACK in one 802.1Q tag (VID 100, PCP 3), AETH syndrome 0x1f MSN 0x42, P_Key 0x8001.
 const char kAckVlan[] =
     "0200000000020200000000018100606408004500003012344000401114870a0000010a000002c00212b7001c"
