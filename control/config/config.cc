@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -24,10 +25,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "dataplane/storm/levels.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -53,8 +56,8 @@ constexpr size_t kMaxSocketPath = 107;       // sizeof(sockaddr_un::sun_path) - 
 constexpr size_t kMaxFileSize = 16 << 20;
 
 // The keys each mapping accepts, in the order docs/config.md and ToYaml() use.
-constexpr absl::string_view kTopKeys[] = {"lcores",  "memory",  "mempool", "ports", "dataplane",
-                                          "metrics", "control", "log",     "eal"};
+constexpr absl::string_view kTopKeys[] = {"lcores", "memory",  "mempool", "ports", "dataplane",
+                                          "storm",  "metrics", "control", "log",   "eal"};
 constexpr absl::string_view kLcoreKeys[] = {"main", "workers"};
 constexpr absl::string_view kMemoryKeys[] = {"no_huge", "size_mb", "file_prefix"};
 constexpr absl::string_view kMempoolKeys[] = {"mbufs", "cache", "data_room"};
@@ -62,6 +65,13 @@ constexpr absl::string_view kPortKeys[] = {"name",    "role",        "pci",     
                                            "devargs", "rx_queues",   "rx_desc", "tx_desc",
                                            "mtu",     "promiscuous", "peer"};
 constexpr absl::string_view kDataplaneKeys[] = {"burst_size", "verify_icrc"};
+constexpr absl::string_view kStormKeys[] = {"enabled",     "levels",      "cutoffs",       "mode",
+                                            "dscp",        "pcp",         "control_level", "beta",
+                                            "backlog_max", "qp_capacity", "qp_idle_ms",    "mtu"};
+constexpr uint32_t kMinQpCapacity = 1024;
+constexpr uint32_t kMaxQpCapacity = 16u << 20;
+constexpr uint32_t kMinStormMtu = 256;
+constexpr uint32_t kMaxStormMtu = 4096;
 constexpr absl::string_view kMetricsKeys[] = {"enabled", "listen"};
 constexpr absl::string_view kControlKeys[] = {"socket"};
 constexpr absl::string_view kLogKeys[] = {"level"};
@@ -325,6 +335,7 @@ class Parser {
       }
       if (auto v = Child(*n, "verify_icrc")) Bool(*v, "dataplane.verify_icrc", &c->verify_icrc);
     }
+    if (auto n = Section(root, "storm", kStormKeys)) Storm(*n, &c->storm);
     if (auto n = Section(root, "metrics", kMetricsKeys)) {
       if (auto v = Child(*n, "enabled")) Bool(*v, "metrics.enabled", &c->metrics_enabled);
       if (auto v = Child(*n, "listen")) String(*v, "metrics.listen", &c->metrics_listen);
@@ -490,6 +501,94 @@ class Parser {
       std::string s;
       if (String(n[i], absl::StrCat(path, "[", i, "]"), &s)) out->push_back(std::move(s));
     }
+  }
+
+  // A list of `size` values, each read by `item(node, path, index)`; false (reported) if `n` is
+  // not a list of that length.
+  template <typename F>
+  bool FixedList(const YAML::Node& n, const std::string& path, int size, absl::string_view what,
+                 F item) {
+    if (!n.IsSequence() || static_cast<int>(n.size()) != size) {
+      Error(n, path,
+            absl::StrCat("expected a list of ", size, " ", what, " (one per storm.levels",
+                         path == "storm.cutoffs" ? " boundary, levels - 1" : "", "), got ",
+                         n.IsSequence() ? absl::StrCat(n.size(), " values") : Describe(n)));
+      return false;
+    }
+    for (int i = 0; i < size; ++i) item(n[i], absl::StrCat(path, "[", i, "]"), i);
+    return true;
+  }
+
+  void Storm(const YAML::Node& n, StormConfig* s) {
+    storm::LevelConfig& l = s->levels;
+    if (auto v = Child(n, "enabled")) Bool(*v, "storm.enabled", &s->enabled);
+    if (auto v = Child(n, "levels")) Uint(*v, "storm.levels", 1, storm::kMaxLevels, &l.levels);
+    const int k = l.levels;
+    // Entries past K-1 / K are unused; keep them canonical so that configs compare equal.
+    for (int i = std::max(k - 1, 0); i < storm::kMaxLevels - 1; ++i) l.cutoffs[i] = 0;
+    if (auto v = Child(n, "cutoffs")) {
+      FixedList(*v, "storm.cutoffs", k - 1, "strictly increasing byte sizes",
+                [&](const YAML::Node& e, const std::string& path, int i) {
+                  Uint(e, path, 1, UINT32_MAX, &l.cutoffs[i]);
+                });
+    }
+    if (auto v = Child(n, "mode")) {
+      std::string mode;
+      if (String(*v, "storm.mode", &mode)) {
+        if (mode == "per-message") {
+          l.mode = storm::Mode::kPerMessage;
+        } else if (mode == "per-packet") {
+          l.mode = storm::Mode::kPerPacket;
+        } else {
+          Error(*v, "storm.mode",
+                absl::StrCat(Quote(mode),
+                             " is not a mode; use \"per-message\" (in-order RoCEv2) or "
+                             "\"per-packet\""));
+        }
+      }
+    }
+    if (auto v = Child(n, "dscp")) {
+      FixedList(*v, "storm.dscp", k, "DSCP values 0..63",
+                [&](const YAML::Node& e, const std::string& path, int i) {
+                  Uint(e, path, 0, 63, &l.dscp[i]);
+                });
+    }
+    if (auto v = Child(n, "pcp")) {
+      FixedList(*v, "storm.pcp", k, "PCP values -1..7 (-1 keeps the tag's)",
+                [&](const YAML::Node& e, const std::string& path, int i) {
+                  if (e.IsScalar() && e.Scalar() == "-1") {
+                    l.pcp[i] = -1;
+                  } else {
+                    Uint(e, path, 0, 7, &l.pcp[i]);
+                  }
+                });
+    }
+    // Default: K-1, served first (docs/storm.md §3).
+    l.control_level = static_cast<uint8_t>(k - 1);
+    if (auto v = Child(n, "control_level")) {
+      Uint(*v, "storm.control_level", 0, storm::kMaxLevels - 1, &l.control_level);
+    }
+    if (auto v = Child(n, "beta")) {
+      double beta = 0;
+      if (!v->IsScalar() || !absl::SimpleAtod(v->Scalar(), &beta) || !std::isfinite(beta) ||
+          beta < 0) {
+        Error(*v, "storm.beta",
+              absl::StrCat(Describe(*v),
+                           " is not a finite number >= 0; use 0 to ignore backlog, 1 default"));
+      } else {
+        l.beta = beta;
+      }
+    }
+    if (auto v = Child(n, "backlog_max")) {
+      Uint(*v, "storm.backlog_max", 0, UINT32_MAX, &l.backlog_max);
+    }
+    if (auto v = Child(n, "qp_capacity")) {
+      Uint(*v, "storm.qp_capacity", kMinQpCapacity, kMaxQpCapacity, &s->qp_capacity);
+    }
+    if (auto v = Child(n, "qp_idle_ms")) {
+      Uint(*v, "storm.qp_idle_ms", 1, UINT32_MAX / 2, &s->qp_idle_ms);
+    }
+    if (auto v = Child(n, "mtu")) Uint(*v, "storm.mtu", kMinStormMtu, kMaxStormMtu, &s->mtu);
   }
 
   void Lcores(const YAML::Node& n, Config* c) {
@@ -820,6 +919,25 @@ absl::Status Validate(const Config& c) {
                        SuggestedMbufs(need), " or shrink the rings"));
   }
 
+  // storm: the level parameters are checked by the library, whose messages name storm.* keys.
+  if (absl::Status s = storm::ValidateLevelConfig(c.storm.levels); !s.ok()) {
+    p.Add(std::string(s.message()));
+  }
+  auto power_of_two = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };
+  if (c.storm.qp_capacity < kMinQpCapacity || c.storm.qp_capacity > kMaxQpCapacity ||
+      !power_of_two(c.storm.qp_capacity)) {
+    p.Add(absl::StrCat("storm.qp_capacity: ", c.storm.qp_capacity, " is not a power of two in ",
+                       kMinQpCapacity, "..", kMaxQpCapacity,
+                       "; use e.g. 65536 (64 B per entry per worker)"));
+  }
+  if (c.storm.qp_idle_ms == 0) {
+    p.Add("storm.qp_idle_ms: 0; an entry must be idle a while before eviction, e.g. 10000");
+  }
+  if (c.storm.mtu < kMinStormMtu || c.storm.mtu > kMaxStormMtu || !power_of_two(c.storm.mtu)) {
+    p.Add(absl::StrCat("storm.mtu: ", c.storm.mtu, " is not a RoCE path MTU; use 256, 512, 1024, ",
+                       "2048 or 4096"));
+  }
+
   // metrics
   if (auto why = ListenProblem(c.metrics_listen)) {
     p.Add(absl::StrCat("metrics.listen: ", Quote(c.metrics_listen), " ", *why));
@@ -994,6 +1112,30 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "dataplane" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "burst_size" << YAML::Value << c.burst_size;
   out << YAML::Key << "verify_icrc" << YAML::Value << c.verify_icrc;
+  out << YAML::EndMap;
+
+  const storm::LevelConfig& l = c.storm.levels;
+  const int k = std::clamp(l.levels, 1, storm::kMaxLevels);
+  out << YAML::Key << "storm" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << c.storm.enabled;
+  out << YAML::Key << "levels" << YAML::Value << l.levels;
+  out << YAML::Key << "cutoffs" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int i = 0; i + 1 < k; ++i) out << l.cutoffs[i];
+  out << YAML::EndSeq;
+  out << YAML::Key << "mode" << YAML::Value
+      << (l.mode == storm::Mode::kPerPacket ? "per-packet" : "per-message");
+  out << YAML::Key << "dscp" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int i = 0; i < k; ++i) out << static_cast<unsigned>(l.dscp[i]);
+  out << YAML::EndSeq;
+  out << YAML::Key << "pcp" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int i = 0; i < k; ++i) out << static_cast<int>(l.pcp[i]);
+  out << YAML::EndSeq;
+  out << YAML::Key << "control_level" << YAML::Value << static_cast<unsigned>(l.control_level);
+  out << YAML::Key << "beta" << YAML::Value << l.beta;
+  out << YAML::Key << "backlog_max" << YAML::Value << l.backlog_max;
+  out << YAML::Key << "qp_capacity" << YAML::Value << c.storm.qp_capacity;
+  out << YAML::Key << "qp_idle_ms" << YAML::Value << c.storm.qp_idle_ms;
+  out << YAML::Key << "mtu" << YAML::Value << c.storm.mtu;
   out << YAML::EndMap;
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;

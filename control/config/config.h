@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/storm/levels.h"
 
 namespace heddle::config {
 
@@ -36,6 +37,18 @@ struct PortConfig {
   friend bool operator==(const PortConfig&, const PortConfig&) = default;
 };
 
+// STORM tagging (docs/storm.md, docs/config.md `storm`). The level formula's parameters are the
+// library's own LevelConfig, validated by storm::ValidateLevelConfig().
+struct StormConfig {
+  bool enabled = false;
+  storm::LevelConfig levels;     // levels, cutoffs, mode, dscp, pcp, control_level, beta, ...
+  uint32_t qp_capacity = 65536;  // QP table entries per worker; power of two, 1024..16M
+  uint32_t qp_idle_ms = 10000;   // a QP idle this long may be evicted
+  uint32_t mtu = 4096;           // RoCE path MTU for PSN/backlog math; power of two, 256..4096
+
+  friend bool operator==(const StormConfig&, const StormConfig&) = default;
+};
+
 struct Config {
   // lcores
   unsigned main_lcore = 0;
@@ -53,6 +66,8 @@ struct Config {
   // dataplane
   uint16_t burst_size = 32;  // 1..256
   bool verify_icrc = false;  // drop RoCEv2 frames with a bad ICRC (costs a CRC per packet)
+  // storm
+  StormConfig storm;
   // metrics
   bool metrics_enabled = true;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port; port 0 = any free port

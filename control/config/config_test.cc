@@ -47,6 +47,19 @@ ports:
     pci: "3B:00.1"
     devargs: "dv_flow_en=1"
 dataplane: { burst_size: 64, verify_icrc: true }
+storm:
+  enabled: true
+  levels: 3
+  cutoffs: [2800, 15000]
+  mode: per-packet
+  dscp: [8, 16, 46]
+  pcp: [-1, 3, 5]
+  control_level: 1
+  beta: 0.5
+  backlog_max: 1048576
+  qp_capacity: 4096
+  qp_idle_ms: 2000
+  mtu: 1024
 metrics: { enabled: false, listen: "[::1]:9464" }
 control: { socket: /run/heddle/test.sock }
 log: { level: debug }
@@ -642,6 +655,82 @@ TEST(ParseTest, SemanticErrorsAfterParseErrorsAreNotMixedIn) {
   EXPECT_THAT(Lines(s), SizeIs(1)) << s;
 }
 
+// --- storm -----------------------------------------------------------------------------------
+
+TEST(StormConfigTest, FullExample) {
+  absl::StatusOr<Config> c = LoadString(kFull, "full.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const StormConfig& s = c->storm;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.levels.levels, 3);
+  EXPECT_EQ(s.levels.cutoffs[0], 2800u);
+  EXPECT_EQ(s.levels.cutoffs[1], 15000u);
+  EXPECT_EQ(s.levels.cutoffs[2], 0u);
+  EXPECT_EQ(s.levels.mode, storm::Mode::kPerPacket);
+  EXPECT_EQ(s.levels.dscp[2], 46);
+  EXPECT_EQ(s.levels.pcp[0], -1);
+  EXPECT_EQ(s.levels.pcp[2], 5);
+  EXPECT_EQ(s.levels.control_level, 1);
+  EXPECT_EQ(s.levels.beta, 0.5);
+  EXPECT_EQ(s.levels.backlog_max, 1048576u);
+  EXPECT_EQ(s.qp_capacity, 4096u);
+  EXPECT_EQ(s.qp_idle_ms, 2000u);
+  EXPECT_EQ(s.mtu, 1024u);
+}
+
+TEST(StormConfigTest, DefaultsAreOffAndValid) {
+  Config c = Minimal();
+  EXPECT_FALSE(c.storm.enabled);
+  EXPECT_EQ(c.storm.qp_capacity, 65536u);
+  EXPECT_EQ(c.storm.qp_idle_ms, 10000u);
+  EXPECT_EQ(c.storm.mtu, 4096u);
+  EXPECT_EQ(c.storm.levels, storm::LevelConfig{});
+  absl::StatusOr<Config> e = LoadString(std::string(kMinimal) + "storm: { enabled: true }\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->storm.enabled);
+  EXPECT_EQ(e->storm.levels.control_level, 3);
+}
+
+TEST(StormConfigTest, ControlLevelDefaultsToTheTopLevel) {
+  absl::StatusOr<Config> c =
+      LoadString(std::string(kMinimal) + "storm: { levels: 2, cutoffs: [1000], dscp: [0, 46] }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->storm.levels.control_level, 1);
+  EXPECT_EQ(c->storm.levels.cutoffs[1], 0u);
+}
+
+TEST(StormConfigTest, BadValuesNameKeyAndFix) {
+  auto bad = [](const std::string& storm) {
+    return Fails(std::string(kMinimal) + "storm: " + storm + "\n");
+  };
+  EXPECT_TRUE(HasError(bad("{ levels: 9 }"), "storm.levels", "1..8"));
+  EXPECT_TRUE(HasError(bad("{ cutoffs: [1, 2] }"), "storm.cutoffs", "list of 3"));
+  EXPECT_TRUE(HasError(bad("{ cutoffs: [100, 50, 200] }"), "storm.cutoffs", "strictly increasing"));
+  EXPECT_TRUE(HasError(bad("{ mode: fifo }"), "storm.mode", "per-message"));
+  EXPECT_TRUE(HasError(bad("{ dscp: [0, 10, 18, 64] }"), "storm.dscp[3]", "0..63"));
+  EXPECT_TRUE(HasError(bad("{ dscp: [0, 10] }"), "storm.dscp", "list of 4"));
+  EXPECT_TRUE(HasError(bad("{ pcp: [-1, 3, 8, 0] }"), "storm.pcp[2]", "0..7"));
+  EXPECT_TRUE(HasError(bad("{ pcp: [-2, 3, 7, 0] }"), "storm.pcp[0]", "negative"));
+  EXPECT_TRUE(HasError(bad("{ control_level: 4 }"), "storm.control_level", "not below"));
+  EXPECT_TRUE(HasError(bad("{ beta: -1 }"), "storm.beta", ">= 0"));
+  EXPECT_TRUE(HasError(bad("{ beta: nan }"), "storm.beta", "finite"));
+  EXPECT_TRUE(HasError(bad("{ qp_capacity: 5000 }"), "storm.qp_capacity", "power of two"));
+  EXPECT_TRUE(HasError(bad("{ qp_capacity: 512 }"), "storm.qp_capacity", "1024.."));
+  EXPECT_TRUE(HasError(bad("{ qp_idle_ms: 0 }"), "storm.qp_idle_ms", "out of range"));
+  EXPECT_TRUE(HasError(bad("{ mtu: 1500 }"), "storm.mtu", "256, 512, 1024"));
+  EXPECT_TRUE(HasError(bad("{ mtu: 9000 }"), "storm.mtu", "256..4096"));
+  EXPECT_TRUE(HasError(bad("{ enable: true }"), "storm.enable", "did you mean \"enabled\""));
+}
+
+TEST(StormConfigTest, ValidateChecksProgrammaticConfigs) {
+  Config c = Minimal();
+  c.storm.levels.levels = 2;  // control_level stays 3
+  EXPECT_TRUE(HasError(Validate(c), "storm.control_level"));
+  c = Minimal();
+  c.storm.mtu = 3000;
+  EXPECT_TRUE(HasError(Validate(c), "storm.mtu"));
+}
+
 // --- Round trip --------------------------------------------------------------------------------
 
 TEST(ToYamlTest, RoundTripFull) {
@@ -656,9 +745,10 @@ TEST(ToYamlTest, RoundTripFull) {
 TEST(ToYamlTest, RoundTripDefaultsAreSpelledOut) {
   Config c = Minimal();
   std::string yaml = ToYaml(c);
-  for (const char* key : {"main: 0", "mbufs: 8191", "data_room: 2176", "burst_size: 32",
-                          "rx_desc: 1024", "promiscuous: true", "verify_icrc: false",
-                          "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
+  for (const char* key :
+       {"main: 0", "mbufs: 8191", "data_room: 2176", "burst_size: 32", "rx_desc: 1024",
+        "promiscuous: true", "verify_icrc: false", "qp_capacity: 65536", "mode: per-message",
+        "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
     EXPECT_THAT(yaml, HasSubstr(key));
   }
   absl::StatusOr<Config> back = LoadString(yaml);

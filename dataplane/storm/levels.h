@@ -51,6 +51,8 @@ struct LevelConfig {
   std::array<uint8_t, kMaxLevels> dscp = {0, 10, 18, 26, 34, 36, 38, 46};  // per level, 0..63
   std::array<int8_t, kMaxLevels> pcp = {-1, -1, -1, -1, -1, -1, -1, -1};   // -1: keep PCP
   Mode mode = Mode::kPerMessage;
+
+  friend bool operator==(const LevelConfig&, const LevelConfig&) = default;
 };
 
 // OK, or the first problem with the key, the value and what to use instead.
