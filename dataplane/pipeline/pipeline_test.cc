@@ -7,10 +7,13 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include <algorithm>
+#include <bitset>
 #include <thread>
 #include <vector>
 
 #include "dataplane/pipeline/stages.h"
+#include "dataplane/pipeline/storm_stage.h"
 #include "dataplane/pipeline/worker.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
@@ -130,7 +133,8 @@ class PipelineTest : public ::testing::Test {
     }
   }
   std::unique_ptr<Worker> MakeWorker(bool verify_icrc, bool with_peer = true,
-                                     bool uplink_multi_seg = true) {
+                                     bool uplink_multi_seg = true,
+                                     std::unique_ptr<Stage> first = nullptr) {
     WorkerSetup s;
     s.lcore_id = 1;
     s.rx = {{0, host_.port_id, 0}, {1, uplink_.port_id, 0}};
@@ -147,6 +151,7 @@ class PipelineTest : public ::testing::Test {
       peer[1] = 0;
     }
     if (verify_icrc) s.stages.push_back(std::make_unique<IcrcVerifyStage>());
+    if (first) s.stages.push_back(std::move(first));
     s.stages.push_back(std::make_unique<PortForwardStage>(peer));
     return std::make_unique<Worker>(std::move(s));
   }
@@ -305,6 +310,162 @@ TEST_F(PipelineTest, RunStopsOnFlagAndDrainsWhatIsQueued) {
   t.join();
   EXPECT_EQ(Drain(uplink_.tx), req);  // nothing enqueued before the stop was lost
   EXPECT_EQ(stats_->Snapshot().ports[1].tx_packets, 64u);
+}
+
+// --- storm-tag -----------------------------------------------------------------------------
+
+// Four levels with cutoffs 1000 / 2000 / 1 MB: a 3072-byte WRITE starts at level 1 (R > 2000) and
+// its last packet alone (R = 1024) would be level 2.
+storm::LevelConfig StormLevels(storm::Mode mode) {
+  storm::LevelConfig c;
+  c.cutoffs = {1000, 2000, 1000000, 0, 0, 0, 0};
+  c.mode = mode;
+  return c;  // dscp {0, 10, 18, 26}, control level 3
+}
+
+std::vector<std::vector<uint8_t>> WriteFirstMiddleLast(const pkt::FrameSpec& f) {
+  std::vector<std::vector<uint8_t>> out;
+  pkt::RoceSpec r;
+  r.dest_qp = 0x77;
+  r.payload_len = 1024;
+  for (uint8_t opcode : {pkt::op::kWriteFirst, pkt::op::kWriteMiddle, pkt::op::kWriteLast}) {
+    r.opcode = opcode;
+    r.dma_length = opcode == pkt::op::kWriteFirst ? 3072 : 0;
+    out.push_back(pkt::BuildRoce(f, r));
+    ++r.psn;
+  }
+  return out;
+}
+
+std::vector<uint8_t> ReadRequest(const pkt::FrameSpec& f) {
+  pkt::RoceSpec r;
+  r.opcode = pkt::op::kReadRequest;
+  r.dest_qp = 0x78;
+  r.psn = 9;
+  r.dma_length = 1 << 20;
+  return pkt::BuildRoce(f, r);
+}
+
+struct Tagged {
+  uint8_t dscp, ecn;
+  bool ip_checksum_ok, icrc_ok;
+};
+Tagged Inspect(const std::vector<uint8_t>& frame) {
+  pkt::PacketDesc d;
+  EXPECT_EQ(pkt::Parse(frame.data(), frame.size(), &d), pkt::ParseError::kOk);
+  return {static_cast<uint8_t>(d.dscp), static_cast<uint8_t>(d.ecn),
+          pkt::Ipv4HeaderChecksum(frame.data() + d.l3_off, 20) ==
+              (frame[d.l3_off + 10] << 8 | frame[d.l3_off + 11]),
+          pkt::VerifyIcrc(frame.data(), d)};
+}
+
+class StormTagTest : public PipelineTest {
+ protected:
+  std::unique_ptr<Worker> MakeStormWorker(storm::Mode mode) {
+    std::bitset<kMaxPorts> hosts;
+    hosts.set(0);
+    auto stage = std::make_unique<StormTagStage>(
+        StormLevels(mode), storm::QpTableOptions{.capacity = 1024, .idle_ms = 1000}, 1024, hosts,
+        [] { return uint32_t{5}; });
+    return MakeWorker(false, true, true, std::move(stage));
+  }
+  std::vector<std::vector<uint8_t>> RunHost(storm::Mode mode,
+                                            const std::vector<std::vector<uint8_t>>& in) {
+    Inject(host_, in);
+    auto w = MakeStormWorker(mode);
+    for (int i = 0; i < 10; ++i) w->PollOnce();
+    return Drain(uplink_.tx);
+  }
+  pkt::FrameSpec frame_ = [] {
+    pkt::FrameSpec f;
+    f.dscp = 0;
+    f.ecn = 2;  // ECT(0): must survive the rewrite
+    return f;
+  }();
+};
+
+TEST_F(StormTagTest, PerMessageGivesAWholeWriteOneDscpAndReadsTheControlLevel) {
+  std::vector<std::vector<uint8_t>> in = WriteFirstMiddleLast(frame_);
+  in.push_back(ReadRequest(frame_));
+  in.push_back(pkt::BuildArpRequest(frame_));
+  std::vector<std::vector<uint8_t>> out = RunHost(storm::Mode::kPerMessage, in);
+  ASSERT_EQ(out.size(), in.size());
+  for (int i = 0; i < 3; ++i) {
+    Tagged t = Inspect(out[i]);
+    EXPECT_EQ(t.dscp, 10) << "packet " << i;  // level 1
+    EXPECT_EQ(t.ecn, 2);
+    EXPECT_TRUE(t.ip_checksum_ok);
+    EXPECT_TRUE(t.icrc_ok);
+  }
+  Tagged read = Inspect(out[3]);
+  EXPECT_EQ(read.dscp, 26);  // control level 3
+  EXPECT_EQ(read.ecn, 2);
+  EXPECT_TRUE(read.ip_checksum_ok);
+  EXPECT_TRUE(read.icrc_ok);
+  EXPECT_EQ(out[4], in[4]);  // not RoCE: untouched
+  // Only the TOS byte and the IPv4 checksum changed.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(out[i].size(), in[i].size());
+    for (size_t j = 0; j < in[i].size(); ++j) {
+      if (j == 14 + 1 || j == 14 + 10 || j == 14 + 11) continue;
+      EXPECT_EQ(out[i][j], in[i][j]) << "packet " << i << " byte " << j;
+    }
+  }
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.storm_level_packets[1], 3u);
+  EXPECT_EQ(s.storm_level_packets[3], 1u);
+  EXPECT_EQ(s.storm_level_packets[0] + s.storm_level_packets[2], 0u);
+  EXPECT_EQ(s.storm_level_bytes[1], in[0].size() + in[1].size() + in[2].size());
+  EXPECT_EQ(s.storm_level_bytes[3], in[3].size());
+  EXPECT_EQ(s.storm_table_full, 0u);
+  for (uint64_t d : s.drops) EXPECT_EQ(d, 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(StormTagTest, PerPacketRecomputesTheLevel) {
+  std::vector<std::vector<uint8_t>> out =
+      RunHost(storm::Mode::kPerPacket, WriteFirstMiddleLast(frame_));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(Inspect(out[0]).dscp, 10);  // R = 3072
+  EXPECT_EQ(Inspect(out[1]).dscp, 10);  // R = 2048
+  EXPECT_EQ(Inspect(out[2]).dscp, 18);  // R = 1024: level 2
+  EXPECT_TRUE(Inspect(out[2]).icrc_ok);
+}
+
+TEST_F(StormTagTest, UplinkTrafficPassesUntouched) {
+  std::vector<std::vector<uint8_t>> in = WriteFirstMiddleLast(frame_);
+  Inject(uplink_, in);
+  auto w = MakeStormWorker(storm::Mode::kPerMessage);
+  for (int i = 0; i < 10; ++i) w->PollOnce();
+  EXPECT_EQ(Drain(host_.tx), in);
+  StatsSnapshot s = stats_->Snapshot();
+  for (uint64_t n : s.storm_level_packets) EXPECT_EQ(n, 0u);
+}
+
+TEST_F(StormTagTest, FullTableTagsWithTheDefaultLevelAndCounts) {
+  // 1024 entries, 4 per bucket: 1100 QPs cannot all fit while none is idle.
+  std::vector<std::vector<uint8_t>> in;
+  pkt::RoceSpec r;
+  r.opcode = pkt::op::kSendOnly;
+  r.payload_len = 16;
+  for (uint32_t q = 0; q < 1100; ++q) {
+    r.dest_qp = q + 1;
+    in.push_back(pkt::BuildRoce(frame_, r));
+  }
+  std::vector<std::vector<uint8_t>> out;
+  auto w = MakeStormWorker(storm::Mode::kPerMessage);
+  for (size_t off = 0; off < in.size(); off += 500) {
+    Inject(host_, {in.begin() + off, in.begin() + std::min(in.size(), off + 500)});
+    for (int i = 0; i < 40; ++i) w->PollOnce();
+    for (auto& f : Drain(uplink_.tx)) out.push_back(std::move(f));
+  }
+  ASSERT_EQ(out.size(), in.size());
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_GT(s.storm_table_full, 0u);
+  uint64_t tagged = 0;
+  for (uint64_t n : s.storm_level_packets) tagged += n;
+  EXPECT_EQ(tagged, in.size());
+  for (const auto& f : out) EXPECT_TRUE(Inspect(f).icrc_ok);
 }
 
 }  // namespace

@@ -64,6 +64,11 @@ StatsSnapshot DataplaneStats::Snapshot() const {
         ps.roce_rx_packets[c] += pc.roce_rx_packets[c].Get();
     }
     for (int r = 0; r < kNumDropReasons; ++r) s.drops[r] += ls.drops[r].Get();
+    for (int k = 0; k < kMaxStormLevels; ++k) {
+      s.storm_level_packets[k] += ls.storm_level_packets[k].Get();
+      s.storm_level_bytes[k] += ls.storm_level_bytes[k].Get();
+    }
+    s.storm_table_full += ls.storm_table_full.Get();
     s.lcores.push_back(
         LcoreSnapshot{lcore_ids_[l], ls.busy_loops.Get(), ls.idle_loops.Get(), ls.bursts.Get()});
   }

@@ -24,6 +24,7 @@ namespace heddle::pipeline {
 
 inline constexpr int kMaxPorts = 16;
 inline constexpr int kMaxLcores = 128;
+inline constexpr int kMaxStormLevels = 8;  // storm::kMaxLevels (no storm dependency here)
 
 // Every reason a packet is dropped in the dataplane, with a stable name used in metrics labels,
 // the CLI and traces. The parser's failures come first, in their order (DropReasonFromParse()
@@ -72,6 +73,9 @@ struct alignas(64) LcoreStats {
   Counter busy_loops;  // poll iterations that received at least one packet
   Counter idle_loops;  // poll iterations that received nothing
   Counter bursts;
+  // "storm-tag": packets and bytes tagged per level, and QPs refused by a full QP table.
+  std::array<Counter, kMaxStormLevels> storm_level_packets, storm_level_bytes;
+  Counter storm_table_full;
 };
 
 struct PortSnapshot {
@@ -86,6 +90,8 @@ struct StatsSnapshot {
   std::vector<PortSnapshot> ports;                // indexed like the configured ports
   std::array<uint64_t, kNumDropReasons> drops{};  // summed over lcores
   std::vector<LcoreSnapshot> lcores;              // one per worker lcore
+  std::array<uint64_t, kMaxStormLevels> storm_level_packets{}, storm_level_bytes{};
+  uint64_t storm_table_full = 0;
 };
 
 // Owns one LcoreStats per worker. Built before workers start; never resized while they run.
