@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -262,6 +263,34 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
     AddSample(loops, {{"lcore", id}, {"state", "idle"}}, static_cast<double>(l.idle_loops));
   }
   out.push_back(std::move(loops));
+
+  if (sources_.storm_levels > 0) {
+    const int levels = std::min(sources_.storm_levels, pipeline::kMaxStormLevels);
+    MetricFamily packets = NewFamily(
+        "heddle_storm_level_packets_total",
+        "RoCEv2 packets from host ports tagged by storm-tag, by STORM level (level K-1 is served "
+        "first).",
+        MetricType::Counter);
+    MetricFamily bytes =
+        NewFamily("heddle_storm_level_bytes_total",
+                  "Bytes (whole frames) of the packets tagged by storm-tag, by STORM level.",
+                  MetricType::Counter);
+    for (int k = 0; k < levels; ++k) {
+      AddSample(packets, {{"level", absl::StrCat(k)}},
+                static_cast<double>(snap.storm_level_packets[k]));
+      AddSample(bytes, {{"level", absl::StrCat(k)}},
+                static_cast<double>(snap.storm_level_bytes[k]));
+    }
+    out.push_back(std::move(packets));
+    out.push_back(std::move(bytes));
+    MetricFamily full = NewFamily(
+        "heddle_storm_qp_table_full_total",
+        "QP lookups refused by a full STORM QP table (the packet got the default level); raise "
+        "storm.qp_capacity if this grows.",
+        MetricType::Counter);
+    AddSample(full, {}, static_cast<double>(snap.storm_table_full));
+    out.push_back(std::move(full));
+  }
 
   MetricFamily build =
       NewFamily("heddle_build_info", "Always 1; the version label names the running heddle build.",

@@ -19,6 +19,8 @@
 //   heddle_dataplane_drops_total{reason}      every reason, zeros included, so rate() works
 //   heddle_roce_rx_packets_total{port,class}  every RoCE opcode class except "none"
 //   heddle_lcore_poll_loops_total{lcore,state="busy"|"idle"}
+//   heddle_storm_level_{packets,bytes}_total{level}, heddle_storm_qp_table_full_total
+//                                             (if storm_levels > 0; levels 0..storm_levels-1)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once
 
@@ -60,6 +62,8 @@ struct MetricsSources {
   // Ports beyond the end of this list are labelled port="port<i>", role="unknown".
   std::vector<PortLabel> ports;
   std::string version;
+  // storm.levels when STORM tagging is enabled, else 0 (its families are then not exported).
+  int storm_levels = 0;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

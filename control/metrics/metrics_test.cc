@@ -171,6 +171,10 @@ class MetricsTest : public ::testing::Test {
     a->idle_loops.Add(1000);
     b->busy_loops.Add(22);
     b->idle_loops.Add(2000);
+    a->storm_level_packets[1].Add(3);
+    b->storm_level_packets[1].Add(4);
+    b->storm_level_bytes[3].Add(5000);
+    a->storm_table_full.Add(2);
   }
 
   MetricsSources Sources() {
@@ -182,6 +186,7 @@ class MetricsTest : public ::testing::Test {
     s.hw_stats = [] { return std::vector<HwPortStats>{{1, 2, 3, 4}, {10, 20, 30, 40}}; };
     s.ports = {{"host0", "host"}, {"uplink0", "uplink"}};
     s.version = "1.2.3-test";
+    s.storm_levels = 4;
     return s;
   }
 
@@ -288,7 +293,7 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       for (const auto& l : m.label) {
         EXPECT_TRUE(l.name == "port" || l.name == "role" || l.name == "reason" ||
                     l.name == "class" || l.name == "lcore" || l.name == "state" ||
-                    l.name == "version")
+                    l.name == "version" || l.name == "level")
             << f.name << " has an unexpected label " << l.name;
       }
     }
@@ -300,7 +305,8 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       "heddle_port_hw_tx_errors_total", "heddle_port_hw_rx_nombuf_total",
       "heddle_dataplane_drops_total",   "heddle_roce_rx_packets_total",
       "heddle_lcore_poll_loops_total",  "heddle_build_info",
-      "heddle_uptime_seconds"};
+      "heddle_uptime_seconds",          "heddle_storm_level_packets_total",
+      "heddle_storm_level_bytes_total", "heddle_storm_qp_table_full_total"};
   EXPECT_EQ(names, want);
 
   Exposition e = Parse(Serialize(c));
@@ -323,6 +329,11 @@ TEST_F(MetricsTest, UptimeFollowsTheInjectedClockAndHwFamiliesAreOptional) {
   Exposition e = Parse(Serialize(c));
   EXPECT_DOUBLE_EQ(e.Get("heddle_uptime_seconds", {}), 42.5);
   EXPECT_EQ(e.samples.count("heddle_port_hw_rx_missed_total"), 0u);
+  EXPECT_EQ(e.Get("heddle_storm_level_packets_total", {{"level", "1"}}), 7);
+  EXPECT_EQ(e.Get("heddle_storm_level_bytes_total", {{"level", "3"}}), 5000);
+  EXPECT_EQ(e.Get("heddle_storm_level_packets_total", {{"level", "0"}}), 0);
+  EXPECT_EQ(e.samples["heddle_storm_level_packets_total"].size(), 4u);
+  EXPECT_EQ(e.Get("heddle_storm_qp_table_full_total", {}), 2);
   EXPECT_EQ(e.Get("heddle_port_tx_packets_total", {{"port", "port1"}, {"role", "unknown"}}), 15);
 }
 

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <bitset>
 #include <mutex>
 #include <optional>
 
@@ -20,6 +21,7 @@
 #include "control/metrics/metrics.h"
 #include "dataplane/pipeline/stages.h"
 #include "dataplane/pipeline/stats.h"
+#include "dataplane/pipeline/storm_stage.h"
 #include "dataplane/pipeline/worker.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/dpdk/port.h"
@@ -261,6 +263,18 @@ absl::Status Daemon::Impl::Start() {
                                                  : cfg.ports[peer[&p - &ports[0]]].name.c_str());
   }
 
+  // STORM tags the request direction: packets arriving on host ports.
+  std::bitset<pipeline::kMaxPorts> host_ports;
+  for (size_t pi = 0; pi < cfg.ports.size(); ++pi) {
+    if (cfg.ports[pi].role == config::PortRole::kHost) host_ports.set(pi);
+  }
+  if (cfg.storm.enabled) {
+    HEDDLE_LOG(kInfo, "storm-tag: %d levels, %s, QP table of %u entries per worker (%u MiB)",
+               cfg.storm.levels.levels,
+               cfg.storm.levels.mode == storm::Mode::kPerPacket ? "per-packet" : "per-message",
+               cfg.storm.qp_capacity, (cfg.storm.qp_capacity * 64u) >> 20);
+  }
+
   // Spread every (port, RX queue) over the workers, round-robin.
   std::vector<pipeline::WorkerSetup> setups(num_workers);
   size_t k = 0;
@@ -280,6 +294,13 @@ absl::Status Daemon::Impl::Start() {
     s.stats = stats->lcore(w);
     s.stop = &stop_workers;
     if (cfg.verify_icrc) s.stages.push_back(std::make_unique<pipeline::IcrcVerifyStage>());
+    if (cfg.storm.enabled) {
+      // One QP table per worker, allocated here: per-lcore state, off the hot path.
+      s.stages.push_back(std::make_unique<pipeline::StormTagStage>(
+          cfg.storm.levels,
+          storm::QpTableOptions{.capacity = cfg.storm.qp_capacity, .idle_ms = cfg.storm.qp_idle_ms},
+          cfg.storm.mtu, host_ports));
+    }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
       HEDDLE_LOG(kWarning, "worker lcore %u has no RX queue to poll; add rx_queues or drop it",
@@ -312,6 +333,7 @@ absl::Status Daemon::Impl::Start() {
     };
     for (const auto& pc : cfg.ports) src.ports.push_back({pc.name, config::PortRoleName(pc.role)});
     src.version = kVersion;
+    if (cfg.storm.enabled) src.storm_levels = cfg.storm.levels.levels;
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }
