@@ -360,5 +360,134 @@ class StartupErrors(unittest.TestCase):
             d.cleanup()
 
 
+class StormTagging(unittest.TestCase):
+    """storm-tag rewrites only the DSCP (and the IPv4 checksum) of RoCEv2 requests from the host
+    port: one DSCP per message in per-message mode, the control level's for READ requests."""
+
+    DSCP = [8, 16, 24, 46]  # per level; control_level defaults to K-1 = 3
+
+    def test_dscp_per_message(self):
+        tmp = tempfile.mkdtemp(prefix="heddle-storm-")
+        host_in = os.path.join(tmp, "host_in.pcap")
+        empty = os.path.join(tmp, "empty.pcap")
+        up_out = os.path.join(tmp, "uplink_out.pcap")
+        pktgen(host_in, "--mix", "demo", "--packets", "800", "--seed", "21")
+        harness.write_empty_pcap(empty)
+        frames = read_pcap(host_in)
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s" % host_in),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (empty, up_out)),
+        ], tmp=os.path.join(tmp, "d"),
+            extra_yaml="storm: { enabled: true, qp_capacity: 4096, mtu: 1024, dscp: [%s] }\n" %
+            ", ".join(str(x) for x in self.DSCP))
+        try:
+            d.start()
+            d.wait_for(lambda: int(d.port_stats()["uplink0"].get("txPackets", 0)) == len(frames),
+                       what="the trace forwarded")
+            text = d.scrape()
+            self.assertEqual(d.stop(), 0, d.read_log())
+            out = read_pcap(up_out)
+            self.check_frames(frames, out, metric_values(text, "heddle_storm_level_packets_total"),
+                              metric_values(text, "heddle_storm_qp_table_full_total"))
+            self.check_tshark(up_out, out)
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def ip_offset(frame):
+        off, ethertype = 14, struct.unpack("!H", frame[12:14])[0]
+        while ethertype in (0x8100, 0x88A8):
+            ethertype = struct.unpack("!H", frame[off + 2:off + 4])[0]
+            off += 4
+        return off if ethertype == 0x0800 else None
+
+    @staticmethod
+    def ipv4_checksum_ok(hdr):
+        total = sum(struct.unpack("!%dH" % (len(hdr) // 2), hdr))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        return total == 0xFFFF
+
+    def check_frames(self, frames, out, level_packets, table_full):
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "data"))
+        import scapy_roce_util
+        self.assertEqual(len(out), len(frames))
+        roce = 0
+        per_dscp = {}
+        message = {}  # (src ip, dst ip, qpn) -> DSCP of the message in progress
+        messages = reads = 0
+        for i, (f, o) in enumerate(zip(frames, out)):
+            l3 = self.ip_offset(f)
+            is_roce = (l3 is not None and len(f) >= l3 + 28 + 12 and f[l3 + 9] == 17 and
+                       struct.unpack("!H", f[l3 + 22:l3 + 24])[0] == 4791)
+            if not is_roce:
+                self.assertEqual(o, f, "frame %d: not RoCE, must be untouched" % i)
+                continue
+            roce += 1
+            ihl = (f[l3] & 0x0F) * 4
+            # Only the TOS byte's DSCP bits and the header checksum differ.
+            skip = {l3 + 1, l3 + 10, l3 + 11}
+            self.assertEqual(len(o), len(f))
+            self.assertEqual([b for j, b in enumerate(o) if j not in skip],
+                             [b for j, b in enumerate(f) if j not in skip], "frame %d" % i)
+            self.assertEqual(o[l3 + 1] & 3, f[l3 + 1] & 3, "frame %d: ECN changed" % i)
+            self.assertTrue(self.ipv4_checksum_ok(o[l3:l3 + ihl]), "frame %d: IPv4 checksum" % i)
+            ip_len = struct.unpack("!H", o[l3 + 2:l3 + 4])[0]
+            stored = struct.unpack("<I", o[l3 + ip_len - 4:l3 + ip_len])[0]
+            self.assertEqual(scapy_roce_util.icrc_manual(o, l3, False), stored,
+                             "frame %d: ICRC" % i)
+            dscp = o[l3 + 1] >> 2
+            self.assertIn(dscp, self.DSCP, "frame %d" % i)
+            per_dscp[dscp] = per_dscp.get(dscp, 0) + 1
+            bth = l3 + ihl + 8
+            opcode = o[bth]
+            key = (o[l3 + 12:l3 + 16], o[l3 + 16:l3 + 20], o[bth + 5:bth + 8])
+            if opcode == 0x0C:  # READ request: the control level
+                self.assertEqual(dscp, self.DSCP[3], "frame %d: READ request" % i)
+                reads += 1
+                continue
+            if opcode & 0xE0 != 0x00:
+                continue  # UD, CNP, ...: one packet each
+            low = opcode & 0x1F
+            first = low in (0x00, 0x04, 0x05, 0x06, 0x0A, 0x0B)
+            middle_or_last = low in (0x01, 0x02, 0x03, 0x07, 0x08, 0x09)
+            last = low in (0x02, 0x03, 0x08, 0x09)
+            if first:
+                message[key] = dscp
+                if low in (0x00, 0x06):  # a multi-packet message starts
+                    continue
+                del message[key]
+                messages += 1
+            elif middle_or_last and key in message:
+                self.assertEqual(dscp, message[key],
+                                 "frame %d: a WRITE/SEND changed DSCP mid-message" % i)
+                if last:
+                    del message[key]
+                    messages += 1
+        self.assertGreater(messages, 10)
+        self.assertGreater(reads, 0)
+        # The per-level counters agree with the DSCPs on the wire.
+        self.assertEqual(sum(level_packets.values()), roce)
+        for k, v in enumerate(self.DSCP):
+            self.assertEqual(level_packets.get('{level="%d"}' % k, 0), per_dscp.get(v, 0), k)
+        self.assertEqual(table_full.get("", -1), 0)
+
+    def check_tshark(self, pcap, frames):
+        if not shutil.which("tshark"):
+            self.skipTest("tshark not installed")
+        rows = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields",
+                               "-e", "ip.dsfield.dscp", "-e", "ip.dsfield.ecn"],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+        self.assertEqual(len(rows), len(frames))
+        for i, (row, f) in enumerate(zip(rows, frames)):
+            l3 = self.ip_offset(f)
+            if l3 is None:
+                continue
+            dscp, ecn = (row.split("\t") + [""])[:2]
+            self.assertEqual(int(dscp, 0), f[l3 + 1] >> 2, "frame %d" % (i + 1))
+            self.assertEqual(int(ecn, 0), f[l3 + 1] & 3, "frame %d" % (i + 1))
+
+
 if __name__ == "__main__":
     unittest.main()
