@@ -65,9 +65,11 @@ constexpr absl::string_view kPortKeys[] = {"name",    "role",        "pci",     
                                            "devargs", "rx_queues",   "rx_desc", "tx_desc",
                                            "mtu",     "promiscuous", "peer"};
 constexpr absl::string_view kDataplaneKeys[] = {"burst_size", "verify_icrc"};
-constexpr absl::string_view kStormKeys[] = {"enabled",     "levels",      "cutoffs",       "mode",
-                                            "dscp",        "pcp",         "control_level", "beta",
-                                            "backlog_max", "qp_capacity", "qp_idle_ms",    "mtu"};
+constexpr absl::string_view kStormKeys[] = {
+    "enabled",     "levels",      "cutoffs",    "mode",           "dscp",          "pcp",
+    "control_level", "beta",      "backlog_max", "qp_capacity",   "qp_idle_ms",    "mtu",
+    "auto_interval_ms", "auto_keep", "backlog_source", "host_backlog_dir", "host_poll_ms",
+    "queue_packets"};
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinStormMtu = 256;
@@ -526,8 +528,10 @@ class Parser {
     const int k = l.levels;
     // Entries past K-1 / K are unused; keep them canonical so that configs compare equal.
     for (int i = std::max(k - 1, 0); i < storm::kMaxLevels - 1; ++i) l.cutoffs[i] = 0;
-    if (auto v = Child(n, "cutoffs")) {
-      FixedList(*v, "storm.cutoffs", k - 1, "strictly increasing byte sizes",
+    if (auto v = Child(n, "cutoffs"); v && v->IsScalar() && v->Scalar() == "auto") {
+      s->auto_cutoffs = true;
+    } else if (v) {
+      FixedList(*v, "storm.cutoffs", k - 1, "strictly increasing byte sizes (or \"auto\")",
                 [&](const YAML::Node& e, const std::string& path, int i) {
                   Uint(e, path, 1, UINT32_MAX, &l.cutoffs[i]);
                 });
@@ -589,6 +593,43 @@ class Parser {
       Uint(*v, "storm.qp_idle_ms", 1, UINT32_MAX / 2, &s->qp_idle_ms);
     }
     if (auto v = Child(n, "mtu")) Uint(*v, "storm.mtu", kMinStormMtu, kMaxStormMtu, &s->mtu);
+    if (auto v = Child(n, "auto_interval_ms")) {
+      Uint(*v, "storm.auto_interval_ms", 10, 3'600'000, &s->auto_interval_ms);
+    }
+    if (auto v = Child(n, "auto_keep")) {
+      double keep = 0;
+      if (!v->IsScalar() || !absl::SimpleAtod(v->Scalar(), &keep) || !(keep >= 0 && keep < 1)) {
+        Error(*v, "storm.auto_keep",
+              absl::StrCat(Describe(*v), " is not a number in [0, 1); use 0.5 (default) to halve ",
+                           "older totals each interval, 0 to use the last interval only"));
+      } else {
+        s->auto_keep = keep;
+      }
+    }
+    if (auto v = Child(n, "backlog_source")) {
+      std::string src;
+      if (String(*v, "storm.backlog_source", &src)) {
+        if (src == "none") {
+          s->backlog_source = storm::BacklogSource::kNone;
+        } else if (src == "egress") {
+          s->backlog_source = storm::BacklogSource::kEgressQueue;
+        } else if (src == "host") {
+          s->backlog_source = storm::BacklogSource::kHostShim;
+        } else {
+          Error(*v, "storm.backlog_source",
+                absl::StrCat(Quote(src),
+                             " is not a backlog source; use \"egress\" (heddled's own queues), "
+                             "\"host\" (the verbs shim's tables) or \"none\""));
+        }
+      }
+    }
+    if (auto v = Child(n, "host_backlog_dir")) {
+      String(*v, "storm.host_backlog_dir", &s->host_backlog_dir);
+    }
+    if (auto v = Child(n, "host_poll_ms")) Uint(*v, "storm.host_poll_ms", 1, 10'000, &s->host_poll_ms);
+    if (auto v = Child(n, "queue_packets")) {
+      Uint(*v, "storm.queue_packets", 16, 65'536, &s->queue_packets);
+    }
   }
 
   void Lcores(const YAML::Node& n, Config* c) {
@@ -720,6 +761,8 @@ uint64_t MbufsNeeded(const Config& c) {
   }
   n += workers * c.burst_size * 2;
   n += uint64_t{c.mbuf_cache} * (workers + 1);
+  // STORM's strict-priority egress queues hold up to queue_packets per port per worker.
+  if (c.storm.enabled) n += workers * c.ports.size() * c.storm.queue_packets;
   return n;
 }
 
@@ -915,7 +958,9 @@ absl::Status Validate(const Config& c) {
   if (uint64_t need = MbufsNeeded(c); c.mbufs > 0 && c.mbufs < need) {
     p.Add(absl::StrCat("mempool.mbufs: ", c.mbufs, " is too few for the configured rings; ", need,
                        " are needed (sum over ports of rx_queues*rx_desc + workers*tx_desc, "
-                       "+ workers*burst_size*2 + cache*(workers+1)); set mbufs: ",
+                       "+ workers*burst_size*2 + cache*(workers+1)",
+                       c.storm.enabled ? " + workers*ports*storm.queue_packets" : "",
+                       "); set mbufs: ",
                        SuggestedMbufs(need), " or shrink the rings"));
   }
 
@@ -1119,9 +1164,13 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "storm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << c.storm.enabled;
   out << YAML::Key << "levels" << YAML::Value << l.levels;
-  out << YAML::Key << "cutoffs" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (int i = 0; i + 1 < k; ++i) out << l.cutoffs[i];
-  out << YAML::EndSeq;
+  if (c.storm.auto_cutoffs) {
+    out << YAML::Key << "cutoffs" << YAML::Value << "auto";
+  } else {
+    out << YAML::Key << "cutoffs" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (int i = 0; i + 1 < k; ++i) out << l.cutoffs[i];
+    out << YAML::EndSeq;
+  }
   out << YAML::Key << "mode" << YAML::Value
       << (l.mode == storm::Mode::kPerPacket ? "per-packet" : "per-message");
   out << YAML::Key << "dscp" << YAML::Value << YAML::Flow << YAML::BeginSeq;
@@ -1136,6 +1185,15 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "qp_capacity" << YAML::Value << c.storm.qp_capacity;
   out << YAML::Key << "qp_idle_ms" << YAML::Value << c.storm.qp_idle_ms;
   out << YAML::Key << "mtu" << YAML::Value << c.storm.mtu;
+  out << YAML::Key << "auto_interval_ms" << YAML::Value << c.storm.auto_interval_ms;
+  out << YAML::Key << "auto_keep" << YAML::Value << c.storm.auto_keep;
+  out << YAML::Key << "backlog_source" << YAML::Value
+      << (c.storm.backlog_source == storm::BacklogSource::kNone       ? "none"
+          : c.storm.backlog_source == storm::BacklogSource::kHostShim ? "host"
+                                                                        : "egress");
+  out << YAML::Key << "host_backlog_dir" << YAML::Value << c.storm.host_backlog_dir;
+  out << YAML::Key << "host_poll_ms" << YAML::Value << c.storm.host_poll_ms;
+  out << YAML::Key << "queue_packets" << YAML::Value << c.storm.queue_packets;
   out << YAML::EndMap;
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;

@@ -45,6 +45,18 @@ struct StormConfig {
   uint32_t qp_capacity = 65536;  // QP table entries per worker; power of two, 1024..16M
   uint32_t qp_idle_ms = 10000;   // a QP idle this long may be evicted
   uint32_t mtu = 4096;           // RoCE path MTU for PSN/backlog math; power of two, 256..4096
+  // Cutoffs derived at run time from the observed request sizes (storm.cutoffs: auto); the static
+  // `levels.cutoffs` are then only the starting point.
+  bool auto_cutoffs = false;
+  uint32_t auto_interval_ms = 1000;  // how often auto cutoffs are recomputed; 10..3600000
+  double auto_keep = 0.5;            // share of the older size totals kept per interval, [0, 1)
+  // Where a QP's backlog B comes from: none, egress (heddled's own queues), host (verbs shim).
+  storm::BacklogSource backlog_source = storm::BacklogSource::kEgressQueue;
+  std::string host_backlog_dir = "/dev/shm";  // where the shim's heddle-verbs-<pid> tables live
+  uint32_t host_poll_ms = 10;                 // how often those tables are read; 1..10000
+  // Strict-priority egress: packets held per egress port per worker under backpressure, shared by
+  // the levels (a full port drops the newest packet of its lowest level); 16..65536.
+  uint32_t queue_packets = 512;
 
   friend bool operator==(const StormConfig&, const StormConfig&) = default;
 };

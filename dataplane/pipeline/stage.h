@@ -31,6 +31,14 @@ struct Burst {
   uint16_t ingress = 0;  // index of the port the burst came from
   rte_mbuf* pkts[kMaxBurst];
   uint16_t egress[kMaxBurst];  // port index each packet leaves on; kNoEgress until chosen
+  // Egress priority level (0 = lowest, served last); 0 unless a stage ("storm-tag") sets it. The
+  // worker serves a port's levels in strict priority when its TX queue pushes back.
+  uint8_t level[kMaxBurst];
+  // Per-flow count of this flow's packets held inside heddled (in this burst or in an egress
+  // queue), or nullptr. A stage that sets it has already added 1; the worker subtracts 1 when the
+  // packet leaves (sent to the driver or dropped). Lets a stage see its QP's own egress backlog
+  // and keep a QP's packets in order across levels (docs/storm.md §5).
+  uint32_t* held[kMaxBurst];
   pkt::PacketDesc desc[kMaxBurst];
 };
 
@@ -63,13 +71,18 @@ class Stage {
   // Stable name used in stats, traces, metrics labels and the CLI ("port-fwd").
   virtual const char* name() const = 0;
   virtual uint16_t Process(WorkerContext& ctx, Burst& b) = 0;
+  // Called once per poll loop, busy or idle, on the worker's lcore, outside any burst: picks up
+  // published configuration, runs bounded housekeeping slices. Must stay short (microseconds).
+  virtual void Poll(WorkerContext& ctx) {}
 };
 
-// Moves packet `from` to slot `to` (to <= from) in all three arrays.
+// Moves packet `from` to slot `to` (to <= from) in all the per-packet arrays.
 inline void MoveSlot(Burst& b, uint16_t to, uint16_t from) {
   if (to == from) return;
   b.pkts[to] = b.pkts[from];
   b.egress[to] = b.egress[from];
+  b.level[to] = b.level[from];
+  b.held[to] = b.held[from];
   b.desc[to] = b.desc[from];
 }
 

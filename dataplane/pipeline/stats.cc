@@ -67,6 +67,9 @@ StatsSnapshot DataplaneStats::Snapshot() const {
     for (int k = 0; k < kMaxStormLevels; ++k) {
       s.storm_level_packets[k] += ls.storm_level_packets[k].Get();
       s.storm_level_bytes[k] += ls.storm_level_bytes[k].Get();
+      s.egress_level_tx[k] += ls.egress_level_tx[k].Get();
+      s.egress_level_drops[k] += ls.egress_level_drops[k].Get();
+      s.egress_level_depth[k] += ls.egress_level_depth[k].load(std::memory_order_relaxed);
     }
     s.storm_table_full += ls.storm_table_full.Get();
     s.lcores.push_back(

@@ -34,7 +34,8 @@ inline constexpr int kMaxStormLevels = 8;  // storm::kMaxLevels (no storm depend
   X(kIcrcBad, "icrc-bad", "RoCEv2 ICRC mismatch (only when verify_icrc is on)") \
   X(kNoEgress, "no-egress", "no egress port for the ingress port")              \
   X(kTxFull, "tx-full", "egress TX queue full")                                 \
-  X(kTxMultiSeg, "tx-multi-seg", "chained mbuf for a port whose TX takes one segment only")
+  X(kTxMultiSeg, "tx-multi-seg", "chained mbuf for a port whose TX takes one segment only") \
+  X(kStormQueueFull, "storm-queue-full", "STORM egress level queue full under backpressure")
 
 enum class DropReason : uint8_t {
 #define HEDDLE_PIPELINE_ENUM_(e, n, d) e,
@@ -76,6 +77,11 @@ struct alignas(64) LcoreStats {
   // "storm-tag": packets and bytes tagged per level, and QPs refused by a full QP table.
   std::array<Counter, kMaxStormLevels> storm_level_packets, storm_level_bytes;
   Counter storm_table_full;
+  // Strict-priority egress (all ports): packets handed to the driver per level, dropped because
+  // the level's queue was full, and packets currently queued per level (a gauge: the worker stores
+  // the depth after each flush; Add() is not used on it).
+  std::array<Counter, kMaxStormLevels> egress_level_tx, egress_level_drops;
+  std::array<std::atomic<uint64_t>, kMaxStormLevels> egress_level_depth{};
 };
 
 struct PortSnapshot {
@@ -92,6 +98,8 @@ struct StatsSnapshot {
   std::vector<LcoreSnapshot> lcores;              // one per worker lcore
   std::array<uint64_t, kMaxStormLevels> storm_level_packets{}, storm_level_bytes{};
   uint64_t storm_table_full = 0;
+  std::array<uint64_t, kMaxStormLevels> egress_level_tx{}, egress_level_drops{},
+      egress_level_depth{};
 };
 
 // Owns one LcoreStats per worker. Built before workers start; never resized while they run.

@@ -65,6 +65,8 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     ++per_class[static_cast<int>(d.roce_class)];
     burst_.pkts[burst_.n] = m;
     burst_.egress[burst_.n] = kNoEgress;
+    burst_.level[burst_.n] = 0;
+    burst_.held[burst_.n] = nullptr;
     ++burst_.n;
   }
   for (int c = 0; c < kNumRoceClasses; ++c) {
