@@ -9,6 +9,14 @@ namespace heddle::pipeline {
 Worker::Worker(WorkerSetup setup)
     : s_(std::move(setup)), ctx_(s_.stats), tx_(new std::array<rte_mbuf*, kMaxBurst>[kMaxPorts]) {
   if (s_.burst == 0 || s_.burst > kMaxBurst) s_.burst = 32;
+  if (s_.egress_queue_packets > 0) {
+    egress_ =
+        std::make_unique<PrioEgress>(PrioEgressOptions{.num_ports = s_.num_ports,
+                                                       .port_ids = s_.port_ids,
+                                                       .tx_queue = s_.tx_queue,
+                                                       .queue_packets = s_.egress_queue_packets},
+                                     s_.stats);
+  }
 }
 
 int Worker::Run() {
@@ -26,6 +34,8 @@ int Worker::Run() {
   for (unsigned i = 0; i < s_.drain_polls; ++i) {
     if (PollOnce() == 0) break;
   }
+  // Then what waits in the egress queues: a few more flushes, the rest freed as "tx-full".
+  if (egress_) egress_->Drain(s_.egress_drain_attempts);
   return 0;
 }
 
@@ -37,6 +47,12 @@ uint32_t Worker::PollOnce() {
     total += n;
     ProcessBurst(q.port_index, n);
   }
+  // Once per poll loop, busy or idle, outside any burst.
+  for (auto& stage : s_.stages) stage->Poll(ctx_);
+  FreeDropped();
+  // Ports still holding packets get a retry, so the queues drain when the uplink frees up even
+  // if nothing more arrives.
+  if (egress_) egress_->Poll();
   return total;
 }
 
@@ -81,11 +97,42 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     burst_.n = stage->Process(ctx_, burst_);
   }
 
+  // From here every packet leaves heddled: sent, queued for egress, or dropped. A drop releases
+  // the packet's held count (the egress scheduler and Transmit() release the others).
+  if (egress_) {
+    uint16_t kept = 0;
+    for (uint16_t i = 0; i < burst_.n; ++i) {
+      rte_mbuf* m = burst_.pkts[i];
+      const uint16_t out = burst_.egress[i];
+      if (out >= s_.num_ports) [[unlikely]] {
+        ReleaseHeld(burst_.held[i]);
+        ctx_.Drop(m, DropReason::kNoEgress);
+        continue;
+      }
+      if (m->nb_segs > 1 && !s_.tx_multi_seg[out]) [[unlikely]] {
+        ReleaseHeld(burst_.held[i]);
+        ctx_.Drop(m, DropReason::kTxMultiSeg);
+        continue;
+      }
+      burst_.pkts[kept] = m;
+      burst_.egress[kept] = out;
+      burst_.level[kept] = burst_.level[i];
+      burst_.held[kept] = burst_.held[i];
+      ++kept;
+    }
+    burst_.n = kept;
+    if (kept) egress_->Send(ctx_, burst_);
+    FreeDropped();
+    return;
+  }
+
   // Stage egress, then send. Bytes are summed here: once tx_burst returns, the sent mbufs belong
-  // to the driver and may already be freed.
+  // to the driver and may already be freed. Every staged packet leaves heddled in Transmit() (sent
+  // or freed), so its held count is released as it is staged.
   for (uint16_t i = 0; i < burst_.n; ++i) {
     rte_mbuf* m = burst_.pkts[i];
     uint16_t out = burst_.egress[i];
+    ReleaseHeld(burst_.held[i]);
     if (out >= s_.num_ports) [[unlikely]] {
       ctx_.Drop(m, DropReason::kNoEgress);
       continue;
@@ -98,7 +145,10 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
     tx_bytes_[out] += m->pkt_len;
   }
   Transmit();
+  FreeDropped();
+}
 
+void Worker::FreeDropped() {
   rte_mbuf** dropped;
   uint16_t nd = ctx_.TakeDropped(&dropped);
   if (nd) rte_pktmbuf_free_bulk(dropped, nd);

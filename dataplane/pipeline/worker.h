@@ -2,9 +2,11 @@
 //
 // The per-lcore run-to-completion loop:
 //   for each assigned (port, RX queue): RX burst -> parse -> stage chain -> TX burst per egress
-// until `stop` is set, then a bounded drain of what is still in the RX queues. Each worker owns one
-// TX queue on every port (its index), its counters (LcoreStats) and its stages, so nothing it
-// writes is shared with another lcore.
+//   then, once per poll loop: every stage's Poll(), and a retry of the egress ports still holding
+//   packets (when the strict-priority egress is on)
+// until `stop` is set, then a bounded drain of what is still in the RX queues and the egress
+// queues. Each worker owns one TX queue on every port (its index), its counters (LcoreStats), its
+// stages and its egress queues, so nothing it writes is shared with another lcore.
 //
 //   Worker w(std::move(setup));
 //   rte_eal_remote_launch(&Worker::Launch, &w, lcore);   // returns when stop is set
@@ -15,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "dataplane/pipeline/egress.h"
 #include "dataplane/pipeline/stage.h"
 
 namespace heddle::pipeline {
@@ -47,6 +50,13 @@ struct WorkerSetup {
   const std::atomic<bool>* stop = nullptr;
   // Polls after `stop` with nothing received before the worker returns (bounded drain).
   unsigned drain_polls = 64;
+  // Strict-priority egress (egress.h): packets held per egress port under TX backpressure, shared
+  // by the levels (Burst::level). 0 = off: packets go straight to rte_eth_tx_burst and what the TX
+  // queue refuses is dropped as "tx-full". heddled sets storm.queue_packets when storm is on.
+  uint32_t egress_queue_packets = 0;
+  // At stop, consecutive flushes of the egress queues that may send nothing before what is left
+  // is freed (counted as "tx-full").
+  unsigned egress_drain_attempts = 16;
 };
 
 class Worker {
@@ -57,12 +67,16 @@ class Worker {
   // rte_lcore_function_t adaptor: arg is a Worker*.
   static int Launch(void* arg) { return static_cast<Worker*>(arg)->Run(); }
 
-  // One poll over every assigned queue; returns packets received. Exposed for tests.
+  // One poll loop: every assigned RX queue, then every stage's Poll() and the egress retry.
+  // Returns packets received. Exposed for tests.
   uint32_t PollOnce();
+  // The strict-priority egress, or nullptr when egress_queue_packets is 0. Exposed for tests.
+  const PrioEgress* egress() const { return egress_.get(); }
 
  private:
   void ProcessBurst(uint16_t port_index, uint16_t n);
   void Transmit();
+  void FreeDropped();
 
   WorkerSetup s_;
   WorkerContext ctx_;
@@ -71,6 +85,9 @@ class Worker {
   std::array<uint16_t, kMaxPorts> tx_n_{};
   std::array<uint64_t, kMaxPorts> tx_bytes_{};
   std::unique_ptr<std::array<rte_mbuf*, kMaxBurst>[]> tx_;
+  // Declared after s_: destroyed (freeing what it still holds) while the stages, whose counters
+  // the held pointers name, are still alive.
+  std::unique_ptr<PrioEgress> egress_;
 };
 
 }  // namespace heddle::pipeline

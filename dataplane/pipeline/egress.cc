@@ -1,0 +1,249 @@
+#include "dataplane/pipeline/egress.h"
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace heddle::pipeline {
+namespace {
+
+// Packets handed to the driver per call when flushing a level: rte_eth_tx_burst takes a uint16_t
+// count, and a driver stops at its free descriptors anyway.
+constexpr uint32_t kMaxRun = kMaxBurst;
+constexpr unsigned kDrainPauseUs = 10;
+
+inline int LevelOf(uint8_t level) {
+  return level < PrioEgress::kLevels ? level : PrioEgress::kLevels - 1;
+}
+
+}  // namespace
+
+PrioEgress::PrioEgress(const PrioEgressOptions& o, LcoreStats* stats)
+    : num_ports_(std::min<uint16_t>(o.num_ports, kMaxPorts)),
+      port_ids_(o.port_ids),
+      tx_queue_(o.tx_queue),
+      cap_(std::max<uint32_t>(o.queue_packets, 1)),
+      stats_(stats) {
+  const size_t slots = static_cast<size_t>(num_ports_) * kLevels * cap_;
+  mbufs_.reset(new rte_mbuf*[slots]);
+  held_.reset(new uint32_t*[slots]);
+  for (auto& d : stats_->egress_level_depth) d.store(0, std::memory_order_relaxed);
+}
+
+PrioEgress::~PrioEgress() { FreeAll(); }
+
+uint32_t PrioEgress::queued() const {
+  uint32_t n = 0;
+  for (uint16_t p = 0; p < num_ports_; ++p) n += ports_[p].total;
+  return n;
+}
+
+uint32_t PrioEgress::queued(uint16_t port) const {
+  return port < num_ports_ ? ports_[port].total : 0;
+}
+
+uint32_t PrioEgress::queued(uint16_t port, int level) const {
+  return port < num_ports_ && level >= 0 && level < kLevels ? ports_[port].level[level].count : 0;
+}
+
+void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
+  // Stable counting sort by key (port, 7 - level): ports ascending, levels descending, arrival
+  // order kept within a level. pos[k] is first the number of packets with key k - 1, then the
+  // start of key k, then (after placement) the start of key k + 1.
+  const int keys = num_ports_ * kLevels;
+  uint16_t pos[kMaxPorts * kLevels + 1];
+  std::fill_n(pos, keys + 1, uint16_t{0});
+  uint32_t ports_seen = 0;
+  for (uint16_t i = 0; i < b.n; ++i) {
+    assert(b.egress[i] < num_ports_);
+    ++pos[b.egress[i] * kLevels + (kLevels - 1 - LevelOf(b.level[i])) + 1];
+    ports_seen |= 1u << b.egress[i];
+  }
+  for (int k = 1; k <= keys; ++k) pos[k] += pos[k - 1];
+  for (uint16_t i = 0; i < b.n; ++i) {
+    const int level = LevelOf(b.level[i]);
+    const uint16_t to = pos[b.egress[i] * kLevels + (kLevels - 1 - level)]++;
+    sorted_pkts_[to] = b.pkts[i];
+    sorted_held_[to] = b.held[i];
+    sorted_level_[to] = static_cast<uint8_t>(level);
+  }
+
+  for (uint32_t mask = ports_seen; mask != 0; mask &= mask - 1) {
+    const auto p = static_cast<uint16_t>(std::countr_zero(mask));
+    const uint16_t lo = p == 0 ? 0 : pos[p * kLevels - 1];
+    const uint16_t hi = pos[p * kLevels + kLevels - 1];
+    flushed_ |= 1u << p;
+    if (ports_[p].total == 0) {
+      // Nothing waits on this port: the burst goes straight to the driver, highest level first,
+      // and only what it refuses is queued.
+      const uint16_t sent = TxBurst(p, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);
+      uint16_t per_level[kLevels] = {};
+      for (uint16_t i = lo; i < lo + sent; ++i) ++per_level[sorted_level_[i]];
+      for (int l = 0; l < kLevels; ++l) {
+        if (per_level[l]) stats_->egress_level_tx[l].Add(per_level[l]);
+      }
+      for (uint16_t i = lo + sent; i < hi; ++i) {
+        Enqueue(ctx, p, sorted_pkts_[i], sorted_held_[i], sorted_level_[i]);
+      }
+    } else {
+      // Packets wait already: the new ones queue behind those of their level, then the port is
+      // served in strict priority, so a new high-level packet overtakes queued lower ones.
+      for (uint16_t i = lo; i < hi; ++i) {
+        Enqueue(ctx, p, sorted_pkts_[i], sorted_held_[i], sorted_level_[i]);
+      }
+      Flush(p);
+    }
+  }
+  StoreDepth();
+}
+
+void PrioEgress::Enqueue(WorkerContext& ctx, uint16_t p, rte_mbuf* m, uint32_t* held, int level) {
+  PortQueues& q = ports_[p];
+  if (q.total == cap_) [[unlikely]] {
+    // Full: push out the newest packet of the lowest waiting level if that level is below the
+    // arrival's, else refuse the arrival. q.nonempty != 0 here since cap_ >= 1.
+    const int lowest = std::countr_zero(q.nonempty);
+    if (lowest >= level) {
+      DropFull(ctx, m, held, level);
+      return;
+    }
+    LevelQueue& victim = q.level[lowest];
+    const size_t s = Slot(p, lowest, Wrap(victim.head + victim.count - 1));
+    --victim.count;
+    --q.total;
+    --depth_[lowest];
+    if (victim.count == 0) {
+      victim.head = 0;
+      q.nonempty &= ~(1u << lowest);
+    }
+    DropFull(ctx, mbufs_[s], held_[s], lowest);
+  }
+  LevelQueue& lq = q.level[level];
+  const size_t s = Slot(p, level, Wrap(lq.head + lq.count));
+  mbufs_[s] = m;
+  held_[s] = held;
+  ++lq.count;
+  ++q.total;
+  ++depth_[level];
+  q.nonempty |= 1u << level;
+}
+
+void PrioEgress::DropFull(WorkerContext& ctx, rte_mbuf* m, uint32_t* held, int level) {
+  ReleaseHeld(held);
+  stats_->egress_level_drops[level].Add(1);
+  ctx.Drop(m, DropReason::kStormQueueFull);
+}
+
+uint16_t PrioEgress::TxBurst(uint16_t p, rte_mbuf** pkts, uint32_t* const* held, uint16_t n) {
+  if (n == 0) return 0;
+  // Bytes are summed before the call: once it returns, the accepted mbufs belong to the driver
+  // and may already be freed. The refused ones are still ours.
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < n; ++i) bytes += pkts[i]->pkt_len;
+  const uint16_t sent = rte_eth_tx_burst(port_ids_[p], tx_queue_, pkts, n);
+  for (uint16_t i = sent; i < n; ++i) bytes -= pkts[i]->pkt_len;
+  for (uint16_t i = 0; i < sent; ++i) ReleaseHeld(held[i]);
+  if (sent) {
+    stats_->port[p].tx_packets.Add(sent);
+    stats_->port[p].tx_bytes.Add(bytes);
+  }
+  return sent;
+}
+
+uint32_t PrioEgress::Flush(uint16_t p) {
+  PortQueues& q = ports_[p];
+  uint32_t total = 0;
+  while (q.nonempty != 0) {
+    const int level = std::bit_width(q.nonempty) - 1;  // the highest waiting level
+    LevelQueue& lq = q.level[level];
+    const size_t base = Slot(p, level, 0);
+    while (lq.count != 0) {
+      // The contiguous run from the head; a wrapped level takes a second call.
+      const auto run = static_cast<uint16_t>(std::min({lq.count, cap_ - lq.head, kMaxRun}));
+      const uint16_t sent = TxBurst(p, &mbufs_[base + lq.head], &held_[base + lq.head], run);
+      if (sent) stats_->egress_level_tx[level].Add(sent);
+      lq.head = Wrap(lq.head + sent);
+      lq.count -= sent;
+      q.total -= sent;
+      depth_[level] -= sent;
+      total += sent;
+      // Strict priority: when the driver refuses part of this level, no lower level may go.
+      if (sent < run) return total;
+    }
+    lq.head = 0;
+    q.nonempty &= ~(1u << level);
+  }
+  return total;
+}
+
+uint32_t PrioEgress::Poll() {
+  uint32_t sent = 0;
+  bool flushed_any = false;
+  for (uint16_t p = 0; p < num_ports_; ++p) {
+    if (ports_[p].total == 0 || (flushed_ & (1u << p))) continue;
+    sent += Flush(p);
+    flushed_any = true;
+  }
+  flushed_ = 0;
+  if (flushed_any) StoreDepth();
+  return sent;
+}
+
+uint32_t PrioEgress::Drain(unsigned attempts) {
+  for (unsigned idle = 0; idle < attempts && queued() != 0;) {
+    uint32_t sent = 0;
+    for (uint16_t p = 0; p < num_ports_; ++p) {
+      if (ports_[p].total != 0) sent += Flush(p);
+    }
+    if (sent != 0) {
+      idle = 0;
+    } else if (++idle < attempts) {
+      rte_delay_us_block(kDrainPauseUs);  // give the NIC time to complete descriptors
+    }
+  }
+  const uint32_t freed = FreeAll();
+  if (freed) stats_->drops[static_cast<int>(DropReason::kTxFull)].Add(freed);
+  flushed_ = 0;
+  StoreDepth();
+  return freed;
+}
+
+uint32_t PrioEgress::FreeAll() {
+  uint32_t freed = 0;
+  for (uint16_t p = 0; p < num_ports_; ++p) {
+    PortQueues& q = ports_[p];
+    for (int level = 0; level < kLevels; ++level) {
+      LevelQueue& lq = q.level[level];
+      const size_t base = Slot(p, level, 0);
+      while (lq.count != 0) {
+        const uint32_t run = std::min(lq.count, cap_ - lq.head);
+        for (uint32_t i = 0; i < run; ++i) ReleaseHeld(held_[base + lq.head + i]);
+        rte_pktmbuf_free_bulk(&mbufs_[base + lq.head], run);
+        lq.head = Wrap(lq.head + run);
+        lq.count -= run;
+        depth_[level] -= run;
+        freed += run;
+      }
+      lq.head = 0;
+    }
+    q.total = 0;
+    q.nonempty = 0;
+  }
+  return freed;
+}
+
+void PrioEgress::StoreDepth() {
+  for (int l = 0; l < kLevels; ++l) {
+    if (depth_[l] != depth_stored_[l]) {
+      // relaxed: a gauge read by the metrics thread; no other data hangs on it.
+      stats_->egress_level_depth[l].store(depth_[l], std::memory_order_relaxed);
+      depth_stored_[l] = depth_[l];
+    }
+  }
+}
+
+}  // namespace heddle::pipeline

@@ -1,0 +1,483 @@
+// The strict-priority egress (PrioEgress inside a Worker) on a slow uplink: a ring-backed ethdev
+// whose TX ring holds 31 packets and which the test drains at its own pace, a few packets between
+// polls. A test stage gives every RoCE packet the level (dest QP & 7) and a held counter per QP;
+// its PSN is the packet's identity, so each test asserts exactly which packets leave, in which
+// order, and which are dropped.
+#include "dataplane/pipeline/egress.h"
+
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dataplane/pipeline/stages.h"
+#include "dataplane/pipeline/worker.h"
+#include "dataplane/pkt/builder.h"
+#include "drivers/dpdk/eal.h"
+#include "gtest/gtest.h"
+
+namespace heddle::pipeline {
+namespace {
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    dpdk::EalParams p;
+    p.program = "egress_test";
+    p.no_huge = true;
+    p.memory_mb = 128;
+    p.log_level = "error";
+    ASSERT_TRUE(dpdk::InitEal(p).ok());
+    pool = rte_pktmbuf_pool_create("egress_test", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+    ASSERT_NE(pool, nullptr);
+  }
+  void TearDown() override { dpdk::CleanupEal(); }
+  static inline rte_mempool* pool = nullptr;
+};
+::testing::Environment* const env = ::testing::AddGlobalTestEnvironment(new Env);
+
+constexpr unsigned kSlowRing = 32;  // an rte_ring of 32 slots holds 31 packets
+constexpr unsigned kSlowHolds = kSlowRing - 1;
+
+struct RingPort {
+  rte_ring* rx;
+  rte_ring* tx;
+  uint16_t port_id;
+};
+
+RingPort MakePort(const std::string& name, unsigned tx_size) {
+  RingPort p;
+  p.rx = rte_ring_create((name + "_rx").c_str(), 1024, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  p.tx = rte_ring_create((name + "_tx").c_str(), tx_size, 0, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  int id = rte_eth_from_rings(name.c_str(), &p.rx, 1, &p.tx, 1, 0);
+  EXPECT_GE(id, 0);
+  p.port_id = static_cast<uint16_t>(id);
+  rte_eth_conf conf{};
+  EXPECT_EQ(rte_eth_dev_configure(p.port_id, 1, 1, &conf), 0);
+  EXPECT_EQ(rte_eth_rx_queue_setup(p.port_id, 0, 256, 0, nullptr, Env::pool), 0);
+  EXPECT_EQ(rte_eth_tx_queue_setup(p.port_id, 0, 256, 0, nullptr), 0);
+  EXPECT_EQ(rte_eth_dev_start(p.port_id), 0);
+  return p;
+}
+
+// A packet's identity: its level and its sequence number (carried in the PSN).
+using Id = std::pair<int, uint32_t>;
+using Ids = std::vector<Id>;
+
+std::vector<uint8_t> Frame(Id id) {
+  pkt::RoceSpec r;
+  r.opcode = pkt::op::kSendOnly;
+  r.dest_qp = 0x100 + static_cast<uint32_t>(id.first);  // one QP per level
+  r.psn = id.second;
+  r.payload_len = 64 + id.second % 64;  // sizes differ, so byte counts are checked too
+  return pkt::BuildRoce(pkt::FrameSpec{}, r);
+}
+
+Id IdOf(const rte_mbuf* m) {
+  pkt::PacketDesc d;
+  EXPECT_EQ(pkt::Parse(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &d), pkt::ParseError::kOk);
+  return {static_cast<int>(d.dest_qp & 7), d.psn};
+}
+
+// `n` packets of `level`, numbered from `first`.
+Ids Seq(int level, uint32_t first, uint32_t n) {
+  Ids out;
+  for (uint32_t i = 0; i < n; ++i) out.emplace_back(level, first + i);
+  return out;
+}
+Ids Cat(std::initializer_list<Ids> parts) {
+  Ids out;
+  for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// "test-level": level = dest QP & 7; held = the fixture's counter of that QP, incremented here as
+// storm-tag does. Counts its Poll() calls.
+class LevelFromQpStage final : public Stage {
+ public:
+  LevelFromQpStage(std::array<uint32_t, 8>* held, int* polls, bool count_held)
+      : held_(held), polls_(polls), count_held_(count_held) {}
+  const char* name() const override { return "test-level"; }
+  uint16_t Process(WorkerContext& ctx, Burst& b) override {
+    for (uint16_t i = 0; i < b.n; ++i) {
+      if (!(b.desc[i].flags & pkt::kFlagRoce)) continue;
+      const int level = static_cast<int>(b.desc[i].dest_qp & 7);
+      b.level[i] = static_cast<uint8_t>(level);
+      b.held[i] = &(*held_)[level];
+      if (count_held_) ++(*held_)[level];
+    }
+    return b.n;
+  }
+  void Poll(WorkerContext& ctx) override { ++*polls_; }
+
+ private:
+  std::array<uint32_t, 8>* held_;
+  int* polls_;
+  bool count_held_;
+};
+
+class EgressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    const std::string tag = std::to_string(n++);
+    host_ = MakePort("eghost" + tag, host_tx_ring_);
+    uplink_ = MakePort("egup" + tag, kSlowRing);
+    stats_ = std::make_unique<DataplaneStats>(2, std::vector<unsigned>{1});
+    avail_before_ = rte_mempool_avail_count(Env::pool);
+  }
+  void TearDown() override {
+    worker_.reset();  // frees whatever a failed test left queued
+    for (auto* p : {&host_, &uplink_}) {
+      Take(*p, ~0u);
+      rte_eth_dev_stop(p->port_id);
+      rte_eth_dev_close(p->port_id);
+      rte_ring_free(p->rx);
+      rte_ring_free(p->tx);
+    }
+  }
+
+  void MakeWorker(uint32_t queue_packets, bool count_held = true) {
+    WorkerSetup s;
+    s.lcore_id = 1;
+    s.rx = {{0, host_.port_id, 0}, {1, uplink_.port_id, 0}};
+    s.port_ids[0] = host_.port_id;
+    s.port_ids[1] = uplink_.port_id;
+    s.num_ports = 2;
+    s.stats = stats_->lcore(0);
+    s.stop = &stop_;
+    s.egress_queue_packets = queue_packets;
+    s.egress_drain_attempts = 4;
+    std::array<uint16_t, kMaxPorts> peer;
+    peer.fill(kNoEgress);
+    peer[0] = 1;
+    peer[1] = 0;
+    s.stages.push_back(std::make_unique<LevelFromQpStage>(&held_, &stage_polls_, count_held));
+    s.stages.push_back(std::make_unique<PortForwardStage>(peer));
+    worker_ = std::make_unique<Worker>(std::move(s));
+  }
+
+  // Puts `ids` on the port's RX ring and polls until the worker has received all of them.
+  void Arrive(RingPort& p, const Ids& ids) {
+    for (Id id : ids) {
+      const std::vector<uint8_t> f = Frame(id);
+      rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
+      ASSERT_NE(m, nullptr);
+      memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+      ASSERT_EQ(rte_ring_enqueue(p.rx, m), 0);
+      bytes_[id] = f.size();
+    }
+    while (rte_ring_count(p.rx) > 0) Poll();
+  }
+  void Poll() {
+    worker_->PollOnce();
+    ++polls_;
+  }
+  // The slow link sends: takes up to `n` packets off the port's TX ring, oldest first.
+  Ids Take(RingPort& p, unsigned n) {
+    Ids out;
+    void* m;
+    while (out.size() < n && rte_ring_dequeue(p.tx, &m) == 0) {
+      out.push_back(IdOf(static_cast<rte_mbuf*>(m)));
+      rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+    }
+    return out;
+  }
+  // Takes `n` from the uplink, polls once (no arrivals: the idle retry refills the ring) and
+  // returns what was taken.
+  Ids TakeAndPoll(unsigned n) {
+    Ids out = Take(uplink_, n);
+    Poll();
+    return out;
+  }
+  // Fills the uplink's TX ring with 31 level-0 packets numbered 0..30, which leave at once.
+  void Clog() {
+    Arrive(host_, Seq(0, 0, kSlowHolds));
+    ASSERT_EQ(rte_ring_count(uplink_.tx), kSlowHolds);
+    ASSERT_EQ(worker_->egress()->queued(), 0u);
+  }
+
+  // Depth gauges, held counters and the scheduler's own queues all agree with `waiting`, the
+  // packets that should still be queued for the uplink.
+  void ExpectQueued(const Ids& waiting) {
+    std::array<uint32_t, 8> want{};
+    for (Id id : waiting) ++want[id.first];
+    StatsSnapshot s = stats_->Snapshot();
+    for (int l = 0; l < 8; ++l) {
+      EXPECT_EQ(s.egress_level_depth[l], want[l]) << "level " << l;
+      EXPECT_EQ(worker_->egress()->queued(1, l), want[l]) << "level " << l;
+      EXPECT_EQ(held_[l], want[l]) << "level " << l;
+    }
+    EXPECT_EQ(worker_->egress()->queued(1), waiting.size());
+  }
+
+  uint64_t Drops(DropReason r) { return stats_->Snapshot().drops[static_cast<int>(r)]; }
+  uint64_t BytesOf(const Ids& ids) {
+    uint64_t n = 0;
+    for (Id id : ids) n += bytes_.at(id);
+    return n;
+  }
+
+  unsigned host_tx_ring_ = 1024;
+  RingPort host_, uplink_;
+  std::unique_ptr<DataplaneStats> stats_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<Worker> worker_;
+  std::array<uint32_t, 8> held_{};
+  std::map<Id, size_t> bytes_;
+  int stage_polls_ = 0, polls_ = 0;
+  unsigned avail_before_ = 0;
+};
+
+TEST_F(EgressTest, QueuedLevelsLeaveInStrictPriorityAndFifoWithinALevel) {
+  MakeWorker(256);
+  Clog();
+  // 60 packets over four levels, interleaved; the uplink is full, so every one of them waits.
+  const int pattern[] = {0, 3, 1, 3, 2, 0};
+  Ids mixed;
+  for (uint32_t j = 0; j < 60; ++j) mixed.emplace_back(pattern[j % 6], 100 + j);
+  Arrive(host_, mixed);
+  ExpectQueued(mixed);
+
+  Ids want = Seq(0, 0, kSlowHolds);  // the clog first, then level 3, 2, 1, 0, each in arrival order
+  for (int level : {3, 2, 1, 0}) {
+    for (Id id : mixed) {
+      if (id.first == level) want.push_back(id);
+    }
+  }
+  // The link sends 8 at a time; after every idle poll exactly the packets behind the ring's
+  // contents are still queued.
+  Ids got;
+  while (got.size() < want.size()) {
+    Ids step = TakeAndPoll(8);
+    ASSERT_FALSE(step.empty()) << "stalled after " << got.size();
+    got.insert(got.end(), step.begin(), step.end());
+    const size_t out = got.size() + rte_ring_count(uplink_.tx);
+    ExpectQueued(Ids(want.begin() + std::min(out, want.size()), want.end()));
+  }
+  EXPECT_EQ(got, want);
+
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.egress_level_tx[0], kSlowHolds + 20);
+  EXPECT_EQ(s.egress_level_tx[1], 10u);
+  EXPECT_EQ(s.egress_level_tx[2], 10u);
+  EXPECT_EQ(s.egress_level_tx[3], 20u);
+  EXPECT_EQ(s.ports[1].tx_packets, want.size());
+  EXPECT_EQ(s.ports[1].tx_bytes, BytesOf(want));
+  for (uint64_t d : s.drops) EXPECT_EQ(d, 0u);
+  for (uint64_t d : s.egress_level_drops) EXPECT_EQ(d, 0u);
+  EXPECT_EQ(stage_polls_, polls_);  // the stage hook ran once per poll loop, busy or idle
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, ABurstLeavesHighestLevelFirstEvenWithoutBackpressure) {
+  MakeWorker(64);
+  const Ids in = {{0, 1}, {2, 2}, {0, 3}, {7, 4}, {2, 5}, {1, 6}, {7, 7}, {0, 8}};
+  Arrive(host_, in);
+  const Ids want = {{7, 4}, {7, 7}, {2, 2}, {2, 5}, {1, 6}, {0, 1}, {0, 3}, {0, 8}};
+  EXPECT_EQ(Take(uplink_, ~0u), want);
+  ExpectQueued({});
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.egress_level_tx[7], 2u);
+  EXPECT_EQ(s.egress_level_tx[2], 2u);
+  EXPECT_EQ(s.egress_level_tx[1], 1u);
+  EXPECT_EQ(s.egress_level_tx[0], 3u);
+  EXPECT_EQ(s.ports[1].tx_bytes, BytesOf(in));
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, ANewHigherLevelOvertakesQueuedLowerOnes) {
+  MakeWorker(64);
+  Clog();
+  Arrive(host_, Cat({Seq(1, 100, 10), Seq(0, 200, 5)}));
+  EXPECT_EQ(TakeAndPoll(4), Seq(0, 0, 4));  // the ring now ends with level-1 100..103
+  // Arrivals while the port is backlogged: queued behind their level, then the port is served.
+  EXPECT_EQ(Take(uplink_, 4), Seq(0, 4, 4));
+  Arrive(host_, {{5, 300}, {1, 110}, {5, 301}});
+  Ids got = Take(uplink_, ~0u);
+  for (int i = 0; i < 100 && (worker_->egress()->queued() > 0 || rte_ring_count(uplink_.tx) > 0);
+       ++i) {
+    Ids step = TakeAndPoll(5);
+    got.insert(got.end(), step.begin(), step.end());
+  }
+  const Ids want =
+      Cat({Seq(0, 8, 23), Seq(1, 100, 4), {{5, 300}, {5, 301}}, Seq(1, 104, 7), Seq(0, 200, 5)});
+  EXPECT_EQ(got, want);
+  ExpectQueued({});
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+// An arrival at a full port and the packet it costs: the newest of the lowest waiting level if
+// that level is below the arrival's, else the arrival itself.
+struct Overflow {
+  Id arrival;
+  Id dropped;
+};
+
+TEST_F(EgressTest, AFullPortPushesOutTheNewestPacketOfItsLowestLevel) {
+  MakeWorker(8);
+  Clog();
+  Arrive(host_, Cat({Seq(1, 100, 4), Seq(0, 200, 4)}));  // the port's 8 slots are full
+  ExpectQueued(Cat({Seq(1, 100, 4), Seq(0, 200, 4)}));
+  const std::vector<Overflow> steps = {
+      {{3, 300}, {0, 203}},  // level 0 < 3: 203, the newest of level 0, goes
+      {{0, 204}, {0, 204}},  // nothing waits below level 0: the arrival goes
+      {{1, 104}, {0, 202}},
+      {{0, 205}, {0, 205}},
+  };
+  std::array<uint64_t, 8> drops{};
+  for (const Overflow& st : steps) {
+    const unsigned before = rte_mempool_avail_count(Env::pool);
+    Arrive(host_, {st.arrival});
+    ++drops[st.dropped.first];
+    StatsSnapshot s = stats_->Snapshot();
+    for (int l = 0; l < 8; ++l) {
+      EXPECT_EQ(s.egress_level_drops[l], drops[l]) << "arrival " << st.arrival.second;
+    }
+    EXPECT_EQ(rte_mempool_avail_count(Env::pool), before) << "the dropped mbuf was freed";
+  }
+  EXPECT_EQ(Drops(DropReason::kStormQueueFull), 4u);
+  EXPECT_EQ(Drops(DropReason::kTxFull), 0u);
+  const Ids left = Cat({{{3, 300}}, Seq(1, 100, 5), Seq(0, 200, 2)});
+  ExpectQueued(left);
+
+  EXPECT_EQ(Take(uplink_, ~0u), Seq(0, 0, kSlowHolds));
+  Poll();
+  EXPECT_EQ(Take(uplink_, ~0u), left);  // exactly the survivors, highest level first
+  ExpectQueued({});
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, AFullPortRefusesArrivalsNotAboveItsLowestWaitingLevel) {
+  MakeWorker(8);
+  Clog();
+  Arrive(host_, Cat({Seq(2, 100, 4), Seq(1, 200, 4)}));  // full, nothing at level 0
+  const std::vector<Overflow> steps = {
+      {{1, 204}, {1, 204}},  // level 1 is the lowest waiting: refused
+      {{0, 300}, {0, 300}},  // below every waiting level: refused
+      {{2, 104}, {1, 203}},  // level 1 < 2: pushes out 203
+      {{6, 400}, {1, 202}},
+  };
+  std::array<uint64_t, 8> drops{};
+  for (const Overflow& st : steps) {
+    Arrive(host_, {st.arrival});
+    ++drops[st.dropped.first];
+    StatsSnapshot s = stats_->Snapshot();
+    for (int l = 0; l < 8; ++l) {
+      EXPECT_EQ(s.egress_level_drops[l], drops[l]) << "arrival " << st.arrival.second;
+    }
+  }
+  EXPECT_EQ(Drops(DropReason::kStormQueueFull), 4u);
+  const Ids left = Cat({{{6, 400}}, Seq(2, 100, 5), Seq(1, 200, 2)});
+  ExpectQueued(left);
+  Take(uplink_, ~0u);
+  Poll();
+  EXPECT_EQ(Take(uplink_, ~0u), left);
+  ExpectQueued({});
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, ARefusedBurstTailIsQueuedNotDropped) {
+  MakeWorker(64);
+  Arrive(host_, Seq(2, 0, 20));  // leaves 11 free slots in the uplink's ring
+  // One burst of 14 into 11 slots: level 4, then level 2, then the first 3 of level 0 fit.
+  Arrive(host_, Cat({Seq(0, 60, 6), Seq(4, 70, 6), Seq(2, 80, 2)}));
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(2, 0, 20), Seq(4, 70, 6), Seq(2, 80, 2), Seq(0, 60, 3)}));
+  ExpectQueued(Seq(0, 63, 3));
+  EXPECT_EQ(Drops(DropReason::kTxFull), 0u);
+  EXPECT_EQ(Drops(DropReason::kStormQueueFull), 0u);
+  Poll();  // idle: the retry sends the tail
+  EXPECT_EQ(Take(uplink_, ~0u), Seq(0, 63, 3));
+  ExpectQueued({});
+  EXPECT_EQ(stats_->Snapshot().ports[1].tx_packets, 34u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, StopSendsWhatTheLinkTakesThenFreesTheRestAsTxFull) {
+  MakeWorker(64);
+  Clog();
+  const Ids waiting = Cat({Seq(0, 100, 8), Seq(6, 200, 7), Seq(3, 300, 5)});
+  Arrive(host_, waiting);
+  EXPECT_EQ(Take(uplink_, 5), Seq(0, 0, 5));  // room for 5 more before the stop
+  stop_.store(true, std::memory_order_release);
+  EXPECT_EQ(worker_->Run(), 0);
+  // The 5 highest went out; the other 15 were freed and counted.
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(0, 5, 26), Seq(6, 200, 5)}));
+  EXPECT_EQ(Drops(DropReason::kTxFull), 15u);
+  EXPECT_EQ(Drops(DropReason::kStormQueueFull), 0u);
+  ExpectQueued({});
+  EXPECT_EQ(worker_->egress()->queued(), 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, HeldCountsNeverWrapBelowZero) {
+  MakeWorker(8, /*count_held=*/false);  // a stage that sets held without counting
+  Clog();
+  Arrive(host_, Cat({Seq(1, 100, 8), Seq(2, 200, 2)}));  // 8 slots: 106, 107 refused
+  Take(uplink_, ~0u);
+  Poll();
+  EXPECT_EQ(Take(uplink_, ~0u).size(), 8u);
+  for (uint32_t h : held_) EXPECT_EQ(h, 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+class EgressBothWaysTest : public EgressTest {
+ protected:
+  EgressBothWaysTest() { host_tx_ring_ = kSlowRing; }
+};
+
+TEST_F(EgressBothWaysTest, DepthGaugesSumTheWorkersPorts) {
+  MakeWorker(64);
+  Arrive(host_, Seq(0, 0, kSlowHolds));
+  Arrive(uplink_, Seq(0, 0, kSlowHolds));
+  Arrive(host_, Cat({Seq(2, 100, 3), Seq(5, 110, 2)}));
+  Arrive(uplink_, Cat({Seq(2, 200, 4), Seq(1, 210, 1)}));
+  EXPECT_EQ(worker_->egress()->queued(1), 5u);
+  EXPECT_EQ(worker_->egress()->queued(0), 5u);
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.egress_level_depth[1], 1u);
+  EXPECT_EQ(s.egress_level_depth[2], 7u);
+  EXPECT_EQ(s.egress_level_depth[5], 2u);
+  EXPECT_EQ(held_[2], 7u);
+
+  Take(host_, ~0u);
+  Take(uplink_, ~0u);
+  Poll();
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(5, 110, 2), Seq(2, 100, 3)}));
+  EXPECT_EQ(Take(host_, ~0u), Cat({Seq(2, 200, 4), Seq(1, 210, 1)}));
+  s = stats_->Snapshot();
+  for (uint64_t d : s.egress_level_depth) EXPECT_EQ(d, 0u);
+  for (uint32_t h : held_) EXPECT_EQ(h, 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(EgressTest, WithoutTheSchedulerTheTxQueueDropsAsBeforeAndHeldIsReleased) {
+  MakeWorker(0);
+  ASSERT_EQ(worker_->egress(), nullptr);
+  Arrive(host_, Seq(0, 0, 20));
+  const Ids mixed = Cat({Seq(0, 100, 5), Seq(3, 200, 5), Seq(1, 300, 5)});
+  Arrive(host_, mixed);
+  // No sorting and no queue: arrival order, and the 4 that did not fit are dropped.
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(0, 0, 20), Seq(0, 100, 5), Seq(3, 200, 5), {{1, 300}}}));
+  EXPECT_EQ(Drops(DropReason::kTxFull), 4u);
+  EXPECT_EQ(Drops(DropReason::kStormQueueFull), 0u);
+  for (uint32_t h : held_) EXPECT_EQ(h, 0u);
+  StatsSnapshot s = stats_->Snapshot();
+  for (uint64_t n : s.egress_level_tx) EXPECT_EQ(n, 0u);
+  EXPECT_EQ(stage_polls_, polls_);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+}  // namespace
+}  // namespace heddle::pipeline
