@@ -290,6 +290,32 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
         MetricType::Counter);
     AddSample(full, {}, static_cast<double>(snap.storm_table_full));
     out.push_back(std::move(full));
+
+    MetricFamily eg_tx =
+        NewFamily("heddle_storm_egress_tx_packets_total",
+                  "Packets of each STORM level accepted by the egress ports' TX queues from the "
+                  "strict-priority egress, summed over ports and worker lcores.",
+                  MetricType::Counter);
+    MetricFamily eg_drops = NewFamily(
+        "heddle_storm_egress_drops_total",
+        "Packets of each STORM level dropped because their egress port's queue budget "
+        "(storm.queue_packets) was full: pushed out by a higher level, or refused on arrival.",
+        MetricType::Counter);
+    MetricFamily eg_depth = NewFamily(
+        "heddle_storm_egress_queue_depth",
+        "Packets of each STORM level waiting in the strict-priority egress queues, summed over "
+        "ports and worker lcores.",
+        MetricType::Gauge);
+    for (int k = 0; k < levels; ++k) {
+      AddSample(eg_tx, {{"level", absl::StrCat(k)}}, static_cast<double>(snap.egress_level_tx[k]));
+      AddSample(eg_drops, {{"level", absl::StrCat(k)}},
+                static_cast<double>(snap.egress_level_drops[k]));
+      AddSample(eg_depth, {{"level", absl::StrCat(k)}},
+                static_cast<double>(snap.egress_level_depth[k]));
+    }
+    out.push_back(std::move(eg_tx));
+    out.push_back(std::move(eg_drops));
+    out.push_back(std::move(eg_depth));
   }
 
   MetricFamily build =

@@ -19,7 +19,8 @@
 //   heddle_dataplane_drops_total{reason}      every reason, zeros included, so rate() works
 //   heddle_roce_rx_packets_total{port,class}  every RoCE opcode class except "none"
 //   heddle_lcore_poll_loops_total{lcore,state="busy"|"idle"}
-//   heddle_storm_level_{packets,bytes}_total{level}, heddle_storm_qp_table_full_total
+//   heddle_storm_level_{packets,bytes}_total{level}, heddle_storm_qp_table_full_total,
+//   heddle_storm_egress_{tx_packets,drops}_total{level}, heddle_storm_egress_queue_depth{level}
 //                                             (if storm_levels > 0; levels 0..storm_levels-1)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once

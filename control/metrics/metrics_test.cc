@@ -175,6 +175,12 @@ class MetricsTest : public ::testing::Test {
     b->storm_level_packets[1].Add(4);
     b->storm_level_bytes[3].Add(5000);
     a->storm_table_full.Add(2);
+    a->egress_level_tx[2].Add(10);
+    b->egress_level_tx[2].Add(5);
+    b->egress_level_tx[5].Add(99);  // beyond storm_levels: not exported
+    b->egress_level_drops[0].Add(3);
+    a->egress_level_depth[3].store(4, std::memory_order_relaxed);
+    b->egress_level_depth[3].store(6, std::memory_order_relaxed);
   }
 
   MetricsSources Sources() {
@@ -298,7 +304,7 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       }
     }
   }
-  const std::set<std::string> want = {
+  std::set<std::string> want = {
       "heddle_port_rx_packets_total",   "heddle_port_rx_bytes_total",
       "heddle_port_tx_packets_total",   "heddle_port_tx_bytes_total",
       "heddle_port_hw_rx_missed_total", "heddle_port_hw_rx_errors_total",
@@ -307,6 +313,8 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       "heddle_lcore_poll_loops_total",  "heddle_build_info",
       "heddle_uptime_seconds",          "heddle_storm_level_packets_total",
       "heddle_storm_level_bytes_total", "heddle_storm_qp_table_full_total"};
+  want.insert({"heddle_storm_egress_tx_packets_total", "heddle_storm_egress_drops_total",
+               "heddle_storm_egress_queue_depth"});
   EXPECT_EQ(names, want);
 
   Exposition e = Parse(Serialize(c));
@@ -314,6 +322,9 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
   EXPECT_EQ(e.type["heddle_dataplane_drops_total"], "counter");
   EXPECT_EQ(e.type["heddle_build_info"], "gauge");
   EXPECT_EQ(e.type["heddle_uptime_seconds"], "gauge");
+  EXPECT_EQ(e.type["heddle_storm_egress_tx_packets_total"], "counter");
+  EXPECT_EQ(e.type["heddle_storm_egress_drops_total"], "counter");
+  EXPECT_EQ(e.type["heddle_storm_egress_queue_depth"], "gauge");
   EXPECT_FALSE(e.help["heddle_lcore_poll_loops_total"].empty());
 }
 
@@ -335,6 +346,36 @@ TEST_F(MetricsTest, UptimeFollowsTheInjectedClockAndHwFamiliesAreOptional) {
   EXPECT_EQ(e.samples["heddle_storm_level_packets_total"].size(), 4u);
   EXPECT_EQ(e.Get("heddle_storm_qp_table_full_total", {}), 2);
   EXPECT_EQ(e.Get("heddle_port_tx_packets_total", {{"port", "port1"}, {"role", "unknown"}}), 15);
+}
+
+TEST_F(MetricsTest, StormEgressFamiliesSumLcoresPerConfiguredLevel) {
+  DataplaneCollectable c(Sources());
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.Get("heddle_storm_egress_tx_packets_total", {{"level", "2"}}), 15);
+  EXPECT_EQ(e.Get("heddle_storm_egress_tx_packets_total", {{"level", "0"}}), 0);
+  EXPECT_EQ(e.Get("heddle_storm_egress_drops_total", {{"level", "0"}}), 3);
+  EXPECT_EQ(e.Get("heddle_storm_egress_drops_total", {{"level", "2"}}), 0);
+  EXPECT_EQ(e.Get("heddle_storm_egress_queue_depth", {{"level", "3"}}), 10);
+  EXPECT_EQ(e.Get("heddle_storm_egress_queue_depth", {{"level", "1"}}), 0);
+  // Exactly the configured levels 0..3: level 5's count is not exported.
+  for (const char* name : {"heddle_storm_egress_tx_packets_total",
+                           "heddle_storm_egress_drops_total", "heddle_storm_egress_queue_depth"}) {
+    ASSERT_EQ(e.samples[name].size(), 4u) << name;
+    int level = 0;
+    for (const auto& [labels, value] : e.samples[name]) {
+      EXPECT_EQ(labels, (Exposition::Labels{{"level", absl::StrCat(level++)}})) << name;
+    }
+  }
+
+  // The gauge follows the workers' stores down as well as up; without storm, no family at all.
+  stats_.lcore(0)->egress_level_depth[3].store(0, std::memory_order_relaxed);
+  EXPECT_EQ(Parse(Serialize(c)).Get("heddle_storm_egress_queue_depth", {{"level", "3"}}), 6);
+  MetricsSources off = Sources();
+  off.storm_levels = 0;
+  DataplaneCollectable c_off(std::move(off));
+  Exposition e_off = Parse(Serialize(c_off));
+  EXPECT_EQ(e_off.samples.count("heddle_storm_egress_tx_packets_total"), 0u);
+  EXPECT_EQ(e_off.samples.count("heddle_storm_egress_queue_depth"), 0u);
 }
 
 TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {
