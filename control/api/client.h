@@ -10,10 +10,13 @@
 // A daemon that is not running shows up as
 //   "cannot reach heddled at /run/heddle/heddled.sock: <reason>; is heddled running? (-s to choose
 //    another socket)".
+// Errors the daemon itself returns (e.g. INVALID_ARGUMENT from SetStorm, FAILED_PRECONDITION from
+// GetStorm when storm is disabled) keep their code, and their message follows "heddled <Rpc>: ".
 // Creating the client does not connect; the first call does. A client is safe to share between
 // threads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +41,11 @@ class ApiClient {
   absl::StatusOr<v1::GetDropsResponse> GetDrops(bool include_zero);
   absl::StatusOr<v1::GetConfigResponse> GetConfig();
   absl::StatusOr<v1::GetRdmaResponse> GetRdma();
+  absl::StatusOr<v1::GetStormResponse> GetStorm();
+  // `top` 1..1000 QPs, largest first by `sort`: "backlog", "remaining" or "idle".
+  absl::StatusOr<v1::ListQpsResponse> ListQps(uint32_t top, const std::string& sort);
+  // Fields left unset in `request` keep their value in the daemon.
+  absl::StatusOr<v1::SetStormResponse> SetStorm(const v1::SetStormRequest& request);
 
   const std::string& socket_path() const { return socket_path_; }
 

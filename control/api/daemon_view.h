@@ -5,11 +5,19 @@
 // (control/api/server.h) only ever talks to this interface, so it has no DPDK dependency.
 // Every method is called from gRPC threads, concurrently; implementations must be thread-safe and
 // must not block on the dataplane.
+//
+// The STORM methods (GetStorm, ListQps, SetStorm) have defaults that answer UNIMPLEMENTED, so a
+// daemon without STORM control still builds; the control API passes a returned status to the
+// client with its code and message unchanged, so the messages are written for the operator.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace heddle::api {
 
@@ -77,6 +85,72 @@ struct RdmaView {
   std::string note;                     // e.g. "no RDMA device found"
 };
 
+// One STORM level (docs/storm.md §3), with the counters of the stages that act on it.
+struct StormLevelView {
+  uint32_t level = 0;  // 0 = lowest; K-1 served first
+  uint32_t dscp = 0;
+  int32_t pcp = -1;  // -1: PCP kept
+  // Effective remaining size range of requests at this level: (r_min, r_max] bytes; r_max = 0
+  // means unbounded (the lowest level). Level K-1-i covers (c_i, c_{i+1}], see docs/storm.md §3.
+  uint64_t r_min = 0, r_max = 0;
+  bool control = false;  // the control level (ACK/NAK, CNP, READ request, atomic ACK)
+  uint64_t tagged_packets = 0, tagged_bytes = 0;  // storm-tag stage
+  // Strict-priority egress; the depth is packets queued now.
+  uint64_t egress_tx_packets = 0, egress_drops = 0, egress_queue_depth = 0;
+};
+
+// The STORM state in force and its counters, summed over workers.
+struct StormView {
+  bool enabled = false;
+  uint32_t levels = 0;
+  std::string mode;  // "per-message" | "per-packet"
+  bool auto_cutoffs = false;
+  std::vector<uint64_t> cutoffs;  // c_1 < ... < c_{K-1}, bytes (the ones in use, auto or static)
+  uint32_t control_level = 0;
+  double beta = 0;
+  uint64_t backlog_max = 0;
+  std::string backlog_source;  // "none" | "egress" | "host"
+  uint64_t generation = 0;     // bumps on every published change
+  uint32_t auto_interval_ms = 0;
+  uint64_t auto_publications = 0;
+  std::vector<StormLevelView> per_level;
+  uint64_t qp_live = 0, qp_capacity = 0, qp_table_full = 0, qp_evicted_idle = 0,
+           qp_evicted_on_insert = 0;
+  uint64_t requests_started = 0, requests_completed = 0, orphans = 0, abandoned = 0, duplicates = 0,
+           psn_jumps = 0, bogus_length = 0, overrun = 0;
+  uint64_t host_tables = 0, host_qps = 0, host_backlog_hits = 0;
+  std::vector<std::string> host_errors;  // one line per shim table refused
+};
+
+// One tracked QP (an entry of a worker's QpTable, docs/storm.md §2).
+struct QpView {
+  uint32_t worker = 0, qpn = 0;
+  std::string direction;  // "request" | "response"
+  std::string kind;       // "write" | "read" | "send" | "atomic" | "-"
+  uint32_t level = 0;
+  std::string dst;  // destination IPv4 dotted, or "ipv6"
+  bool size_known = false, in_progress = false;
+  uint64_t size = 0, sent = 0, remaining = 0;
+  uint64_t backlog_bytes = 0;  // B for the configured source
+  uint32_t egress_held = 0;    // packets held in heddled
+  uint64_t host_backlog = 0;   // bytes, verbs shim
+  uint64_t completed = 0;      // requests completed on the QP
+  uint32_t idle_ms = 0;
+};
+
+// A change to the STORM settings, applied as one batch (all of it or nothing). Fields not set are
+// left as they are.
+struct StormUpdate {
+  std::optional<uint32_t> levels;
+  std::optional<std::vector<uint64_t>> cutoffs;  // exactly levels-1 strictly increasing values
+  bool cutoffs_auto = false;                     // switch to auto cutoffs (exclusive with cutoffs)
+  std::optional<std::string> mode;
+  std::optional<std::vector<uint32_t>> dscp;  // one per level
+  std::optional<std::vector<int32_t>> pcp;    // one per level, -1 keeps
+  std::optional<uint32_t> control_level;
+  std::optional<double> beta;
+};
+
 class DaemonView {
  public:
   virtual ~DaemonView() = default;
@@ -87,6 +161,31 @@ class DaemonView {
   virtual std::vector<DropView> GetDrops() = 0;  // every reason, zeros included
   virtual std::string GetConfigYaml() = 0;
   virtual RdmaView GetRdma() = 0;
+
+  // STORM. Errors reach heddlectl as they are: FailedPrecondition when storm is disabled,
+  // InvalidArgument for an update the daemon refuses (with its reason), DeadlineExceeded when a
+  // change could not be published in time. Do not return Unavailable: clients read that as "the
+  // daemon is not running".
+  //
+  // The state in force; FailedPrecondition when storm is disabled.
+  virtual absl::StatusOr<StormView> GetStorm() { return StormUnimplemented(); }
+  // At most `top` (1..1000) tracked QPs, largest first by `sort`: "backlog" (backlog_bytes),
+  // "remaining" or "idle" (idle_ms). The server checks both arguments before calling.
+  virtual absl::StatusOr<std::vector<QpView>> ListQps(uint32_t top, const std::string& sort) {
+    return StormUnimplemented();
+  }
+  // Applies `update` atomically, without restart or packet loss, and returns the state now in
+  // force. The server has already refused an empty update, cutoffs together with cutoffs_auto, a
+  // mode other than "per-message"/"per-packet" and a negative or non-finite beta; the rest (list
+  // lengths against levels, ranges, ordering) is the daemon's to check.
+  virtual absl::StatusOr<StormView> SetStorm(const StormUpdate& update) {
+    return StormUnimplemented();
+  }
+
+ private:
+  static absl::Status StormUnimplemented() {
+    return absl::UnimplementedError("this heddled has no STORM control yet");
+  }
 };
 
 }  // namespace heddle::api

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +25,8 @@ namespace {
 
 constexpr mode_t kSocketDirMode = 0750;
 constexpr mode_t kSocketMode = 0660;
-// In-flight calls get this long to finish when the server stops; every RPC here is a snapshot read.
+// In-flight calls get this long to finish when the server stops; every RPC here is a snapshot read
+// or, for SetStorm, one table publication.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 // Requests are tiny; anything bigger is a confused or hostile client.
 constexpr int kMaxRequestBytes = 64 * 1024;
@@ -88,13 +91,132 @@ void ToProto(const RdmaDeviceView& in, v1::RdmaDevice* out) {
   }
 }
 
+void ToProto(const StormView& in, v1::Storm* out) {
+  out->set_enabled(in.enabled);
+  out->set_levels(in.levels);
+  out->set_mode(in.mode);
+  out->set_auto_cutoffs(in.auto_cutoffs);
+  for (uint64_t c : in.cutoffs) out->add_cutoffs(c);
+  out->set_control_level(in.control_level);
+  out->set_beta(in.beta);
+  out->set_backlog_max(in.backlog_max);
+  out->set_backlog_source(in.backlog_source);
+  out->set_generation(in.generation);
+  out->set_auto_interval_ms(in.auto_interval_ms);
+  out->set_auto_publications(in.auto_publications);
+  for (const StormLevelView& l : in.per_level) {
+    v1::StormLevel* level = out->add_per_level();
+    level->set_level(l.level);
+    level->set_dscp(l.dscp);
+    level->set_pcp(l.pcp);
+    level->set_r_min(l.r_min);
+    level->set_r_max(l.r_max);
+    level->set_control(l.control);
+    level->set_tagged_packets(l.tagged_packets);
+    level->set_tagged_bytes(l.tagged_bytes);
+    level->set_egress_tx_packets(l.egress_tx_packets);
+    level->set_egress_drops(l.egress_drops);
+    level->set_egress_queue_depth(l.egress_queue_depth);
+  }
+  v1::StormQpTable* table = out->mutable_qp_table();
+  table->set_live(in.qp_live);
+  table->set_capacity(in.qp_capacity);
+  table->set_table_full(in.qp_table_full);
+  table->set_evicted_idle(in.qp_evicted_idle);
+  table->set_evicted_on_insert(in.qp_evicted_on_insert);
+  v1::StormTracker* tracker = out->mutable_tracker();
+  tracker->set_requests_started(in.requests_started);
+  tracker->set_requests_completed(in.requests_completed);
+  tracker->set_orphans(in.orphans);
+  tracker->set_abandoned(in.abandoned);
+  tracker->set_duplicates(in.duplicates);
+  tracker->set_psn_jumps(in.psn_jumps);
+  tracker->set_bogus_length(in.bogus_length);
+  tracker->set_overrun(in.overrun);
+  v1::StormHost* host = out->mutable_host();
+  host->set_tables(in.host_tables);
+  host->set_qps(in.host_qps);
+  host->set_backlog_hits(in.host_backlog_hits);
+  for (const std::string& e : in.host_errors) host->add_errors(e);
+}
+
+void ToProto(const QpView& in, v1::Qp* out) {
+  out->set_worker(in.worker);
+  out->set_qpn(in.qpn);
+  out->set_direction(in.direction);
+  out->set_kind(in.kind);
+  out->set_level(in.level);
+  out->set_dst(in.dst);
+  out->set_size_known(in.size_known);
+  out->set_in_progress(in.in_progress);
+  out->set_size(in.size);
+  out->set_sent(in.sent);
+  out->set_remaining(in.remaining);
+  out->set_backlog_bytes(in.backlog_bytes);
+  out->set_egress_held(in.egress_held);
+  out->set_host_backlog(in.host_backlog);
+  out->set_completed(in.completed);
+  out->set_idle_ms(in.idle_ms);
+}
+
+// Checks what needs no daemon state and turns the request into the view's StormUpdate.
+absl::StatusOr<StormUpdate> FromProto(const v1::SetStormRequest& in) {
+  StormUpdate update;
+  if (in.has_levels()) update.levels = in.levels();
+  if (in.has_cutoffs()) {
+    if (in.cutoffs_auto()) {
+      return absl::InvalidArgumentError(
+          "give either static cutoffs or auto cutoffs, not both in one change");
+    }
+    update.cutoffs.emplace(in.cutoffs().values().begin(), in.cutoffs().values().end());
+  }
+  update.cutoffs_auto = in.cutoffs_auto();
+  if (in.has_mode()) {
+    if (in.mode() != "per-message" && in.mode() != "per-packet") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("storm mode \"", in.mode(), "\" is not one of per-message, per-packet"));
+    }
+    update.mode = in.mode();
+  }
+  if (in.has_dscp()) update.dscp.emplace(in.dscp().values().begin(), in.dscp().values().end());
+  if (in.has_pcp()) update.pcp.emplace(in.pcp().values().begin(), in.pcp().values().end());
+  if (in.has_control_level()) update.control_level = in.control_level();
+  if (in.has_beta()) {
+    if (!std::isfinite(in.beta()) || in.beta() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("storm beta ", in.beta(), " must be a finite number >= 0"));
+    }
+    update.beta = in.beta();
+  }
+  if (!update.levels && !update.cutoffs && !update.cutoffs_auto && !update.mode && !update.dscp &&
+      !update.pcp && !update.control_level && !update.beta) {
+    return absl::InvalidArgumentError("the storm change sets nothing; give at least one setting");
+  }
+  return update;
+}
+
+constexpr uint32_t kDefaultQpTop = 20;
+constexpr uint32_t kMaxQpTop = 1000;
+
+// absl and gRPC share the canonical status codes (absl/status/status.h says so), so the code maps
+// one to one and the daemon's message reaches the client unchanged.
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
 // The view belongs to the daemon; whatever it throws stops here and becomes an INTERNAL error for
-// this one call instead of taking down the gRPC thread (and the daemon with it).
+// this one call instead of taking down the gRPC thread (and the daemon with it). `fn` returns
+// nothing or the call's absl::Status.
 template <typename Fn>
 grpc::Status Guarded(const char* rpc, Fn&& fn) {
   try {
-    fn();
-    return grpc::Status::OK;
+    if constexpr (std::is_void_v<std::invoke_result_t<Fn&>>) {
+      fn();
+      return grpc::Status::OK;
+    } else {
+      return ToGrpc(fn());
+    }
   } catch (const std::exception& e) {
     HEDDLE_LOG(kError, "control api %s: %s", rpc, e.what());
     return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": ", e.what()));
@@ -166,6 +288,46 @@ class HeddleServiceImpl final : public v1::Heddle::Service {
       const RdmaView r = view_->GetRdma();
       for (const RdmaDeviceView& d : r.devices) ToProto(d, out->add_devices());
       out->set_note(r.note);
+    });
+  }
+
+  grpc::Status GetStorm(grpc::ServerContext*, const v1::GetStormRequest*,
+                        v1::GetStormResponse* out) override {
+    return Guarded("GetStorm", [&]() -> absl::Status {
+      HEDDLE_ASSIGN_OR_RETURN(const StormView storm, view_->GetStorm());
+      ToProto(storm, out->mutable_storm());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ListQps(grpc::ServerContext*, const v1::ListQpsRequest* req,
+                       v1::ListQpsResponse* out) override {
+    return Guarded("ListQps", [&]() -> absl::Status {
+      const uint32_t top = req->has_top() ? req->top() : kDefaultQpTop;
+      if (top < 1 || top > kMaxQpTop) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("top ", top, " is out of range; list 1..", kMaxQpTop, " QPs"));
+      }
+      const std::string sort = req->sort().empty() ? "backlog" : req->sort();
+      if (sort != "backlog" && sort != "remaining" && sort != "idle") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot sort QPs by \"", sort, "\"; use backlog, remaining or idle"));
+      }
+      HEDDLE_ASSIGN_OR_RETURN(const std::vector<QpView> qps, view_->ListQps(top, sort));
+      for (size_t i = 0; i < qps.size() && i < top; ++i) ToProto(qps[i], out->add_qps());
+      out->set_sort(sort);
+      out->set_top(top);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status SetStorm(grpc::ServerContext*, const v1::SetStormRequest* req,
+                        v1::SetStormResponse* out) override {
+    return Guarded("SetStorm", [&]() -> absl::Status {
+      HEDDLE_ASSIGN_OR_RETURN(const StormUpdate update, FromProto(*req));
+      HEDDLE_ASSIGN_OR_RETURN(const StormView storm, view_->SetStorm(update));
+      ToProto(storm, out->mutable_storm());
+      return absl::OkStatus();
     });
   }
 

@@ -4,16 +4,20 @@
 // FakeDaemonView.
 #include "control/api/server.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "absl/time/time.h"
 #include "control/api/client.h"
+#include "control/api/heddle.grpc.pb.h"
 #include "control/api/testing/fake_daemon_view.h"
 #include "control/api/testing/temp_dir.h"
 #include "control/api/testing/unix_listener.h"
@@ -26,6 +30,7 @@ namespace {
 using ::heddle::api::testing::FakeDaemonView;
 using ::heddle::api::testing::TempDir;
 using ::heddle::api::testing::UnixListener;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 bool Exists(const std::string& path) {
@@ -331,6 +336,375 @@ TEST(ApiServerErrorTest, ViewExceptionFailsOnlyThatCall) {
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(config.status().message(), HasSubstr("yaml emitter broke"));
   EXPECT_TRUE(client->GetStatus().ok());
+}
+
+// ---- STORM ----
+
+// A stub without ApiClient's defaults, to send requests with fields left unset.
+std::unique_ptr<v1::Heddle::Stub> RawStub(const std::string& path) {
+  return v1::Heddle::NewStub(
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
+}
+
+TEST_F(ApiServerTest, GetStormMapsEveryField) {
+  view_.storm.host_errors = {"/dev/shm/heddle-verbs-77: layout version 9, expected 1"};
+  view_.storm.auto_publications = 12;
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto r = Client(socket_path_)->GetStorm();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::Storm& s = r->storm();
+  EXPECT_TRUE(s.enabled());
+  EXPECT_EQ(s.levels(), 4u);
+  EXPECT_EQ(s.mode(), "per-message");
+  EXPECT_FALSE(s.auto_cutoffs());
+  EXPECT_THAT(s.cutoffs(), ElementsAre(4096u, 65536u, 1048576u));
+  EXPECT_EQ(s.control_level(), 3u);
+  EXPECT_DOUBLE_EQ(s.beta(), 1.5);
+  EXPECT_EQ(s.backlog_max(), 16777216u);
+  EXPECT_EQ(s.backlog_source(), "egress");
+  EXPECT_EQ(s.generation(), 7u);
+  EXPECT_EQ(s.auto_interval_ms(), 1000u);
+  EXPECT_EQ(s.auto_publications(), 12u);
+  ASSERT_EQ(s.per_level_size(), 4);
+  const v1::StormLevel& top = s.per_level(0);
+  EXPECT_EQ(top.level(), 3u);
+  EXPECT_EQ(top.dscp(), 26u);
+  EXPECT_EQ(top.pcp(), -1);
+  EXPECT_EQ(top.r_min(), 0u);
+  EXPECT_EQ(top.r_max(), 4096u);
+  EXPECT_TRUE(top.control());
+  EXPECT_EQ(top.tagged_packets(), 1003u);
+  EXPECT_EQ(top.tagged_bytes(), 2000003u);
+  EXPECT_EQ(top.egress_tx_packets(), 903u);
+  EXPECT_EQ(s.per_level(1).pcp(), 5);
+  EXPECT_FALSE(s.per_level(1).control());
+  const v1::StormLevel& bottom = s.per_level(3);
+  EXPECT_EQ(bottom.level(), 0u);
+  EXPECT_EQ(bottom.r_min(), 1048576u);
+  EXPECT_EQ(bottom.r_max(), 0u);
+  EXPECT_EQ(bottom.egress_drops(), 17u);
+  EXPECT_EQ(bottom.egress_queue_depth(), 5u);
+  EXPECT_EQ(s.qp_table().live(), 321u);
+  EXPECT_EQ(s.qp_table().capacity(), 131072u);
+  EXPECT_EQ(s.qp_table().table_full(), 2u);
+  EXPECT_EQ(s.qp_table().evicted_idle(), 40u);
+  EXPECT_EQ(s.qp_table().evicted_on_insert(), 3u);
+  EXPECT_EQ(s.tracker().requests_started(), 5000u);
+  EXPECT_EQ(s.tracker().requests_completed(), 4990u);
+  EXPECT_EQ(s.tracker().orphans(), 4u);
+  EXPECT_EQ(s.tracker().abandoned(), 1u);
+  EXPECT_EQ(s.tracker().duplicates(), 12u);
+  EXPECT_EQ(s.tracker().psn_jumps(), 6u);
+  EXPECT_EQ(s.tracker().bogus_length(), 0u);
+  EXPECT_EQ(s.tracker().overrun(), 2u);
+  EXPECT_EQ(s.host().tables(), 2u);
+  EXPECT_EQ(s.host().qps(), 48u);
+  EXPECT_EQ(s.host().backlog_hits(), 777u);
+  EXPECT_THAT(s.host().errors(),
+              ElementsAre("/dev/shm/heddle-verbs-77: layout version 9, expected 1"));
+}
+
+TEST_F(ApiServerTest, ListQpsPassesTopAndSortAndMapsRows) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+
+  auto r = client->ListQps(2, "remaining");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(view_.last_top, 2u);
+  EXPECT_EQ(view_.last_sort, "remaining");
+  EXPECT_EQ(r->sort(), "remaining");
+  EXPECT_EQ(r->top(), 2u);
+  ASSERT_EQ(r->qps_size(), 2);
+  const v1::Qp& q = r->qps(0);
+  EXPECT_EQ(q.worker(), 0u);
+  EXPECT_EQ(q.qpn(), 0x11u);
+  EXPECT_EQ(q.direction(), "request");
+  EXPECT_EQ(q.kind(), "write");
+  EXPECT_EQ(q.level(), 2u);
+  EXPECT_EQ(q.dst(), "10.0.0.2");
+  EXPECT_TRUE(q.size_known());
+  EXPECT_TRUE(q.in_progress());
+  EXPECT_EQ(q.size(), 65536u);
+  EXPECT_EQ(q.sent(), 16384u);
+  EXPECT_EQ(q.remaining(), 49152u);
+  EXPECT_EQ(q.backlog_bytes(), 8192u);
+  EXPECT_EQ(q.egress_held(), 2u);
+  EXPECT_EQ(q.host_backlog(), 0u);
+  EXPECT_EQ(q.completed(), 31u);
+  EXPECT_EQ(q.idle_ms(), 3u);
+
+  r = client->ListQps(1000, "idle");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->qps_size(), 3);
+  EXPECT_EQ(r->qps(0).qpn(), 0xabcdefu);
+  EXPECT_EQ(r->qps(0).dst(), "ipv6");
+}
+
+TEST_F(ApiServerTest, ListQpsDefaultsWhenTopAndSortAreUnset) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = RawStub(socket_path_);
+  grpc::ClientContext context;
+  v1::ListQpsResponse r;
+  const grpc::Status status = stub->ListQps(&context, v1::ListQpsRequest(), &r);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(view_.last_top, 20u);
+  EXPECT_EQ(view_.last_sort, "backlog");
+  EXPECT_EQ(r.top(), 20u);
+  EXPECT_EQ(r.sort(), "backlog");
+  ASSERT_EQ(r.qps_size(), 3);
+  EXPECT_EQ(r.qps(0).qpn(), 0x2au);  // largest backlog first
+}
+
+TEST_F(ApiServerTest, ListQpsRejectsBadTopAndSortWithoutAskingTheDaemon) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+  for (uint32_t top : {0u, 1001u}) {
+    auto r = client->ListQps(top, "backlog");
+    ASSERT_FALSE(r.ok()) << top;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("list 1..1000 QPs"));
+  }
+  auto r = client->ListQps(5, "size");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("cannot sort QPs by \"size\"; use backlog, remaining or idle"));
+  EXPECT_EQ(view_.last_top, 0u);
+}
+
+TEST_F(ApiServerTest, SetStormLeavesUnsetFieldsUnsetAndKeepsZeros) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+
+  v1::SetStormRequest only_zero;
+  only_zero.set_control_level(0);
+  auto r = client->SetStorm(only_zero);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(view_.last_update.has_value());
+  EXPECT_EQ(view_.last_update->control_level, std::optional<uint32_t>(0));
+  EXPECT_FALSE(view_.last_update->levels.has_value());
+  EXPECT_FALSE(view_.last_update->cutoffs.has_value());
+  EXPECT_FALSE(view_.last_update->cutoffs_auto);
+  EXPECT_FALSE(view_.last_update->mode.has_value());
+  EXPECT_FALSE(view_.last_update->dscp.has_value());
+  EXPECT_FALSE(view_.last_update->pcp.has_value());
+  EXPECT_FALSE(view_.last_update->beta.has_value());
+  EXPECT_EQ(r->storm().control_level(), 0u);
+  EXPECT_EQ(r->storm().generation(), 8u);
+
+  // One level: an empty cutoff list is given, not absent; beta 0 is a value.
+  v1::SetStormRequest one_level;
+  one_level.set_levels(1);
+  one_level.mutable_cutoffs();
+  one_level.mutable_dscp()->add_values(0);
+  one_level.mutable_pcp()->add_values(-1);
+  one_level.set_beta(0);
+  r = client->SetStorm(one_level);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(view_.last_update->levels, std::optional<uint32_t>(1));
+  ASSERT_TRUE(view_.last_update->cutoffs.has_value());
+  EXPECT_TRUE(view_.last_update->cutoffs->empty());
+  EXPECT_EQ(view_.last_update->beta, std::optional<double>(0));
+  EXPECT_FALSE(view_.last_update->control_level.has_value());
+  EXPECT_EQ(r->storm().levels(), 1u);
+  EXPECT_EQ(r->storm().cutoffs_size(), 0);
+  ASSERT_EQ(r->storm().per_level_size(), 1);
+  EXPECT_EQ(r->storm().per_level(0).r_max(), 0u);
+}
+
+TEST_F(ApiServerTest, SetStormCarriesEveryFieldAndAnswersTheNewState) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  v1::SetStormRequest req;
+  req.set_levels(3);
+  for (uint64_t c : {8192u, 262144u}) req.mutable_cutoffs()->add_values(c);
+  req.set_mode("per-packet");
+  for (uint32_t d : {8u, 16u, 46u}) req.mutable_dscp()->add_values(d);
+  for (int32_t p : {-1, 3, 6}) req.mutable_pcp()->add_values(p);
+  req.set_control_level(2);
+  req.set_beta(0.25);
+  auto r = Client(socket_path_)->SetStorm(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  ASSERT_TRUE(view_.last_update.has_value());
+  const StormUpdate& u = *view_.last_update;
+  EXPECT_EQ(u.levels, std::optional<uint32_t>(3));
+  ASSERT_TRUE(u.cutoffs.has_value());
+  EXPECT_THAT(*u.cutoffs, ElementsAre(8192u, 262144u));
+  EXPECT_FALSE(u.cutoffs_auto);
+  EXPECT_EQ(u.mode, std::optional<std::string>("per-packet"));
+  ASSERT_TRUE(u.dscp.has_value());
+  EXPECT_THAT(*u.dscp, ElementsAre(8u, 16u, 46u));
+  ASSERT_TRUE(u.pcp.has_value());
+  EXPECT_THAT(*u.pcp, ElementsAre(-1, 3, 6));
+  EXPECT_EQ(u.control_level, std::optional<uint32_t>(2));
+  EXPECT_EQ(u.beta, std::optional<double>(0.25));
+
+  const v1::Storm& s = r->storm();
+  EXPECT_EQ(s.levels(), 3u);
+  EXPECT_THAT(s.cutoffs(), ElementsAre(8192u, 262144u));
+  EXPECT_EQ(s.mode(), "per-packet");
+  EXPECT_DOUBLE_EQ(s.beta(), 0.25);
+  EXPECT_EQ(s.generation(), 8u);
+  ASSERT_EQ(s.per_level_size(), 3);
+  EXPECT_EQ(s.per_level(0).level(), 2u);
+  EXPECT_EQ(s.per_level(0).dscp(), 46u);
+  EXPECT_EQ(s.per_level(0).pcp(), 6);
+  EXPECT_TRUE(s.per_level(0).control());
+  EXPECT_EQ(s.per_level(2).pcp(), -1);
+
+  v1::SetStormRequest to_auto;
+  to_auto.set_cutoffs_auto(true);
+  r = Client(socket_path_)->SetStorm(to_auto);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(view_.last_update->cutoffs_auto);
+  EXPECT_FALSE(view_.last_update->cutoffs.has_value());
+  EXPECT_TRUE(r->storm().auto_cutoffs());
+}
+
+TEST_F(ApiServerTest, SetStormRejectsMalformedRequestsWithoutAskingTheDaemon) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+  struct Case {
+    const char* name;
+    v1::SetStormRequest request;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"empty", {}, "sets nothing"});
+  {
+    v1::SetStormRequest both;
+    both.mutable_cutoffs()->add_values(4096);
+    both.set_cutoffs_auto(true);
+    cases.push_back({"both cutoffs", both, "either static cutoffs or auto cutoffs, not both"});
+  }
+  {
+    v1::SetStormRequest mode;
+    mode.set_mode("fast");
+    cases.push_back({"mode", mode, "storm mode \"fast\" is not one of per-message, per-packet"});
+  }
+  {
+    v1::SetStormRequest beta;
+    beta.set_beta(-1);
+    cases.push_back({"negative beta", beta, "must be a finite number >= 0"});
+    beta.set_beta(std::numeric_limits<double>::quiet_NaN());
+    cases.push_back({"nan beta", beta, "must be a finite number >= 0"});
+  }
+  for (const Case& c : cases) {
+    auto r = client->SetStorm(c.request);
+    ASSERT_FALSE(r.ok()) << c.name;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.name;
+    EXPECT_THAT(r.status().message(), HasSubstr("heddled SetStorm: ")) << c.name;
+  }
+  EXPECT_FALSE(view_.last_update.has_value());
+}
+
+TEST_F(ApiServerTest, DaemonStatusCodesAndMessagesReachTheClient) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+
+  const absl::Status errors[] = {
+      absl::FailedPreconditionError("storm is disabled; set storm.enabled: true and restart"),
+      absl::InvalidArgumentError("storm.cutoffs: 2 values for 4 levels; give 3"),
+      absl::DeadlineExceededError("new cutoffs not published within 2s: a worker is stuck"),
+      absl::UnimplementedError("per-packet mode needs the egress stage"),
+  };
+  for (const absl::Status& e : errors) {
+    {
+      std::lock_guard<std::mutex> lock(view_.mu);
+      view_.storm_error = e;
+    }
+    auto get = client->GetStorm();
+    ASSERT_FALSE(get.ok()) << e;
+    EXPECT_EQ(get.status().code(), e.code());
+    EXPECT_EQ(get.status().message(), "heddled GetStorm: " + std::string(e.message()));
+    auto list = client->ListQps(5, "idle");
+    ASSERT_FALSE(list.ok()) << e;
+    EXPECT_EQ(list.status().code(), e.code());
+    EXPECT_EQ(list.status().message(), "heddled ListQps: " + std::string(e.message()));
+    v1::SetStormRequest req;
+    req.set_mode("per-packet");
+    auto set = client->SetStorm(req);
+    ASSERT_FALSE(set.ok()) << e;
+    EXPECT_EQ(set.status().code(), e.code());
+    EXPECT_EQ(set.status().message(), "heddled SetStorm: " + std::string(e.message()));
+  }
+}
+
+// A daemon whose DaemonView has no STORM methods yet: the defaults answer UNIMPLEMENTED.
+class NoStormView : public DaemonView {
+ public:
+  StatusView GetStatus() override { return {}; }
+  std::vector<PortView> GetPorts() override { return {}; }
+  std::vector<PortStatsView> GetPortStats() override { return {}; }
+  std::vector<LcoreView> GetLcores() override { return {}; }
+  std::vector<DropView> GetDrops() override { return {}; }
+  std::string GetConfigYaml() override { return ""; }
+  RdmaView GetRdma() override { return {}; }
+};
+
+TEST(ApiServerStormTest, DefaultViewMethodsAnswerUnimplemented) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  NoStormView view;
+  auto server = ApiServer::Start(dir.Join("h.sock"), &view);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(dir.Join("h.sock"));
+  auto get = client->GetStorm();
+  ASSERT_FALSE(get.ok());
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(get.status().message(), "heddled GetStorm: this heddled has no STORM control yet");
+  EXPECT_EQ(client->ListQps(20, "backlog").status().code(), absl::StatusCode::kUnimplemented);
+  v1::SetStormRequest req;
+  req.set_beta(1);
+  EXPECT_EQ(client->SetStorm(req).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(ApiServerStormTest, DaemonWithoutTheRpcIsCalledOlder) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  v1::Heddle::Service
+      bare;  // every method answers UNIMPLEMENTED with no message, like an old build
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + dir.Join("old.sock"), grpc::InsecureServerCredentials());
+  builder.RegisterService(&bare);
+  std::unique_ptr<grpc::Server> old = builder.BuildAndStart();
+  ASSERT_NE(old, nullptr);
+  auto r = Client(dir.Join("old.sock"))->GetStorm();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("does not support GetStorm; it is older than this heddlectl"));
+  old->Shutdown();
+}
+
+TEST(ApiServerStormTest, ClientDeadlineIsStillReportedAsATimeout) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  class SlowView : public FakeDaemonView {
+   public:
+    absl::StatusOr<StormView> GetStorm() override {
+      absl::SleepFor(absl::Milliseconds(600));
+      return FakeDaemonView::GetStorm();
+    }
+  };
+  SlowView view;
+  auto server = ApiServer::Start(dir.Join("h.sock"), &view);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = ApiClient::Create(dir.Join("h.sock"), absl::Milliseconds(200));
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->GetStorm();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(r.status().message(), HasSubstr("did not answer GetStorm within 200ms"));
 }
 
 }  // namespace

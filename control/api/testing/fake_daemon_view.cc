@@ -1,6 +1,10 @@
 // File: control/api/testing/fake_daemon_view.cc
 #include "control/api/testing/fake_daemon_view.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 namespace heddle::api::testing {
 
 FakeDaemonView::FakeDaemonView() {
@@ -82,6 +86,108 @@ FakeDaemonView::FakeDaemonView() {
   rport.gids = {{0, "fe80::42:aff:fe00:1"}, {3, "::ffff:10.0.0.1"}};
   dev.ports = {rport};
   rdma.devices = {dev};
+
+  storm.enabled = true;
+  storm.levels = 4;
+  storm.mode = "per-message";
+  storm.auto_cutoffs = false;
+  storm.cutoffs = {4096, 65536, 1048576};
+  storm.control_level = 3;
+  storm.beta = 1.5;
+  storm.backlog_max = 16777216;
+  storm.backlog_source = "egress";
+  storm.generation = 7;
+  storm.auto_interval_ms = 1000;
+  storm.auto_publications = 0;
+  storm.per_level = LevelsFor(storm.cutoffs, storm.control_level);
+  const uint32_t dscp[] = {0, 10, 18, 26};
+  for (StormLevelView& l : storm.per_level) {
+    l.dscp = dscp[l.level];
+    l.tagged_packets = 1000 + l.level;
+    l.tagged_bytes = 2000000 + l.level;
+    l.egress_tx_packets = 900 + l.level;
+    l.egress_drops = l.level == 0 ? 17 : 0;
+    l.egress_queue_depth = l.level == 0 ? 5 : 0;
+  }
+  storm.per_level[1].pcp = 5;  // level 2
+  storm.qp_live = 321;
+  storm.qp_capacity = 131072;
+  storm.qp_table_full = 2;
+  storm.qp_evicted_idle = 40;
+  storm.qp_evicted_on_insert = 3;
+  storm.requests_started = 5000;
+  storm.requests_completed = 4990;
+  storm.orphans = 4;
+  storm.abandoned = 1;
+  storm.duplicates = 12;
+  storm.psn_jumps = 6;
+  storm.bogus_length = 0;
+  storm.overrun = 2;
+  storm.host_tables = 2;
+  storm.host_qps = 48;
+  storm.host_backlog_hits = 777;
+
+  QpView a;
+  a.worker = 0;
+  a.qpn = 0x11;
+  a.direction = "request";
+  a.kind = "write";
+  a.level = 2;
+  a.dst = "10.0.0.2";
+  a.size_known = true;
+  a.in_progress = true;
+  a.size = 65536;
+  a.sent = 16384;
+  a.remaining = 49152;
+  a.backlog_bytes = 8192;
+  a.egress_held = 2;
+  a.host_backlog = 0;
+  a.completed = 31;
+  a.idle_ms = 3;
+  QpView b;
+  b.worker = 1;
+  b.qpn = 0x2a;
+  b.direction = "request";
+  b.kind = "send";
+  b.level = 3;
+  b.dst = "10.0.0.3";
+  b.size_known = false;
+  b.in_progress = true;
+  b.size = 0;
+  b.sent = 2048;
+  b.remaining = 0;
+  b.backlog_bytes = 1048576;
+  b.egress_held = 0;
+  b.host_backlog = 1048576;
+  b.completed = 9;
+  b.idle_ms = 0;
+  QpView c;
+  c.worker = 0;
+  c.qpn = 0xabcdef;
+  c.direction = "response";
+  c.kind = "-";
+  c.level = 0;
+  c.dst = "ipv6";
+  c.size_known = false;
+  c.in_progress = false;
+  c.completed = 0;
+  c.idle_ms = 9000;
+  qps = {a, b, c};
+}
+
+std::vector<StormLevelView> FakeDaemonView::LevelsFor(const std::vector<uint64_t>& cutoffs,
+                                                      uint32_t control_level) {
+  const uint32_t k = static_cast<uint32_t>(cutoffs.size()) + 1;
+  std::vector<StormLevelView> levels;
+  for (uint32_t i = 0; i < k; ++i) {  // level K-1-i covers (c_i, c_{i+1}], c_0 = 0, c_K = inf
+    StormLevelView l;
+    l.level = k - 1 - i;
+    l.r_min = i == 0 ? 0 : cutoffs[i - 1];
+    l.r_max = i == k - 1 ? 0 : cutoffs[i];
+    l.control = l.level == control_level;
+    levels.push_back(l);
+  }
+  return levels;
 }
 
 StatusView FakeDaemonView::GetStatus() {
@@ -111,6 +217,77 @@ std::string FakeDaemonView::GetConfigYaml() {
 RdmaView FakeDaemonView::GetRdma() {
   std::lock_guard<std::mutex> lock(mu);
   return rdma;
+}
+
+absl::StatusOr<StormView> FakeDaemonView::GetStorm() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!storm_error.ok()) return storm_error;
+  return storm;
+}
+
+absl::StatusOr<std::vector<QpView>> FakeDaemonView::ListQps(uint32_t top, const std::string& sort) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_top = top;
+  last_sort = sort;
+  if (!storm_error.ok()) return storm_error;
+  std::vector<QpView> out = qps;
+  auto key = [&sort](const QpView& q) -> uint64_t {
+    if (sort == "remaining") return q.remaining;
+    if (sort == "idle") return q.idle_ms;
+    return q.backlog_bytes;
+  };
+  std::stable_sort(out.begin(), out.end(),
+                   [&key](const QpView& x, const QpView& y) { return key(x) > key(y); });
+  if (out.size() > top) out.resize(top);
+  return out;
+}
+
+absl::StatusOr<StormView> FakeDaemonView::SetStorm(const StormUpdate& update) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_update = update;
+  if (!storm_error.ok()) return storm_error;
+  if (!set_storm_error.ok()) return set_storm_error;
+  StormView next = storm;
+  if (update.levels) next.levels = *update.levels;
+  if (update.cutoffs) {
+    next.cutoffs = *update.cutoffs;
+    next.auto_cutoffs = false;
+  }
+  if (update.cutoffs_auto) next.auto_cutoffs = true;
+  if (next.cutoffs.size() + 1 != next.levels) {
+    return absl::InvalidArgumentError(absl::StrCat("storm.cutoffs: ", next.cutoffs.size(),
+                                                   " values for ", next.levels, " levels; give ",
+                                                   next.levels - 1));
+  }
+  if (update.mode) next.mode = *update.mode;
+  if (update.control_level) next.control_level = *update.control_level;
+  if (next.control_level >= next.levels) next.control_level = next.levels - 1;
+  if (update.beta) next.beta = *update.beta;
+  std::vector<StormLevelView> levels = LevelsFor(next.cutoffs, next.control_level);
+  for (StormLevelView& l : levels) {
+    for (const StormLevelView& old : storm.per_level) {
+      if (old.level == l.level) {
+        l.dscp = old.dscp;
+        l.pcp = old.pcp;
+      }
+    }
+    if (update.dscp) {
+      if (update.dscp->size() != next.levels) {
+        return absl::InvalidArgumentError("storm.dscp: one value per level");
+      }
+      l.dscp = (*update.dscp)[l.level];
+    }
+    if (update.pcp) {
+      if (update.pcp->size() != next.levels) {
+        return absl::InvalidArgumentError("storm.pcp: one value per level");
+      }
+      l.pcp = (*update.pcp)[l.level];
+    }
+  }
+  next.per_level = std::move(levels);
+  ++next.generation;
+  storm = next;
+  return storm;
 }
 
 }  // namespace heddle::api::testing

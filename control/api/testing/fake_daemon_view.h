@@ -3,9 +3,15 @@
 // A DaemonView with fixed, recognisable data for tests of the control API server, the client and
 // heddlectl. Tests may edit the public members before starting the server; the accessors copy
 // under a lock, so a test can also change them while the server runs.
+//
+// STORM: GetStorm returns `storm`; ListQps sorts `qps` as asked and keeps the first `top`;
+// SetStorm records the update in `last_update`, checks list lengths the way the daemon does,
+// applies it to `storm` (levels and ranges recomputed, generation + 1) and returns the result. A
+// non-OK `storm_error` is returned by all three instead; `set_storm_error` by SetStorm only.
 #pragma once
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +30,13 @@ class FakeDaemonView : public DaemonView {
   std::vector<DropView> GetDrops() override;
   std::string GetConfigYaml() override;
   RdmaView GetRdma() override;
+  absl::StatusOr<StormView> GetStorm() override;
+  absl::StatusOr<std::vector<QpView>> ListQps(uint32_t top, const std::string& sort) override;
+  absl::StatusOr<StormView> SetStorm(const StormUpdate& update) override;
+
+  // (r_min, r_max] of each level for these cutoffs, level K-1 first in the order the daemon lists.
+  static std::vector<StormLevelView> LevelsFor(const std::vector<uint64_t>& cutoffs,
+                                               uint32_t control_level);
 
   std::mutex mu;
   StatusView status;  // status.ports and status.lcores are also what GetPorts/GetLcores return
@@ -31,6 +44,14 @@ class FakeDaemonView : public DaemonView {
   std::vector<DropView> drops;
   std::string config_yaml;
   RdmaView rdma;
+
+  StormView storm;
+  std::vector<QpView> qps;
+  absl::Status storm_error;
+  absl::Status set_storm_error;
+  std::optional<StormUpdate> last_update;
+  uint32_t last_top = 0;
+  std::string last_sort;
 };
 
 }  // namespace heddle::api::testing
