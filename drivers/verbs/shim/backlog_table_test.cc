@@ -1,15 +1,20 @@
 // File: drivers/verbs/shim/backlog_table_test.cc
 //
 // The shared-memory backlog table: writer/reader round trip in a temp dir, concurrent writers,
-// completion marks, overflow, and the reader refusing malformed files.
+// completion marks, overflow, peers under the seqlock, QP reset/retire and QPN reuse, and the
+// reader refusing malformed files.
 #include "drivers/verbs/shim/backlog_table.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -260,6 +265,32 @@ TEST_F(BacklogTableTest, FullTableCountsOverflowInsteadOfFailing) {
   EXPECT_FALSE(r->Lookup(5).has_value());
 }
 
+// pid reuse: a process that died without unlinking its table leaves it under its pid; a new
+// process with that pid replaces it whole (rename), so a reader that still maps the old file
+// keeps the old inode and a new Open() sees only the new table.
+TEST_F(BacklogTableTest, CreateReplacesALeftoverTableOfTheSamePid) {
+  WriteFile(Path(getpid()), ValidTableBytes(8));
+  auto old_reader = BacklogReader::Open(Path(getpid()));
+  ASSERT_TRUE(old_reader.ok());
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->SlotFor(1)->OnPosted(5, false);
+  auto r = BacklogReader::Open(Path(getpid()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->capacity(), 16u);
+  EXPECT_NE(r->inode(), old_reader->inode());
+  EXPECT_EQ(r->Lookup(1)->posted_bytes, 5u);
+  EXPECT_EQ(old_reader->capacity(), 8u);
+  EXPECT_FALSE(old_reader->Lookup(1).has_value());
+  EXPECT_TRUE(old_reader->CheckSize().ok());
+  // Garbage left under the name is replaced too.
+  w->reset();
+  WriteFile(Path(getpid()), "garbage");
+  w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(BacklogReader::Open(Path(getpid())).ok());
+}
+
 TEST_F(BacklogTableTest, WriterRejectsBadCapacityAndMissingDirectory) {
   auto zero = BacklogWriter::Create(Path(1), 0);
   EXPECT_FALSE(zero.ok());
@@ -302,6 +333,48 @@ TEST_F(CorruptTableTest, WrongVersion) {
   EXPECT_THAT(s.message(), HasSubstr("same release"));
 }
 
+// Layout 2 is what this release writes; a table from a layout-1 shim (no peer fields) is refused
+// by name rather than misread.
+TEST_F(CorruptTableTest, LayoutOneTableFromAnOlderShim) {
+  EXPECT_EQ(kBacklogLayoutVersion, 2u);
+  std::string b = ValidTableBytes(8);
+  uint32_t version = 0;
+  std::memcpy(&version, b.data() + offsetof(BacklogHeader, layout_version), sizeof(version));
+  EXPECT_EQ(version, 2u);
+  uint32_t slot_size = 0;
+  std::memcpy(&slot_size, b.data() + offsetof(BacklogHeader, slot_size), sizeof(slot_size));
+  EXPECT_EQ(slot_size, sizeof(BacklogSlot));
+  Patch<uint32_t>(b, offsetof(BacklogHeader, layout_version), 1);
+  absl::Status s = OpenWith(b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("layout version 1, this heddled reads version 2"));
+}
+
+TEST_F(CorruptTableTest, WrongHeaderSize) {
+  std::string b = ValidTableBytes(8);
+  Patch<uint32_t>(b, offsetof(BacklogHeader, header_size), sizeof(BacklogHeader) + 64);
+  EXPECT_THAT(OpenWith(b).message(), HasSubstr("header/slot size"));
+}
+
+TEST_F(CorruptTableTest, FifoIsRefusedWithoutBlocking) {
+  const std::string p = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(p.c_str(), 0600), 0);
+  absl::StatusOr<BacklogReader> r = BacklogReader::Open(p);  // would hang without O_NONBLOCK
+  EXPECT_THAT(r.status().message(), HasSubstr("not a regular file"));
+}
+
+TEST_F(CorruptTableTest, FileTruncatedWhileMappedIsDetected) {
+  const std::string p = dir_ + "/shrinks";
+  WriteFile(p, ValidTableBytes(8));
+  absl::StatusOr<BacklogReader> r = BacklogReader::Open(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->CheckSize().ok());
+  ASSERT_EQ(truncate(p.c_str(), sizeof(BacklogHeader)), 0);
+  absl::Status s = r->CheckSize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("changed size while mapped"));
+}
+
 TEST_F(CorruptTableTest, WrongSlotSize) {
   std::string b = ValidTableBytes(8);
   Patch<uint32_t>(b, offsetof(BacklogHeader, slot_size), 8);
@@ -340,19 +413,314 @@ TEST_F(CorruptTableTest, TrailingBytes) {
 }
 
 TEST_F(CorruptTableTest, HostileKeysAreBoundedByCapacity) {
-  // Every slot claimed with garbage keys: lookups and iteration stay within the table.
+  // Every slot claimed with garbage keys (half of them "retired"), peers half-written: lookups and
+  // iteration stay within the table, and an odd seqlock never reports a peer.
   std::string b = ValidTableBytes(8);
   for (uint32_t i = 0; i < 8; ++i) {
-    Patch<uint32_t>(b, sizeof(BacklogHeader) + i * sizeof(BacklogSlot), 0xffffffffu - i);
+    const size_t slot = sizeof(BacklogHeader) + i * sizeof(BacklogSlot);
+    Patch<uint32_t>(b, slot + offsetof(BacklogSlot, key),
+                    (i % 2 == 0 ? 0x7fffffffu : 0xffffffffu) - i);
+    Patch<uint32_t>(b, slot + offsetof(BacklogSlot, seq), 1);  // a writer that never finished
+    Patch<uint32_t>(b, slot + offsetof(BacklogSlot, peer_flags), 0xffffffffu);
+    Patch<uint32_t>(b, slot + offsetof(BacklogSlot, dest_qpn), 0xffffffffu);
   }
+  Patch<uint64_t>(b, offsetof(BacklogHeader, claims), ~uint64_t{0});
   const std::string p = dir_ + "/hostile";
   WriteFile(p, b);
   auto r = BacklogReader::Open(p);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->Lookup(1).has_value());
+  EXPECT_FALSE(r->ReadSlot(8).has_value());
+  EXPECT_FALSE(r->ReadSlot(0xffffffffu).has_value());
   int n = 0;
-  r->ForEachQp([&](const QpBacklog&) { ++n; });
-  EXPECT_EQ(n, 8);
+  r->ForEachQp([&](const QpBacklog& q) {
+    ++n;
+    EXPECT_FALSE(q.has_peer);
+    EXPECT_LE(q.qpn, kQpnMask);
+    EXPECT_LT(q.context_index, kMaxQpIdContexts);
+  });
+  EXPECT_EQ(n, 4);  // the live-looking half
+}
+
+std::array<uint8_t, 16> V4Mapped(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
+}
+
+TEST_F(BacklogTableTest, PeerIsPublishedOnceBothPartsAreKnown) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  // The QPN alone (no GID yet) is no peer to key on.
+  ASSERT_TRUE((*w)->RecordPeer(0x21, QpPeer{.dest_qpn = 0x1abcdef}));
+  std::optional<QpBacklog> q = r->Lookup(0x21);
+  ASSERT_TRUE(q.has_value());  // the slot is claimed at connection time, before any post
+  EXPECT_FALSE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0u);
+  EXPECT_EQ(q->posted_wqes, 0u);
+
+  ASSERT_TRUE((*w)->RecordPeer(0x21, QpPeer{.dgid = V4Mapped(192, 0, 2, 7)}));
+  q = r->Lookup(0x21);
+  EXPECT_TRUE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0xabcdefu);  // masked to 24 bits
+  EXPECT_EQ(q->dgid, V4Mapped(192, 0, 2, 7));
+  EXPECT_EQ(q->qpn, 0x21u);
+  EXPECT_EQ(q->context_index, 0u);
+
+  // An IPv6 peer replaces it in one update.
+  const std::array<uint8_t, 16> v6 = {0x20, 0x01, 0x0d, 0xb8, 1, 2,  3,  4,
+                                      5,    6,    7,    8,    9, 10, 11, 12};
+  ASSERT_TRUE((*w)->RecordPeer(0x21, QpPeer{.dest_qpn = 0x42, .dgid = v6}));
+  q = r->Lookup(0x21);
+  EXPECT_TRUE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0x42u);
+  EXPECT_EQ(q->dgid, v6);
+
+  // A LID-routed address vector (no GRH) leaves no address.
+  ASSERT_TRUE((*w)->RecordPeer(0x21, QpPeer{.clear_dgid = true}));
+  q = r->Lookup(0x21);
+  EXPECT_FALSE(q->has_peer);
+  EXPECT_EQ(q->dgid, (std::array<uint8_t, 16>{}));
+  EXPECT_EQ((*w)->FindSlot(0x21), (*w)->SlotFor(0x21));
+}
+
+TEST_F(BacklogTableTest, ResetSettlesOutstandingWorkAndClearsThePeer) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok());
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*w)->RecordPeer(5, QpPeer{.dest_qpn = 9, .dgid = V4Mapped(10, 0, 0, 9)}));
+  BacklogSlot* s = (*w)->SlotFor(5);
+  s->OnPosted(100, false);
+  s->OnPosted(200, true);  // mark 0 never completes: the QP is reset with it queued
+  s->OnPosted(300, true);
+  const QpBacklog before = *r->Lookup(5);
+  EXPECT_EQ(before.backlog_bytes(), 600u);
+
+  (*w)->ResetQp(5);
+  const QpBacklog after = *r->Lookup(5);
+  EXPECT_EQ(after.backlog_bytes(), 0u);
+  EXPECT_EQ(after.backlog_wqes(), 0u);
+  EXPECT_EQ(after.posted_bytes, 600u);  // counters stay monotonic
+  EXPECT_EQ(after.completed_bytes, 600u);
+  EXPECT_FALSE(after.has_peer);
+  EXPECT_EQ(after.generation, before.generation + 1);
+  EXPECT_EQ((*w)->FindSlot(5), s);  // reset keeps the QP's slot
+
+  // Reconnected: the next signaled WR's completion finds its own mark, not the discarded ones.
+  ASSERT_TRUE((*w)->RecordPeer(5, QpPeer{.dest_qpn = 10, .dgid = V4Mapped(10, 0, 0, 9)}));
+  s->OnPosted(50, false);
+  s->OnPosted(70, true);
+  EXPECT_EQ(r->Lookup(5)->backlog_bytes(), 120u);
+  s->OnCompletion(true, true);
+  EXPECT_EQ(r->Lookup(5)->backlog_bytes(), 0u);
+  EXPECT_EQ(r->Lookup(5)->completed_bytes, 720u);
+  EXPECT_EQ(r->Lookup(5)->dest_qpn, 10u);
+  EXPECT_EQ((*w)->FindSlot(6), nullptr);
+  (*w)->ResetQp(6);  // unknown QP: nothing to do
+  EXPECT_EQ((*w)->FindSlot(6), nullptr);
+}
+
+TEST_F(BacklogTableTest, DestroyedQpStopsReportingAndItsQpnStartsAfresh) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok());
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*w)->RecordPeer(0x77, QpPeer{.dest_qpn = 1, .dgid = V4Mapped(10, 0, 0, 1)}));
+  BacklogSlot* old_slot = (*w)->SlotFor(0x77);
+  old_slot->OnPosted(4096, true);  // never completes: flushed by the destroy
+  const uint32_t old_generation = r->Lookup(0x77)->generation;
+
+  (*w)->RetireQp(0x77);
+  EXPECT_FALSE(r->Lookup(0x77).has_value());
+  EXPECT_EQ((*w)->FindSlot(0x77), nullptr);  // a late completion finds nothing to count on
+  int live = 0;
+  r->ForEachQp([&](const QpBacklog&) { ++live; });
+  EXPECT_EQ(live, 0);
+  std::vector<uint32_t> claimed;
+  r->ClaimedSlots(&claimed);
+  EXPECT_EQ(claimed.size(), 1u);  // the retired slot stays non-empty: probe chains hold
+
+  // The provider hands the QPN to a new QP, connected elsewhere: same slot, none of the old
+  // QP's 4096 bytes.
+  ASSERT_TRUE((*w)->RecordPeer(0x77, QpPeer{.dest_qpn = 2, .dgid = V4Mapped(10, 0, 0, 2)}));
+  BacklogSlot* new_slot = (*w)->SlotFor(0x77);
+  EXPECT_EQ(new_slot, old_slot);
+  new_slot->OnPosted(10, false);
+  const QpBacklog q = *r->Lookup(0x77);
+  EXPECT_EQ(q.backlog_bytes(), 10u);
+  EXPECT_EQ(q.dest_qpn, 2u);
+  EXPECT_EQ(q.dgid, V4Mapped(10, 0, 0, 2));
+  EXPECT_GT(q.generation, old_generation);
+  EXPECT_EQ(r->claims(), 1u);
+}
+
+TEST_F(BacklogTableTest, RetiredSlotIsReusedByAnotherQpn) {
+  // One slot: every QPN homes there. Without reuse the second QP could never be tracked.
+  auto w = BacklogWriter::Create(Path(getpid()), 1);
+  ASSERT_TRUE(w.ok());
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  BacklogSlot* a = (*w)->SlotFor(5);
+  ASSERT_NE(a, nullptr);
+  a->OnPosted(1000, false);
+  EXPECT_EQ((*w)->SlotFor(9), nullptr);  // full while QP 5 lives
+  EXPECT_EQ((*w)->overflow_events(), 1u);
+  (*w)->RetireQp(5);
+  BacklogSlot* b = (*w)->SlotFor(9);
+  EXPECT_EQ(b, a);
+  EXPECT_FALSE(r->Lookup(5).has_value());
+  ASSERT_TRUE(r->Lookup(9).has_value());
+  EXPECT_EQ(r->Lookup(9)->backlog_bytes(), 0u);
+  EXPECT_EQ(r->claims(), 1u);  // reuse is not a new claim
+}
+
+TEST_F(BacklogTableTest, SameQpnOnTwoDeviceContextsGetsTwoSlots) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok());
+  BacklogSlot* a = (*w)->SlotFor(MakeQpId(0, 0x300));
+  BacklogSlot* b = (*w)->SlotFor(MakeQpId(5, 0x300));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  a->OnPosted(1, false);
+  b->OnPosted(2, false);
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  std::map<uint32_t, uint64_t> by_context;
+  r->ForEachQp([&](const QpBacklog& q) {
+    EXPECT_EQ(q.qpn, 0x300u);
+    by_context[q.context_index] = q.posted_bytes;
+  });
+  EXPECT_EQ(by_context, (std::map<uint32_t, uint64_t>{{0, 1}, {5, 2}}));
+  EXPECT_EQ(r->Lookup(MakeQpId(5, 0x300))->posted_bytes, 2u);
+  EXPECT_EQ(MakeQpId(0, 0x300), 0x300u);
+  EXPECT_EQ(MakeQpId(63, 0xffffffu), kQpIdMask);
+}
+
+// A writer keeps re-pointing one QP at peer n (dest_qpn n, every GID byte n & 0xff), resetting it
+// every 7th time; a reader on another thread must only ever see a whole peer or none. The two run
+// until the reader has seen enough peers while the writer was running (bounded by time on a
+// loaded machine; the check is on what was seen, not on how fast).
+TEST_F(BacklogTableTest, SeqlockReaderNeverSeesATornPeer) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok());
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  ASSERT_NE((*w)->SlotFor(3), nullptr);
+  const uint32_t slot = r->Lookup(3)->slot;
+  std::atomic<uint32_t> written{0};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint32_t n = 0;
+    while (!stop.load(std::memory_order_relaxed) && n < kQpnMask) {
+      ++n;
+      std::array<uint8_t, 16> gid;
+      gid.fill(static_cast<uint8_t>(n));
+      (*w)->RecordPeer(3, QpPeer{.dest_qpn = n, .dgid = gid});
+      if (n % 7 == 0) (*w)->ResetQp(3);
+      written.store(n, std::memory_order_release);
+    }
+  });
+  while (written.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+  uint64_t reads = 0, with_peer = 0, torn = 0;
+  uint32_t last_generation = 0;
+  bool generation_went_back = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (with_peer < 300000 && std::chrono::steady_clock::now() < deadline) {
+    std::optional<QpBacklog> q = r->ReadSlot(slot);
+    ASSERT_TRUE(q.has_value());
+    ++reads;
+    generation_went_back |= q->generation < last_generation;
+    last_generation = q->generation;
+    if (!q->has_peer) continue;
+    ++with_peer;
+    for (uint8_t byte : q->dgid) torn += byte != static_cast<uint8_t>(q->dest_qpn);
+  }
+  stop.store(true, std::memory_order_relaxed);
+  writer.join();
+  EXPECT_EQ(torn, 0u) << "of " << with_peer << " peers in " << reads << " reads";
+  EXPECT_GT(with_peer, 0u);
+  EXPECT_FALSE(generation_went_back);
+  const uint32_t n = written.load(std::memory_order_acquire);
+  const QpBacklog last = *r->ReadSlot(slot);
+  EXPECT_EQ(last.generation, n / 7);
+  EXPECT_EQ(last.has_peer, n % 7 != 0);
+  if (last.has_peer) {
+    EXPECT_EQ(last.dest_qpn, n);
+  }
+}
+
+// The same, deterministically: a writer stopped between its two seqlock stores (here: the test
+// playing one on the writable mapping) must not get its half-written peer reported.
+TEST_F(BacklogTableTest, ReaderReportsNoPeerWhileTheWriterIsMidUpdate) {
+  auto w = BacklogWriter::Create(Path(getpid()), 16);
+  ASSERT_TRUE(w.ok());
+  auto r = BacklogReader::Open((*w)->path());
+  ASSERT_TRUE(r.ok());
+  std::array<uint8_t, 16> gid;
+  gid.fill(1);
+  ASSERT_TRUE((*w)->RecordPeer(3, QpPeer{.dest_qpn = 1, .dgid = gid}));
+  BacklogSlot* s = (*w)->SlotFor(3);
+  s->OnPosted(77, false);
+  const uint32_t seq = s->seq.load();
+  ASSERT_EQ(seq % 2, 0u);
+
+  s->seq.store(seq + 1);  // "writing": the new QPN is in, the GID not yet
+  s->dest_qpn.store(2);
+  std::optional<QpBacklog> q = r->Lookup(3);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_FALSE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0u);
+  EXPECT_EQ(q->posted_bytes, 77u);  // the counters are not held back
+
+  gid.fill(2);
+  uint64_t words[2];
+  std::memcpy(words, gid.data(), 16);
+  s->dgid[0].store(words[0]);
+  s->dgid[1].store(words[1]);
+  s->seq.store(seq + 2);  // done
+  q = r->Lookup(3);
+  EXPECT_TRUE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 2u);
+  EXPECT_EQ(q->dgid, gid);
+}
+
+// In tmpfs (where the shim's tables live) reading a never-written slot page would allocate it;
+// ClaimedSlots() finds claimed slots without faulting the holes in.
+TEST(BacklogTableShmTest, ClaimedSlotsSkipsHolesAndFollowsClaims) {
+  char tmpl[] = "/dev/shm/heddle-backlog-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) GTEST_SKIP() << "no writable /dev/shm";
+  const std::string dir = tmpl;
+  {
+    auto w = BacklogWriter::Create(BacklogWriter::PathFor(dir, getpid()), kDefaultCapacity);
+    ASSERT_TRUE(w.ok()) << w.status();
+    auto r = BacklogReader::Open((*w)->path());
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (uint32_t qpn : {0x10u, 0x2000u, 0xfff00u}) ASSERT_NE((*w)->SlotFor(qpn), nullptr);
+    struct stat before {};
+    ASSERT_EQ(stat((*w)->path().c_str(), &before), 0);
+
+    std::vector<uint32_t> claimed;
+    r->ClaimedSlots(&claimed);
+    EXPECT_EQ(r->claims(), 3u);
+    struct stat after {};
+    ASSERT_EQ(stat((*w)->path().c_str(), &after), 0);
+    EXPECT_EQ(after.st_blocks, before.st_blocks) << "the scan allocated table pages";
+    EXPECT_LT(after.st_blocks * 512, static_cast<blkcnt_t>(BacklogTableSize(kDefaultCapacity) / 8));
+    // (Reading a slot's counters may touch the page after its key: after the block count.)
+    std::vector<uint32_t> want;
+    for (uint32_t qpn : {0x10u, 0x2000u, 0xfff00u}) want.push_back(r->Lookup(qpn)->slot);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(claimed, want);
+
+    ASSERT_NE((*w)->SlotFor(0x11), nullptr);
+    EXPECT_EQ(r->claims(), 4u);
+    r->ClaimedSlots(&claimed);
+    EXPECT_EQ(claimed.size(), 4u);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(BacklogTableTest, ScanDirectoryFindsLiveTablesAndSkipsTheRest) {
