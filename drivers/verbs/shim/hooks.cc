@@ -4,9 +4,12 @@
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -37,11 +40,19 @@ std::atomic<BacklogWriter*> g_writer{nullptr};
 bool g_writer_attempted = false;  // under g_install_mu
 bool g_full_warned = false;       // under g_install_mu
 
+static_assert(kMaxContexts <= static_cast<int>(kMaxQpIdContexts));
+
 const ContextEntry* Find(const ibv_context* ctx) {
+  if (ctx == nullptr) return nullptr;  // free registry entries hold nullptr
   for (const ContextEntry& e : g_contexts) {
     if (e.ctx.load(std::memory_order_acquire) == ctx) return &e;
   }
   return nullptr;
+}
+
+// The table key of QP `qpn` on the context of registry entry `e` (see MakeQpId).
+uint32_t QpId(const ContextEntry* e, uint32_t qpn) {
+  return MakeQpId(static_cast<uint32_t>(e - g_contexts), qpn);
 }
 
 void Warn(const std::string& what) {
@@ -74,7 +85,11 @@ int WrappedPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     if (!found || stop == wr) return rc;
   }
-  BacklogSlot* slot = w->SlotFor(qp->qp_num);
+  BacklogSlot* slot = nullptr;
+  try {
+    slot = w->SlotFor(QpId(e, qp->qp_num));  // locks only to claim a slot
+  } catch (const std::exception& ex) {       // std::mutex::lock may throw system_error
+  }
   if (slot == nullptr) return rc;  // table full; counted in the header
   bool any_signaled = false;
   for (ibv_send_wr* p = wr; p != stop; p = p->next) {
@@ -99,7 +114,7 @@ int WrappedPollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   for (int i = 0; i < n; ++i) {
     if (slot == nullptr || wc[i].qp_num != slot_qpn) {
       slot_qpn = wc[i].qp_num;
-      slot = w->FindSlot(slot_qpn);
+      slot = w->FindSlot(QpId(e, slot_qpn));
       if (slot == nullptr) continue;  // never posted a send: receive-only QP
     }
     const bool success = wc[i].status == IBV_WC_SUCCESS;
@@ -192,6 +207,45 @@ void ForgetContext(ibv_context* ctx) noexcept {
       e.ctx.store(nullptr, std::memory_order_release);
     }
   } catch (const std::exception& e) {
+  }
+}
+
+void OnQpModified(const ibv_qp* qp, const ibv_qp_attr* attr, int attr_mask) noexcept {
+  if (qp == nullptr || attr == nullptr) return;
+  BacklogWriter* w = g_writer.load(std::memory_order_acquire);
+  // Only QPs whose posts are counted: a peer without counters would only take a slot.
+  const ContextEntry* e = Find(qp->context);
+  if (w == nullptr || e == nullptr) return;
+  const uint32_t id = QpId(e, qp->qp_num);
+  try {
+    if ((attr_mask & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RESET) w->ResetQp(id);
+    QpPeer peer;
+    if ((attr_mask & IBV_QP_DEST_QPN) != 0) peer.dest_qpn = attr->dest_qp_num;
+    if ((attr_mask & IBV_QP_AV) != 0) {
+      if (attr->ah_attr.is_global != 0) {
+        std::array<uint8_t, 16> gid;
+        std::memcpy(gid.data(), attr->ah_attr.grh.dgid.raw, gid.size());
+        peer.dgid = gid;
+      } else {
+        peer.clear_dgid = true;  // LID-routed (InfiniBand without GRH): no address to key on
+      }
+    }
+    if (peer.dest_qpn.has_value() || peer.dgid.has_value() || peer.clear_dgid) {
+      w->RecordPeer(id, peer);  // false: table full, counted in the header
+    }
+  } catch (const std::exception& e) {  // std::mutex::lock may throw system_error
+  }
+}
+
+void OnQpDestroyed(const ibv_context* ctx, uint32_t qpn) noexcept {
+  BacklogWriter* w = g_writer.load(std::memory_order_acquire);
+  // A context already forgotten (closed before its QPs were destroyed, which verbs forbids) has
+  // lost its index; its slots keep their last counters.
+  const ContextEntry* e = Find(ctx);
+  if (w == nullptr || e == nullptr) return;
+  try {
+    w->RetireQp(QpId(e, qpn));
+  } catch (const std::exception& ex) {
   }
 }
 

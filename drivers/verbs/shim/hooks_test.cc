@@ -4,12 +4,16 @@
 // ibv_open_device takes; the test then calls rdma-core's real inline ibv_post_send() and
 // ibv_poll_cq(), which dispatch through ctx->ops to the wrappers and on to the fake provider
 // below, and reads the resulting counters back through BacklogReader from the process's table
-// (created in a temp dir named by HEDDLE_VERBS_SHIM_DIR).
+// (created in a temp dir named by HEDDLE_VERBS_SHIM_DIR). The real ibv_modify_qp() and
+// ibv_destroy_qp() dispatch through libibverbs' private provider ops, which a fake context cannot
+// provide, so the tests call what the interposed symbols call after them: OnQpModified() and
+// OnQpDestroyed() (shim_e2e_test runs the symbols themselves).
 #include "drivers/verbs/shim/hooks.h"
 
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -125,12 +129,48 @@ class ShimHooksTest : public ::testing::Test {
     }
   }
 
-  std::optional<QpBacklog> Counters(uint32_t qpn) {
+  // The live QPs with QPN `qpn`, from any context.
+  static std::vector<QpBacklog> AllCounters(uint32_t qpn) {
+    std::vector<QpBacklog> qps;
     absl::StatusOr<BacklogReader> r =
         BacklogReader::Open(BacklogWriter::PathFor(ShimDirEnvironment::dir(), getpid()));
     EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return std::nullopt;
-    return r->Lookup(qpn);
+    if (!r.ok()) return qps;
+    r->ForEachQp([&](const QpBacklog& q) {
+      if (q.qpn == qpn) qps.push_back(q);
+    });
+    return qps;
+  }
+  static std::optional<QpBacklog> Counters(uint32_t qpn) {
+    std::vector<QpBacklog> qps = AllCounters(qpn);
+    EXPECT_LE(qps.size(), 1u);
+    if (qps.empty()) return std::nullopt;
+    return qps[0];
+  }
+
+  // What ibv_modify_qp(INIT -> RTR) carries for an RC QP over RoCE.
+  static ibv_qp_attr RtrAttr(uint32_t dest_qpn, const std::array<uint8_t, 16>& dgid) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = IBV_MTU_4096;
+    attr.dest_qp_num = dest_qpn;
+    attr.rq_psn = 0;
+    attr.ah_attr.is_global = 1;
+    std::memcpy(attr.ah_attr.grh.dgid.raw, dgid.data(), 16);
+    attr.ah_attr.grh.sgid_index = 3;
+    attr.ah_attr.port_num = 1;
+    return attr;
+  }
+  static constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  static std::array<uint8_t, 16> V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+    return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
+  }
+
+  void Post(uint32_t bytes) {
+    BuildWrs({{bytes}}, {false});
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(&qp_, &wrs_[0], &bad), 0);
   }
 
   static ibv_wc Wc(uint32_t qpn, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t wr_id) {
@@ -248,6 +288,131 @@ TEST_F(ShimHooksTest, ReinstallAfterForgetDoesNotDoubleCount) {
   ASSERT_EQ(ibv_post_send(&qp_, &wrs_[0], &bad), 0);
   EXPECT_EQ(fake_.post_calls, 1);
   EXPECT_EQ(Counters(qp_.qp_num)->posted_bytes, 64u);
+}
+
+TEST_F(ShimHooksTest, ConnectingAQpRecordsItsPeer) {
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  OnQpModified(&qp_, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT);
+  EXPECT_FALSE(Counters(qp_.qp_num).has_value());  // nothing to record yet
+
+  ibv_qp_attr rtr = RtrAttr(0x5678, V4(192, 0, 2, 7));
+  OnQpModified(&qp_, &rtr, kRtrMask);
+  std::optional<QpBacklog> q = Counters(qp_.qp_num);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_TRUE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0x5678u);
+  EXPECT_EQ(q->dgid, V4(192, 0, 2, 7));
+  EXPECT_EQ(q->posted_bytes, 0u);
+
+  // RTR -> RTS carries no peer attributes: the peer stays.
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  OnQpModified(&qp_, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT);
+  Post(1500);
+  q = Counters(qp_.qp_num);
+  EXPECT_TRUE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0x5678u);
+  EXPECT_EQ(q->backlog_bytes(), 1500u);
+}
+
+TEST_F(ShimHooksTest, AddressVectorWithoutGrhGivesNoPeer) {
+  ibv_qp_attr rtr = RtrAttr(0x42, V4(10, 0, 0, 1));
+  rtr.ah_attr.is_global = 0;  // InfiniBand, LID-routed: no address on the wire to key on
+  OnQpModified(&qp_, &rtr, kRtrMask);
+  std::optional<QpBacklog> q = Counters(qp_.qp_num);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_FALSE(q->has_peer);
+  EXPECT_EQ(q->dest_qpn, 0u);
+}
+
+TEST_F(ShimHooksTest, ModifyOnAContextTheShimDoesNotAccountForIsIgnored) {
+  ibv_context other{};
+  ibv_qp other_qp{};
+  other_qp.context = &other;
+  other_qp.qp_num = NextQpn();
+  ibv_qp_attr rtr = RtrAttr(1, V4(10, 0, 0, 1));
+  OnQpModified(&other_qp, &rtr, kRtrMask);
+  OnQpModified(nullptr, &rtr, kRtrMask);
+  OnQpModified(&qp_, nullptr, kRtrMask);
+  EXPECT_FALSE(Counters(other_qp.qp_num).has_value());
+  EXPECT_FALSE(Counters(qp_.qp_num).has_value());
+}
+
+TEST_F(ShimHooksTest, ResetDiscardsQueuedWorkAndThePeer) {
+  ibv_qp_attr rtr = RtrAttr(0x77, V4(10, 0, 0, 7));
+  OnQpModified(&qp_, &rtr, kRtrMask);
+  Post(9000);
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  OnQpModified(&qp_, &reset, IBV_QP_STATE);
+  std::optional<QpBacklog> q = Counters(qp_.qp_num);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->backlog_bytes(), 0u);
+  EXPECT_FALSE(q->has_peer);
+  EXPECT_EQ(q->posted_bytes, 9000u);
+}
+
+TEST_F(ShimHooksTest, DestroyRetiresTheQpAndAReusedQpnStartsAfresh) {
+  ibv_qp_attr rtr = RtrAttr(0x100, V4(10, 0, 0, 1));
+  OnQpModified(&qp_, &rtr, kRtrMask);
+  Post(64 * 1024);  // still queued when the QP is destroyed
+  OnQpDestroyed(&ctx_, qp_.qp_num);
+  EXPECT_FALSE(Counters(qp_.qp_num).has_value());
+  // A completion polled late for the old QP counts nowhere.
+  fake_.completions = {Wc(qp_.qp_num, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0)};
+  ibv_wc wc[4];
+  ASSERT_EQ(ibv_poll_cq(&cq_, 4, wc), 1);
+  EXPECT_FALSE(Counters(qp_.qp_num).has_value());
+
+  // The provider hands the same QPN to a new QP, connected to another peer.
+  ibv_qp_attr rtr2 = RtrAttr(0x200, V4(10, 0, 0, 2));
+  OnQpModified(&qp_, &rtr2, kRtrMask);
+  Post(100);
+  std::optional<QpBacklog> q = Counters(qp_.qp_num);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->backlog_bytes(), 100u);
+  EXPECT_EQ(q->dest_qpn, 0x200u);
+  EXPECT_EQ(q->dgid, V4(10, 0, 0, 2));
+  EXPECT_GT(q->generation, 0u);
+
+  OnQpDestroyed(nullptr, qp_.qp_num);  // no context: ignored
+  EXPECT_TRUE(Counters(qp_.qp_num).has_value());
+}
+
+TEST_F(ShimHooksTest, SameQpnOnTwoDevicesKeepsTwoPeers) {
+  // QPNs are per device: a second context may hand out the same number.
+  ibv_context ctx2{};
+  ctx2.ops.post_send = &FakePostSend;
+  ctx2.ops.poll_cq = &FakePollCq;
+  ASSERT_TRUE(InstallOnContext(&ctx2));
+  ibv_qp qp2{};
+  qp2.context = &ctx2;
+  qp2.qp_num = qp_.qp_num;
+  ibv_qp_attr a = RtrAttr(0x1, V4(10, 0, 0, 1));
+  ibv_qp_attr b = RtrAttr(0x2, V4(10, 0, 1, 1));
+  OnQpModified(&qp_, &a, kRtrMask);
+  OnQpModified(&qp2, &b, kRtrMask);
+  Post(10);
+  BuildWrs({{20}}, {false});
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(&qp2, &wrs_[0], &bad), 0);
+
+  std::vector<QpBacklog> qps = AllCounters(qp_.qp_num);
+  ASSERT_EQ(qps.size(), 2u);
+  if (qps[0].dest_qpn != 0x1) std::swap(qps[0], qps[1]);
+  EXPECT_EQ(qps[0].dest_qpn, 0x1u);
+  EXPECT_EQ(qps[0].backlog_bytes(), 10u);
+  EXPECT_EQ(qps[1].dest_qpn, 0x2u);
+  EXPECT_EQ(qps[1].dgid, V4(10, 0, 1, 1));
+  EXPECT_EQ(qps[1].backlog_bytes(), 20u);
+  EXPECT_NE(qps[0].context_index, qps[1].context_index);
+
+  OnQpDestroyed(&ctx2, qp2.qp_num);  // retires the second device's QP only
+  qps = AllCounters(qp_.qp_num);
+  ASSERT_EQ(qps.size(), 1u);
+  EXPECT_EQ(qps[0].dest_qpn, 0x1u);
+  ForgetContext(&ctx2);
 }
 
 // In a fresh process (threadsafe death-test style re-executes the binary), a table that cannot be

@@ -1,9 +1,11 @@
 // File: drivers/verbs/shim/shim_e2e_test.cc
 //
-// Runs a plain libibverbs program (shim_e2e_probe.cc) with libheddle_verbs_shim.so preloaded:
-// it must exit normally, its ibv_open_device must resolve to the shim, and with no device opened
+// Runs plain libibverbs programs with libheddle_verbs_shim.so preloaded. shim_e2e_probe.cc: it
+// must exit normally, its ibv_open_device must resolve to the shim, and with no device opened
 // (none exists on a test machine; if one does, the shim's table must be gone after exit) nothing
-// is left in the table directory.
+// is left in the table directory. shim_e2e_qp_probe.cc, on a fake provider library preloaded
+// behind the shim: connecting a QP through the real ibv_modify_qp symbol records its peer in the
+// table, a rejected modify changes nothing, ibv_destroy_qp retires the QP.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +13,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <string>
+#include <vector>
 
+#include "drivers/verbs/shim/backlog_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace {
+
+using heddle::verbs::shim::BacklogReader;
+using heddle::verbs::shim::QpBacklog;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -26,9 +34,9 @@ struct ProbeRun {
   std::string out;  // stdout and stderr
 };
 
-ProbeRun RunProbe(const std::string& env) {
+ProbeRun RunProbe(const std::string& env, const char* probe = HEDDLE_SHIM_PROBE) {
   ProbeRun r;
-  const std::string cmd = env + " " + HEDDLE_SHIM_PROBE + " 2>&1";
+  const std::string cmd = env + " " + probe + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf;
@@ -72,6 +80,48 @@ TEST_F(ShimE2eTest, UnwritableTableDirStillRunsNormally) {
                         " HEDDLE_VERBS_SHIM_DIR=" + dir_ + "/missing");
   ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
   EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.out;
+}
+
+std::vector<QpBacklog> QpsIn(const std::string& table) {
+  std::vector<QpBacklog> qps;
+  absl::StatusOr<BacklogReader> r = BacklogReader::Open(table);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (r.ok()) r->ForEachQp([&](const QpBacklog& q) { qps.push_back(q); });
+  return qps;
+}
+
+TEST_F(ShimE2eTest, ModifyQpRecordsThePeerAndDestroyRetiresIt) {
+  const std::string out = dir_ + "/out";
+  std::filesystem::create_directory(out);
+  ProbeRun r =
+      RunProbe(std::string("LD_PRELOAD=\"") + HEDDLE_SHIM_SO + " " + HEDDLE_SHIM_FAKEVERBS_SO +
+                   "\" HEDDLE_VERBS_SHIM_DIR=" + dir_ + " HEDDLE_E2E_OUT=" + out,
+               HEDDLE_SHIM_QP_PROBE);
+  ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
+  ASSERT_EQ(WEXITSTATUS(r.status), 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("ibv_modify_qp from: " HEDDLE_SHIM_SO));
+  EXPECT_THAT(r.out, HasSubstr("ibv_destroy_qp from: " HEDDLE_SHIM_SO));
+  EXPECT_THAT(r.out, HasSubstr("modify rtr: 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("modify rejected: 22\n"));  // EINVAL from the provider, unchanged
+  EXPECT_THAT(r.out, HasSubstr("destroy: 0\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("heddle verbs shim")));
+
+  const std::vector<QpBacklog> connected = QpsIn(out + "/connected");
+  ASSERT_EQ(connected.size(), 1u) << r.out;
+  const QpBacklog& q = connected[0];
+  EXPECT_EQ(q.qpn, 0x1234u);
+  EXPECT_TRUE(q.has_peer);
+  EXPECT_EQ(q.dest_qpn, 0x5678u);  // not 0xbad: the rejected modify was not recorded
+  const std::array<uint8_t, 16> want = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 7};
+  EXPECT_EQ(q.dgid, want);
+  EXPECT_EQ(q.posted_bytes, 4096u);
+  EXPECT_EQ(q.backlog_bytes(), 4096u);
+
+  EXPECT_TRUE(QpsIn(out + "/destroyed").empty());
+  // The probe exited normally: its table is gone, only the snapshots remain.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
+                          std::filesystem::directory_iterator()),
+            1);
 }
 
 }  // namespace
