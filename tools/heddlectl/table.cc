@@ -13,7 +13,7 @@ void AppendLine(const std::vector<std::string>& cells, const std::vector<size_t>
   std::string line;
   for (size_t i = 0; i < columns.size(); ++i) {
     const std::string& cell = i < cells.size() ? cells[i] : std::string();
-    const size_t pad = widths[i] - cell.size();
+    const size_t pad = widths[i] - DisplayWidth(cell);
     if (i > 0) line += kGap;
     if (columns[i].align == Table::kRight) {
       line.append(pad, ' ');
@@ -30,6 +30,12 @@ void AppendLine(const std::vector<std::string>& cells, const std::vector<size_t>
 
 }  // namespace
 
+size_t DisplayWidth(const std::string& s) {
+  size_t width = 0;
+  for (unsigned char c : s) width += (c & 0xC0) != 0x80;  // count every byte but continuations
+  return width;
+}
+
 void Table::AddRow(std::vector<std::string> cells) {
   cells.resize(std::min(cells.size(), columns_.size()));
   rows_.push_back(std::move(cells));
@@ -39,11 +45,11 @@ std::string Table::Render() const {
   std::vector<size_t> widths(columns_.size());
   std::vector<std::string> header;
   for (size_t i = 0; i < columns_.size(); ++i) {
-    widths[i] = columns_[i].header.size();
+    widths[i] = DisplayWidth(columns_[i].header);
     header.push_back(columns_[i].header);
   }
   for (const auto& row : rows_) {
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   std::string out;
   AppendLine(header, widths, columns_, &out);

@@ -7,7 +7,8 @@
 //   t.AddRow({"host0", "1000"});
 //   std::cout << t.Render();
 //
-// Widths count bytes: cells are expected to be ASCII (names, numbers, addresses).
+// Widths count UTF-8 code points, so cells may hold "≤" or "–"; wide (East Asian) characters and
+// combining marks are not expected.
 #pragma once
 
 #include <string>
@@ -37,6 +38,9 @@ class Table {
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// Display width of a UTF-8 string: the number of code points.
+size_t DisplayWidth(const std::string& s);
 
 // "key:   value" lines with the values aligned, for single-object summaries.
 std::string RenderKeyValues(const std::vector<std::pair<std::string, std::string>>& pairs);

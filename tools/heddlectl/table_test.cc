@@ -40,6 +40,19 @@ TEST(TableTest, NoTrailingSpacesWhenLastColumnIsNarrow) {
             "a-long-name\n");
 }
 
+TEST(TableTest, WidthsCountCodePointsNotBytes) {
+  Table t({{"RANGE"}, {"N", Table::kRight}});
+  t.AddRow({"≤ 4 KiB", "1"});
+  t.AddRow({"4 KiB–64 KiB", "22"});
+  t.AddRow({"> 1 MiB", "333"});
+  EXPECT_EQ(t.Render(),
+            "RANGE           N\n"
+            "≤ 4 KiB         1\n"
+            "4 KiB–64 KiB   22\n"
+            "> 1 MiB       333\n");
+  EXPECT_EQ(DisplayWidth("4 KiB–64 KiB"), 12u);
+}
+
 TEST(RenderKeyValuesTest, AlignsValues) {
   EXPECT_EQ(RenderKeyValues({{"version", "0.1.0"}, {"pid", "42"}, {"metrics", ""}}),
             "version:  0.1.0\n"
