@@ -79,6 +79,25 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
           << "\nRun 'heddlectl --help' for more information.\n";
       return kExitUsage;
     }
+    // An object whose settings are subcommands (`set storm levels ...`) without a known one.
+    for (const auto& [leaf, cmd] : leaves) {
+      if (!leaf->parsed()) continue;
+      const std::vector<CLI::App*> subs = leaf->get_subcommands([](CLI::App*) { return true; });
+      bool has_sub = subs.empty();
+      std::string names;
+      for (CLI::App* sub : subs) {
+        has_sub |= sub->parsed();
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (has_sub) break;
+      const std::vector<std::string> extras = app.remaining(/*recurse=*/true);
+      err << "heddlectl: "
+          << (extras.empty() ? "missing subcommand" : "unknown subcommand '" + extras.front() + "'")
+          << " for '" << cmd->verb << " " << cmd->object << "'; expected one of: " << names
+          << "\nRun 'heddlectl " << cmd->verb << " " << cmd->object
+          << " --help' for more information.\n";
+      return kExitUsage;
+    }
     bool any_verb = false;
     for (const auto& [name, verb] : verbs) any_verb |= verb->parsed();
     if (!any_verb) {

@@ -63,6 +63,8 @@ class CommandRegistry {
 void RegisterAllCommands(CommandRegistry& registry);
 // The read-only `show` family.
 void RegisterShowCommands(CommandRegistry& registry);
+// STORM: `show storm`, `show qp`, `set storm ...` (storm_commands.cc).
+void RegisterStormCommands(CommandRegistry& registry);
 
 // -j output: the response message as JSON (lowerCamelCase names, fields at their default value
 // included, so scripts always see every key).

@@ -6,7 +6,10 @@
 
 namespace heddle::api::cli {
 
-void RegisterAllCommands(CommandRegistry& registry) { RegisterShowCommands(registry); }
+void RegisterAllCommands(CommandRegistry& registry) {
+  RegisterShowCommands(registry);
+  RegisterStormCommands(registry);
+}
 
 absl::Status PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   google::protobuf::util::JsonPrintOptions options;

@@ -1,8 +1,8 @@
 // File: tools/heddlectl/heddlectl_test.cc
 //
 // Runs the real heddlectl binary as a subprocess against an ApiServer answering from a
-// FakeDaemonView on a socket in a temp dir: every `show` object in table and -j form, socket
-// selection, and the exit codes for an unreachable daemon and for usage errors.
+// FakeDaemonView on a socket in a temp dir: every `show` object in table and -j form, `set storm`,
+// socket selection, and the exit codes for an unreachable daemon and for usage errors.
 #include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <spawn.h>
@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@ namespace {
 
 using ::heddle::api::testing::FakeDaemonView;
 using ::heddle::api::testing::TempDir;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -117,6 +120,20 @@ class HeddlectlTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err, "");
     return r;
+  }
+
+  // heddlectl -s <socket> args..., expected to fail with `exit_code` and print nothing on stdout.
+  Result Fails(int exit_code, std::vector<std::string> args) {
+    args.insert(args.begin(), {"-s", socket_});
+    Result r = RunHeddlectl(dir_, args);
+    EXPECT_EQ(r.exit_code, exit_code) << r.out << r.err;
+    EXPECT_EQ(r.out, "");
+    return r;
+  }
+
+  std::optional<StormUpdate> LastUpdate() {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    return view_.last_update;
   }
 
   TempDir dir_;
@@ -314,7 +331,7 @@ TEST_F(HeddlectlTest, HelpAndVersionExitZero) {
   Result r = RunHeddlectl(dir_, {"--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("HEDDLE_SOCKET"));
-  EXPECT_THAT(r.out, HasSubstr("status, ports, stats, drops, config, rdma"));
+  EXPECT_THAT(r.out, HasSubstr("status, ports, stats, drops, config, rdma, storm, qp"));
   r = RunHeddlectl(dir_, {"--version"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("heddlectl "));
@@ -333,6 +350,275 @@ TEST_F(HeddlectlTest, DaemonErrorExitsOne) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("config unavailable"));
   EXPECT_THAT(r.err, Not(HasSubstr("cannot reach")));
+}
+
+// ---- STORM ----
+
+TEST_F(HeddlectlTest, ShowStormTable) {
+  const Result r = Ok({"show", "storm"});
+  EXPECT_THAT(r.out, HasSubstr("mode:           per-message\n"
+                               "levels:         4 (level 3 served first)\n"
+                               "cutoffs:        4 KiB, 64 KiB, 1 MiB\n"
+                               "control level:  3\n"
+                               "beta:           1.5\n"
+                               "backlog:        egress, capped at 16 MiB\n"
+                               "host shim:      2 tables, 48 QPs, 777 backlog hits\n"
+                               "generation:     7\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("LEVEL  DSCP   PCP  REMAINING     CONTROL  TAGGED-PKTS  TAGGED-BYTES  "
+                        "EGRESS-TX  EGRESS-DROPS  QUEUED\n"
+                        "    3    26  keep  ≤ 4 KiB       yes             1003       2000003  "
+                        "      903             0       0\n"
+                        "    2    18     5  4 KiB–64 KiB                  1002       2000002  "
+                        "      902             0       0\n"
+                        "    1    10  keep  64 KiB–1 MiB                  1001       2000001  "
+                        "      901             0       0\n"
+                        "    0     0  keep  > 1 MiB                       1000       2000000  "
+                        "      900            17       5\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("QPS-LIVE  CAPACITY  TABLE-FULL  EVICTED-IDLE  EVICTED-ON-INSERT\n"
+                        "     321    131072           2            40                  3\n"));
+  EXPECT_THAT(r.out, HasSubstr("STARTED  COMPLETED  ORPHANS  ABANDONED  DUPLICATES  PSN-JUMPS  "
+                               "BOGUS-LENGTH  OVERRUN\n"
+                               "   5000       4990        4          1          12          6  "
+                               "           0        2\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("refused")));
+}
+
+TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
+  view_.storm.auto_cutoffs = true;
+  view_.storm.cutoffs = {6144, 131072, 3145728};
+  view_.storm.auto_publications = 12;
+  view_.storm.backlog_source = "host";
+  view_.storm.host_errors = {"/dev/shm/heddle-verbs-77: layout version 9, expected 1",
+                             "/dev/shm/heddle-verbs-78: not a heddle table"};
+  const Result r = Ok({"show", "storm"});
+  EXPECT_THAT(r.out, HasSubstr("cutoffs:        auto: 6 KiB, 128 KiB, 3 MiB (every 1000 ms, 12 "
+                               "published)\n"));
+  EXPECT_THAT(r.out, HasSubstr("backlog:        host, capped at 16 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("host shim tables refused:\n"
+                               "  /dev/shm/heddle-verbs-77: layout version 9, expected 1\n"
+                               "  /dev/shm/heddle-verbs-78: not a heddle table\n"));
+}
+
+TEST_F(HeddlectlTest, ShowStormJson) {
+  const Result r = Ok({"-j", "show", "storm"});
+  for (const char* key : {"\"perLevel\"", "\"rMax\": \"4096\"", "\"egressQueueDepth\"",
+                          "\"qpTable\"", "\"evictedOnInsert\": \"3\"", "\"controlLevel\": 3",
+                          "\"backlogSource\": \"egress\"", "\"psnJumps\": \"6\""}) {
+    EXPECT_THAT(r.out, HasSubstr(key));
+  }
+  const auto storm = ParseJson<v1::GetStormResponse>(r.out).storm();
+  EXPECT_EQ(storm.levels(), 4u);
+  EXPECT_THAT(storm.cutoffs(), ElementsAre(4096u, 65536u, 1048576u));
+  ASSERT_EQ(storm.per_level_size(), 4);
+  EXPECT_EQ(storm.per_level(3).egress_drops(), 17u);
+  EXPECT_EQ(storm.per_level(1).pcp(), 5);
+  EXPECT_EQ(storm.tracker().requests_completed(), 4990u);
+  EXPECT_EQ(storm.host().backlog_hits(), 777u);
+}
+
+TEST_F(HeddlectlTest, ShowStormWhenDisabledIsTheDaemonsErrorAndExitsOne) {
+  view_.storm_error =
+      absl::FailedPreconditionError("storm is disabled; set storm.enabled: true and restart");
+  const Result r = Fails(1, {"show", "storm"});
+  EXPECT_EQ(r.err,
+            "heddlectl: heddled GetStorm: storm is disabled; set storm.enabled: true and "
+            "restart\n");
+}
+
+TEST_F(HeddlectlTest, ShowQpTableDefaultsToTop20ByBacklog) {
+  const Result r = Ok({"show", "qp"});
+  EXPECT_EQ(view_.last_top, 20u);
+  EXPECT_EQ(view_.last_sort, "backlog");
+  EXPECT_EQ(r.out,
+            "WORKER       QPN  DIR       KIND   LEVEL  DST        SIZE   SENT  REMAINING  BACKLOG  "
+            "HELD  HOST-BACKLOG  COMPLETED  IDLE-MS\n"
+            "     1        42  request   send       3  10.0.0.3      ?   2048          ?  1048576  "
+            "   0       1048576          9        0\n"
+            "     0        17  request   write      2  10.0.0.2  65536  16384      49152     8192  "
+            "   2             0         31        3\n"
+            "     0  11259375  response  -          0  ipv6          -      -          -        0  "
+            "   0             0          0     9000\n");
+}
+
+TEST_F(HeddlectlTest, ShowQpTopAndSort) {
+  Result r = Ok({"show", "qp", "--top", "1", "--sort", "idle"});
+  EXPECT_EQ(view_.last_top, 1u);
+  EXPECT_EQ(view_.last_sort, "idle");
+  EXPECT_THAT(r.out, HasSubstr("11259375"));
+  EXPECT_THAT(r.out, Not(HasSubstr("10.0.0.2")));
+  r = Ok({"show", "qp", "--sort", "remaining", "--top", "2"});
+  EXPECT_EQ(view_.last_sort, "remaining");
+  EXPECT_THAT(r.out, HasSubstr("10.0.0.2"));
+  EXPECT_THAT(r.out, Not(HasSubstr("ipv6")));
+}
+
+TEST_F(HeddlectlTest, ShowQpJsonAndEmpty) {
+  const auto qps = ParseJson<v1::ListQpsResponse>(Ok({"-j", "show", "qp", "--top", "2"}).out);
+  EXPECT_EQ(qps.sort(), "backlog");
+  EXPECT_EQ(qps.top(), 2u);
+  ASSERT_EQ(qps.qps_size(), 2);
+  EXPECT_EQ(qps.qps(0).qpn(), 42u);
+  EXPECT_EQ(qps.qps(0).host_backlog(), 1048576u);
+  EXPECT_FALSE(qps.qps(0).size_known());
+  EXPECT_EQ(qps.qps(1).remaining(), 49152u);
+
+  view_.qps.clear();
+  EXPECT_EQ(Ok({"show", "qp"}).out, "no QPs tracked\n");
+}
+
+TEST_F(HeddlectlTest, ShowQpBadArgumentsAreUsageErrors) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"show", "qp", "--top", "0"},
+                                             {"show", "qp", "--top", "1001"},
+                                             {"show", "qp", "--top", "many"},
+                                             {"show", "qp", "--sort", "size"}}) {
+    const Result r = Fails(2, args);
+    EXPECT_THAT(r.err, Not(HasSubstr("heddled"))) << args.back();
+  }
+  EXPECT_EQ(view_.last_top, 0u);  // never asked
+}
+
+TEST_F(HeddlectlTest, SetStormLevelsWithEverythingIsOneUpdate) {
+  const Result r = Ok({"set", "storm", "levels", "3", "--cutoffs", "8K,256KiB", "--dscp", "8,16,46",
+                       "--pcp", "-1,3,6", "--control-level", "2"});
+  const std::optional<StormUpdate> u = LastUpdate();
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->levels, std::optional<uint32_t>(3));
+  ASSERT_TRUE(u->cutoffs.has_value());
+  EXPECT_THAT(*u->cutoffs, ElementsAre(8192u, 262144u));
+  ASSERT_TRUE(u->dscp.has_value());
+  EXPECT_THAT(*u->dscp, ElementsAre(8u, 16u, 46u));
+  ASSERT_TRUE(u->pcp.has_value());
+  EXPECT_THAT(*u->pcp, ElementsAre(-1, 3, 6));
+  EXPECT_EQ(u->control_level, std::optional<uint32_t>(2));
+  EXPECT_FALSE(u->mode.has_value());
+  EXPECT_FALSE(u->beta.has_value());
+  EXPECT_FALSE(u->cutoffs_auto);
+  // The answer is the state in force, shown as `show storm` shows it.
+  EXPECT_THAT(r.out, HasSubstr("levels:         3 (level 2 served first)\n"
+                               "cutoffs:        8 KiB, 256 KiB\n"
+                               "control level:  2\n"));
+  EXPECT_THAT(r.out, HasSubstr("generation:     8\n"));
+  EXPECT_THAT(r.out, HasSubstr("    2    46     6  ≤ 8 KiB        yes"));
+  EXPECT_THAT(r.out, HasSubstr("    1    16     3  8 KiB–256 KiB"));
+  EXPECT_THAT(r.out, HasSubstr("    0     8  keep  > 256 KiB"));
+  EXPECT_THAT(r.out, Not(HasSubstr("QPS-LIVE")));
+}
+
+TEST_F(HeddlectlTest, SetStormEachSettingAloneLeavesTheRestUnset) {
+  Ok({"set", "storm", "cutoffs", "4096,64K,1MiB"});
+  std::optional<StormUpdate> u = LastUpdate();
+  ASSERT_TRUE(u.has_value() && u->cutoffs.has_value());
+  EXPECT_THAT(*u->cutoffs, ElementsAre(4096u, 65536u, 1048576u));
+  EXPECT_FALSE(u->levels.has_value());
+  EXPECT_FALSE(u->cutoffs_auto);
+
+  Ok({"set", "storm", "cutoffs", "auto"});
+  u = LastUpdate();
+  EXPECT_TRUE(u->cutoffs_auto);
+  EXPECT_FALSE(u->cutoffs.has_value());
+
+  Ok({"set", "storm", "mode", "per-packet"});
+  u = LastUpdate();
+  EXPECT_EQ(u->mode, std::optional<std::string>("per-packet"));
+  EXPECT_FALSE(u->cutoffs_auto);
+
+  Ok({"set", "storm", "dscp", "0,8,16,46"});
+  u = LastUpdate();
+  ASSERT_TRUE(u->dscp.has_value());
+  EXPECT_THAT(*u->dscp, ElementsAre(0u, 8u, 16u, 46u));
+  EXPECT_FALSE(u->mode.has_value());
+
+  Ok({"set", "storm", "pcp", "-1,keep,3,7"});
+  u = LastUpdate();
+  ASSERT_TRUE(u->pcp.has_value());
+  EXPECT_THAT(*u->pcp, ElementsAre(-1, -1, 3, 7));
+  EXPECT_FALSE(u->dscp.has_value());
+
+  Ok({"set", "storm", "control-level", "0"});
+  u = LastUpdate();
+  EXPECT_EQ(u->control_level, std::optional<uint32_t>(0));  // zero is a value, not "unset"
+  EXPECT_FALSE(u->pcp.has_value());
+  EXPECT_FALSE(u->beta.has_value());
+
+  const Result r = Ok({"set", "storm", "beta", "0"});
+  u = LastUpdate();
+  EXPECT_EQ(u->beta, std::optional<double>(0));
+  EXPECT_FALSE(u->control_level.has_value());
+  EXPECT_THAT(r.out, HasSubstr("beta:           0\n"));
+}
+
+TEST_F(HeddlectlTest, SetStormOneLevelSendsAnEmptyCutoffList) {
+  const Result r = Ok({"set", "storm", "levels", "1", "--dscp", "0", "--pcp", "keep"});
+  const std::optional<StormUpdate> u = LastUpdate();
+  ASSERT_TRUE(u.has_value());
+  ASSERT_TRUE(u->cutoffs.has_value());
+  EXPECT_TRUE(u->cutoffs->empty());
+  EXPECT_THAT(r.out, HasSubstr("levels:         1\n"
+                               "cutoffs:        none (one level)\n"));
+  EXPECT_THAT(r.out, HasSubstr("    0     0  keep  any"));
+}
+
+TEST_F(HeddlectlTest, SetStormJson) {
+  const Result r = Ok({"set", "storm", "mode", "per-packet", "-j"});
+  EXPECT_THAT(r.out, HasSubstr("\"generation\": \"8\""));
+  const auto set = ParseJson<v1::SetStormResponse>(r.out);
+  EXPECT_EQ(set.storm().mode(), "per-packet");
+  EXPECT_EQ(set.storm().generation(), 8u);
+}
+
+TEST_F(HeddlectlTest, SetStormRefusedByTheDaemonExitsOneWithItsMessage) {
+  Result r = Fails(1, {"set", "storm", "levels", "5"});
+  EXPECT_EQ(r.err, "heddlectl: heddled SetStorm: storm.cutoffs: 3 values for 5 levels; give 4\n");
+
+  view_.set_storm_error =
+      absl::DeadlineExceededError("new tables not published within 2s: worker 3 is stuck");
+  r = Fails(1, {"set", "storm", "beta", "2"});
+  EXPECT_EQ(r.err,
+            "heddlectl: heddled SetStorm: new tables not published within 2s: worker 3 is "
+            "stuck\n");
+}
+
+TEST_F(HeddlectlTest, SetStormBadArgumentsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"set", "storm"},
+       "missing subcommand for 'set storm'; expected one of: levels, cutoffs, "
+       "mode, dscp, pcp, control-level, beta"},
+      {{"set", "storm", "bogus"}, "unknown subcommand 'bogus' for 'set storm'"},
+      {{"set", "storm", "cutoffs", "4KB,64K,1M"}, "ambiguous: write 4K or 4KiB"},
+      {{"set", "storm", "cutoffs", "4X"}, "size \"4X\""},
+      {{"set", "storm", "cutoffs"}, "sizes is required"},
+      {{"set", "storm", "levels", "4", "--cutoffs", "1,x"}, "size \"x\""},
+      {{"set", "storm", "levels", "0"}, "\"0\" is not a number of levels (1 or more)"},
+      {{"set", "storm", "levels", "four"}, "\"four\" is not a number of levels"},
+      {{"set", "storm", "mode", "fast"}, "fast"},
+      {{"set", "storm", "dscp", "0,10,18,64"},
+       "dscp \"64\": each value must be an integer in 0..63"},
+      {{"set", "storm", "pcp", "8"}, "pcp \"8\""},
+      {{"set", "storm", "beta", "-1"}, "\"-1\" is not a finite number >= 0"},
+      {{"set", "storm", "beta", "nan"}, "\"nan\" is not a finite number >= 0"},
+      {{"set", "storm", "control-level", "-2"}, "level = -2"},
+  };
+  for (const Case& c : cases) {
+    const Result r = Fails(2, c.args);
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
+  }
+  EXPECT_FALSE(LastUpdate().has_value());  // nothing reached the daemon
+}
+
+TEST_F(HeddlectlTest, SetHelpListsTheSettings) {
+  const Result r = RunHeddlectl(dir_, {"set", "storm", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* setting :
+       {"levels", "cutoffs", "mode", "dscp", "pcp", "control-level", "beta"}) {
+    EXPECT_THAT(r.out, HasSubstr(setting));
+  }
 }
 
 }  // namespace
