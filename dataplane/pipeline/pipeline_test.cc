@@ -364,9 +364,13 @@ class StormTagTest : public PipelineTest {
   std::unique_ptr<Worker> MakeStormWorker(storm::Mode mode) {
     std::bitset<kMaxPorts> hosts;
     hosts.set(0);
-    auto stage = std::make_unique<StormTagStage>(
-        StormLevels(mode), storm::QpTableOptions{.capacity = 1024, .idle_ms = 1000}, 1024, hosts,
-        [] { return uint32_t{5}; });
+    control_ = std::make_unique<StormControl>(StormLevels(mode), 1);
+    auto stage = std::make_unique<StormTagStage>(StormTagStage::Options{
+        .table = {.capacity = 1024, .idle_ms = 1000},
+        .mtu = 1024,
+        .host_ports = hosts,
+        .control = control_.get(),
+        .clock = [] { return uint32_t{5}; }});
     return MakeWorker(false, true, true, std::move(stage));
   }
   std::vector<std::vector<uint8_t>> RunHost(storm::Mode mode,
@@ -376,6 +380,7 @@ class StormTagTest : public PipelineTest {
     for (int i = 0; i < 10; ++i) w->PollOnce();
     return Drain(uplink_.tx);
   }
+  std::unique_ptr<StormControl> control_;
   pkt::FrameSpec frame_ = [] {
     pkt::FrameSpec f;
     f.dscp = 0;

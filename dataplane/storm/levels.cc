@@ -64,17 +64,18 @@ uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog,
 }
 
 uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::PacketDesc& desc,
-                  const TrackResult& track, uint64_t backlog, uint32_t mtu) {
-  if (IsControlClass(desc.roce_class)) return c.control_level;
+                  const TrackResult& track, uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
+  if (IsControlClass(desc.roce_class)) return std::min(c.control_level, ceiling);
   if (entry == nullptr || track.outcome == TrackOutcome::kNotTracked) {
-    return DefaultLevel(c, mtu);
+    return std::min(DefaultLevel(c, mtu), ceiling);
   }
   const bool have_level = entry->flags & kEntryLevelValid;
   const bool reuse = track.outcome == TrackOutcome::kDuplicate ||
                      (track.outcome == TrackOutcome::kContinue && c.mode == Mode::kPerMessage);
-  if (reuse && have_level) return entry->level;
-  const uint8_t level =
-      ComputeLevel(c, RemainingBytes(*entry, track.sent_before, c.unknown_floor), backlog, mtu);
+  if (reuse && have_level) return std::min(entry->level, ceiling);
+  const uint8_t level = std::min(
+      ComputeLevel(c, RemainingBytes(*entry, track.sent_before, c.unknown_floor), backlog, mtu),
+      ceiling);
   entry->level = level;
   entry->flags |= kEntryLevelValid;
   return level;

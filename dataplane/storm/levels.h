@@ -99,8 +99,14 @@ constexpr bool IsControlClass(pkt::RoceClass c) {
 // the level at a request's first packet (or at pick-up of an orphan) and stores it in
 // entry->level; later packets and duplicates reuse it. Per-packet mode recomputes and stores it
 // for every new packet; duplicates reuse the stored level. Hot path: no allocation.
+//
+// `ceiling` caps the result (kMaxLevels - 1: no cap). The in-order guard passes the level of the
+// QP's packets still held in heddled's egress queues, so that a later packet of the QP never
+// overtakes them (docs/storm.md §5); a level computed under the cap is stored capped, so a
+// per-message request keeps one level.
 uint8_t TagPacket(const LevelConfig& config, QpEntry* entry, const pkt::PacketDesc& desc,
-                  const TrackResult& track, uint64_t backlog, uint32_t mtu);
+                  const TrackResult& track, uint64_t backlog, uint32_t mtu,
+                  uint8_t ceiling = kMaxLevels - 1);
 
 // Byte-weighted request sizes in log2 buckets: bucket b holds the bytes of requests of size in
 // [2^b, 2^(b+1)) (bucket 31 also everything larger). One writer (the worker); Snapshot() may run

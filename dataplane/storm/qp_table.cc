@@ -1,6 +1,8 @@
 // File: dataplane/storm/qp_table.cc
 #include "dataplane/storm/qp_table.h"
 
+#include <algorithm>
+
 #include <sys/mman.h>
 
 #include <bit>
@@ -161,9 +163,12 @@ QpEntry* QpTable::Find(const QpKey& key) {
   return const_cast<QpEntry*>(static_cast<const QpTable*>(this)->Find(key));
 }
 
-size_t QpTable::SweepIdle(uint32_t now_ms) {
+size_t QpTable::SweepIdle(uint32_t now_ms) { return SweepIdleRange(0, capacity_, now_ms); }
+
+size_t QpTable::SweepIdleRange(size_t begin, size_t count, uint32_t now_ms) {
   size_t evicted = 0;
-  for (size_t i = 0; i < capacity_; ++i) {
+  const size_t end = begin < capacity_ ? begin + std::min(count, capacity_ - begin) : begin;
+  for (size_t i = begin; i < end; ++i) {
     QpEntry& e = entries_[i];
     if (e.key_hash != 0 && Idle(e, now_ms)) {
       e = QpEntry{};

@@ -62,7 +62,7 @@ struct alignas(64) QpEntry {
   uint8_t kind;        // RequestKind of the current request
   uint8_t level;       // level recorded for the current request
   uint8_t flags;       // EntryFlag bits
-  uint8_t spare0;
+  uint8_t held_level;  // level of the newest packet held in heddled (valid if egress_queued > 0)
   uint32_t size;           // request size S in bytes (meaningful if kEntrySizeKnown)
   uint32_t sent;           // payload bytes of the current request seen so far
   uint32_t first_psn;      // PSN of the current request's first packet
@@ -70,9 +70,13 @@ struct alignas(64) QpEntry {
   uint32_t end_psn;        // last PSN of the current request (if kEntryEndPsnValid)
   uint32_t acked_psn;      // highest PSN acknowledged (kNoPsn: none); atomic access only
   uint32_t completed;      // requests completed on this QP
-  uint32_t egress_queued;  // packets of this QP waiting in heddled's egress queues
+  uint32_t egress_queued;  // packets of this QP held in heddled (burst or egress queue)
   uint32_t host_backlog;   // bytes posted by the application, not yet on the wire (shim)
-  uint8_t spare[8];
+  uint32_t dst_ip4;        // IPv4 destination as on the wire (for `show qp`); 0 for IPv6
+  // The storm-tag stage's burst number when it first saw this QP in a burst, and egress_queued
+  // then: the QP's packets queued from earlier bursts (the egress backlog source).
+  uint16_t burst_mark;
+  uint16_t queued_at_mark;
 };
 static_assert(sizeof(QpEntry) == 64, "QpEntry must be one cache line");
 static_assert(alignof(QpEntry) == 64);
@@ -161,8 +165,15 @@ class QpTable {
   QpEntry* Find(const QpKey& key);
   const QpEntry* Find(const QpKey& key) const;
 
-  // Empties every entry idle longer than idle_ms at `now_ms`; returns how many.
+  // Empties every entry idle longer than idle_ms at `now_ms`; returns how many. An entry with
+  // packets still held in heddled (egress_queued > 0) is never idle: its counter is referenced.
   size_t SweepIdle(uint32_t now_ms);
+  // The same over entries [begin, begin + count) (clamped to the capacity): the owning worker
+  // sweeps the table a slice per poll loop.
+  size_t SweepIdleRange(size_t begin, size_t count, uint32_t now_ms);
+
+  // Entry i in [0, capacity): for scans by the owning thread (empty when key_hash == 0).
+  const QpEntry& entry(size_t i) const { return entries_[i]; }
 
   size_t capacity() const { return capacity_; }
   size_t size() const { return live_; }
@@ -176,7 +187,7 @@ class QpTable {
  private:
   QpEntry* Bucket(uint64_t hash) const { return &entries_[(hash & bucket_mask_) * kBucketEntries]; }
   bool Idle(const QpEntry& e, uint32_t now_ms) const {
-    return static_cast<uint32_t>(now_ms - e.last_seen) > idle_ms_;
+    return e.egress_queued == 0 && static_cast<uint32_t>(now_ms - e.last_seen) > idle_ms_;
   }
   static void Reset(QpEntry& e, uint64_t hash, uint32_t qpn_dir, uint32_t now_ms);
 

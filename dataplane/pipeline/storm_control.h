@@ -1,0 +1,191 @@
+// File: dataplane/pipeline/storm_control.h
+//
+// The state the control plane shares with the workers' "storm-tag" stages (docs/storm.md §3, §7):
+//   * the level parameters (LevelConfig), published by RCU: the control thread swaps a pointer to
+//     an immutable copy and frees the old one after every worker passed a quiescent state
+//     (rte_rcu_qsbr; a worker reports once per poll loop, in Stage::Poll). No packet ever sees a
+//     half-written configuration, and no worker waits for the control thread;
+//   * the host backlog index read from the verbs shim's tables (storm.backlog_source: host),
+//     published the same way;
+//   * per-worker request-size histograms, from which AutoStep() derives equal-bytes cutoffs
+//     (storm.cutoffs: auto);
+//   * per-worker counters the stage publishes (QP table and tracker), and the `show qp` query:
+//     the control thread posts a request, each worker answers it from its own table a slice per
+//     poll loop, so the table is only ever read by the thread that writes it.
+//
+//   StormControl ctl(cfg.storm.levels, /*num_workers=*/2);
+//   ...worker i, once per poll loop:  ctl.Quiescent(i);
+//   ...worker i, per burst:           const storm::LevelConfig& l = ctl.levels();
+//   ...control thread:                HEDDLE_RETURN_IF_ERROR(ctl.SetLevels(new_levels));
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dataplane/storm/levels.h"
+
+struct rte_rcu_qsbr;
+
+namespace heddle::verbs {
+class HostBacklogIndex;
+}
+
+namespace heddle::pipeline {
+
+// One QP as `show qp` reports it.
+struct QpRow {
+  uint32_t worker = 0;
+  uint32_t qpn = 0;
+  uint8_t direction = 0;  // storm::Direction
+  uint8_t kind = 0;       // storm::RequestKind of the current request
+  uint8_t level = 0;      // level recorded for the current request
+  uint8_t flags = 0;      // storm::EntryFlag bits
+  uint32_t dst_ip4 = 0;   // as on the wire (network order); 0 for IPv6
+  uint32_t size = 0;      // request size (valid if flags & kEntrySizeKnown)
+  uint32_t sent = 0;
+  uint64_t remaining = 0;     // R of the level formula
+  uint32_t egress_held = 0;   // packets held in heddled
+  uint32_t host_backlog = 0;  // bytes, from the verbs shim
+  uint64_t backlog = 0;       // B of the level formula for the configured source, bytes
+  uint32_t completed = 0;
+  uint32_t idle_ms = 0;
+  uint64_t key_hash = 0;
+};
+
+enum class QpSort : uint8_t { kBacklog, kRemaining, kIdle };
+// True if `a` ranks before `b` in `show qp` order.
+bool QpRowBefore(const QpRow& a, const QpRow& b, QpSort sort);
+
+// Counters a stage publishes about its worker's table and tracker (relaxed stores, one writer).
+struct StormWorkerCounters {
+  uint64_t qp_live = 0, qp_capacity = 0, qp_inserted = 0, qp_table_full = 0, qp_evicted_idle = 0,
+           qp_evicted_on_insert = 0;
+  uint64_t requests_started = 0, requests_completed = 0, orphans = 0, abandoned = 0,
+           duplicates = 0, psn_jumps = 0, bogus_length = 0, overrun = 0;
+  uint64_t host_backlog_hits = 0;  // requests that found a host backlog entry
+};
+
+class StormControl {
+ public:
+  static constexpr int kMaxTopQps = 1000;
+
+  // `levels` must pass storm::ValidateLevelConfig(). Workers 0..num_workers-1 start online: the
+  // first grace period waits for each of them to poll once.
+  StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs = false);
+  ~StormControl();
+  StormControl(const StormControl&) = delete;
+  StormControl& operator=(const StormControl&) = delete;
+
+  int num_workers() const { return num_workers_; }
+
+  // ---- worker side (lcore of worker `w`) ----
+  // Valid until this worker's next Quiescent().
+  const storm::LevelConfig& levels() const {
+    return params_.load(std::memory_order_acquire)->levels;
+  }
+  uint64_t generation() const { return params_.load(std::memory_order_acquire)->generation; }
+  // nullptr when no index was published. Valid until this worker's next Quiescent().
+  const verbs::HostBacklogIndex* host_backlog() const {
+    return host_.load(std::memory_order_acquire);
+  }
+  // Once per poll loop, holding no pointer obtained above.
+  void Quiescent(int w);
+  // A worker that stops polling for good (or for long) goes offline so grace periods do not wait
+  // for it; Online() before it reads again.
+  void Offline(int w);
+  void Online(int w);
+  storm::SizeHistogram* histogram(int w) { return &workers_[w].hist; }
+  void PublishCounters(int w, const StormWorkerCounters& c);
+
+  // The pending `show qp` request of worker `w`: a sequence number different from the last one
+  // the worker answered means "scan your table and Answer()".
+  struct QpQuery {
+    uint64_t seq = 0;
+    int n = 0;
+    QpSort sort = QpSort::kBacklog;
+  };
+  QpQuery PendingQuery(int w) const;
+  // Rows: at most query.n, best first. The buffer was reserved at construction: no allocation if
+  // rows.size() <= kMaxTopQps (the stage keeps its own reserved buffer and passes it here).
+  void Answer(int w, uint64_t seq, const std::vector<QpRow>& rows);
+
+  // ---- control side (any thread; serialised internally) ----
+  // Validates and publishes; old parameters are freed after a grace period (or later, if a worker
+  // does not pass one within `grace_timeout`: never while a worker may still read them).
+  absl::Status SetLevels(const storm::LevelConfig& levels);
+  storm::LevelConfig current_levels() const;
+  void PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIndex> index);
+
+  bool auto_cutoffs() const { return auto_.load(std::memory_order_relaxed); }
+  void set_auto_cutoffs(bool on) { auto_.store(on, std::memory_order_relaxed); }
+  // One auto-cutoffs interval: sums the workers' histograms, ages the totals by `keep`
+  // (aged = aged * keep + fresh) and, when auto cutoffs are on and the equal-bytes cutoffs moved
+  // by more than 1/8 of their value, publishes them. Returns whether it published.
+  bool AutoStep(double keep);
+  storm::SizeHistogram aged_histogram() const;
+  uint64_t auto_publications() const { return auto_published_.load(std::memory_order_relaxed); }
+
+  // Sum over workers (relaxed loads).
+  StormWorkerCounters counters() const;
+
+  // Top `n` (<= kMaxTopQps) QPs over all workers by `sort`. Waits up to `timeout` for every
+  // worker to answer; DeadlineExceeded names the workers that did not (e.g. stopped).
+  absl::StatusOr<std::vector<QpRow>> TopQps(int n, QpSort sort, absl::Duration timeout);
+
+  // Grace periods that had not completed within grace_timeout (their objects are freed later).
+  uint64_t slow_grace_periods() const { return slow_grace_.load(std::memory_order_relaxed); }
+  void set_grace_timeout(absl::Duration d) { grace_timeout_ = d; }
+
+ private:
+  struct Params {
+    storm::LevelConfig levels;
+    uint64_t generation = 0;
+  };
+  struct Retired {
+    std::shared_ptr<const void> object;
+    uint64_t token;
+  };
+  struct alignas(64) WorkerBlock {
+    storm::SizeHistogram hist;
+    std::array<std::atomic<uint64_t>, sizeof(StormWorkerCounters) / sizeof(uint64_t)> counters{};
+    std::atomic<uint64_t> query_seq{0};
+    std::atomic<uint64_t> answered_seq{0};
+    std::atomic<int> query_n{0};
+    std::atomic<QpSort> query_sort{QpSort::kBacklog};
+    std::vector<QpRow> rows;  // written by the worker before answered_seq (release)
+  };
+
+  // Retires `old` after a grace period; waits up to grace_timeout_ for it (and older ones).
+  void RetireLocked(std::shared_ptr<const void> old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReclaimLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishParamsLocked(const storm::LevelConfig& levels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int num_workers_;
+  rte_rcu_qsbr* qsbr_ = nullptr;  // aligned heap block
+  std::unique_ptr<WorkerBlock[]> workers_;
+  std::atomic<const Params*> params_{nullptr};
+  std::atomic<const verbs::HostBacklogIndex*> host_{nullptr};
+  std::atomic<bool> auto_{false};
+  std::atomic<uint64_t> auto_published_{0};
+  std::atomic<uint64_t> slow_grace_{0};
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Params> params_owner_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const verbs::HostBacklogIndex> host_owner_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
+  storm::SizeHistogram last_sum_ ABSL_GUARDED_BY(mu_);
+  storm::SizeHistogram aged_ ABSL_GUARDED_BY(mu_);
+  absl::Duration grace_timeout_ = absl::Seconds(1);
+  absl::Mutex query_mu_;  // one `show qp` at a time
+  uint64_t query_seq_ ABSL_GUARDED_BY(query_mu_) = 0;
+};
+
+}  // namespace heddle::pipeline
