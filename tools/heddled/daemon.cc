@@ -26,6 +26,7 @@
 #include "drivers/dpdk/eal.h"
 #include "drivers/dpdk/port.h"
 #include "drivers/verbs/discovery.h"
+#include "tools/heddled/storm_service.h"
 
 namespace heddle::heddled {
 
@@ -80,6 +81,9 @@ struct Daemon::Impl : public api::DaemonView {
   rte_mempool* pool = nullptr;
   std::array<uint16_t, kMaxPorts> peer{};
   std::unique_ptr<pipeline::DataplaneStats> stats;
+  // Declared before the workers: their storm-tag stages read its StormControl until destroyed.
+  std::unique_ptr<StormService> storm_svc;
+  std::mutex cfg_mu;  // cfg.storm changes at run time (set storm); readers of it take this
   std::vector<std::unique_ptr<pipeline::Worker>> workers;
   std::atomic<bool> stop_workers{false};
   bool workers_running = false;
@@ -173,7 +177,37 @@ struct Daemon::Impl : public api::DaemonView {
     return out;
   }
 
-  std::string GetConfigYaml() override { return config::ToYaml(cfg); }
+  std::string GetConfigYaml() override {
+    std::lock_guard<std::mutex> g(cfg_mu);
+    return config::ToYaml(cfg);
+  }
+
+  absl::StatusOr<api::StormView> GetStorm() override {
+    if (!storm_svc) return StormOff();
+    return storm_svc->View(stats->Snapshot());
+  }
+
+  absl::StatusOr<std::vector<api::QpView>> ListQps(uint32_t top,
+                                                   const std::string& sort) override {
+    if (!storm_svc) return StormOff();
+    return storm_svc->ListQps(top, sort);
+  }
+
+  absl::StatusOr<api::StormView> SetStorm(const api::StormUpdate& u) override {
+    if (!storm_svc) return StormOff();
+    {
+      std::lock_guard<std::mutex> g(cfg_mu);
+      config::StormConfig next = cfg.storm;
+      HEDDLE_RETURN_IF_ERROR(storm_svc->Apply(u, &next));
+      cfg.storm = std::move(next);
+    }
+    return storm_svc->View(stats->Snapshot());
+  }
+
+  static absl::Status StormOff() {
+    return absl::FailedPreconditionError(
+        "storm is not enabled; set storm.enabled: true in the configuration and restart heddled");
+  }
 
   api::RdmaView GetRdma() override {
     api::RdmaView v;
@@ -269,10 +303,13 @@ absl::Status Daemon::Impl::Start() {
     if (cfg.ports[pi].role == config::PortRole::kHost) host_ports.set(pi);
   }
   if (cfg.storm.enabled) {
-    HEDDLE_LOG(kInfo, "storm-tag: %d levels, %s, QP table of %u entries per worker (%u MiB)",
+    HEDDLE_LOG(kInfo,
+               "storm-tag: %d levels, %s, %s cutoffs, QP table of %u entries per worker (%u MiB)",
                cfg.storm.levels.levels,
                cfg.storm.levels.mode == storm::Mode::kPerPacket ? "per-packet" : "per-message",
-               cfg.storm.qp_capacity, (cfg.storm.qp_capacity * 64u) >> 20);
+               cfg.storm.auto_cutoffs ? "auto" : "static", cfg.storm.qp_capacity,
+               (cfg.storm.qp_capacity * 64u) >> 20);
+    storm_svc = std::make_unique<StormService>(cfg.storm, num_workers);
   }
 
   // Spread every (port, RX queue) over the workers, round-robin.
@@ -296,10 +333,13 @@ absl::Status Daemon::Impl::Start() {
     if (cfg.verify_icrc) s.stages.push_back(std::make_unique<pipeline::IcrcVerifyStage>());
     if (cfg.storm.enabled) {
       // One QP table per worker, allocated here: per-lcore state, off the hot path.
-      s.stages.push_back(std::make_unique<pipeline::StormTagStage>(
-          cfg.storm.levels,
-          storm::QpTableOptions{.capacity = cfg.storm.qp_capacity, .idle_ms = cfg.storm.qp_idle_ms},
-          cfg.storm.mtu, host_ports));
+      s.stages.push_back(std::make_unique<pipeline::StormTagStage>(pipeline::StormTagStage::Options{
+          .table = {.capacity = cfg.storm.qp_capacity, .idle_ms = cfg.storm.qp_idle_ms},
+          .mtu = cfg.storm.mtu,
+          .host_ports = host_ports,
+          .backlog_source = cfg.storm.backlog_source,
+          .control = storm_svc->control(),
+          .worker = w}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
@@ -317,6 +357,7 @@ absl::Status Daemon::Impl::Start() {
     }
     workers_running = true;
   }
+  if (storm_svc) storm_svc->StartThread();
   // The exposer and the control API serve only once ports and workers run: their threads then
   // never race the main thread's ethdev set-up calls, and an answering socket means a running
   // dataplane.
@@ -348,11 +389,14 @@ absl::Status Daemon::Impl::Start() {
 void Daemon::Impl::Stop() {
   if (stopped) return;
   stopped = true;
+  // The storm thread publishes to the workers (and waits for their grace periods): it goes first.
+  if (storm_svc) storm_svc->StopThread();
   if (workers_running) {
     stop_workers.store(true, std::memory_order_release);
     rte_eal_mp_wait_lcore();
     workers_running = false;
   }
+  if (storm_svc) storm_svc->WorkersStopped();
   // The API and exposer read ports and stats: shut them before the ports go.
   if (api) api->Shutdown();
   api.reset();
