@@ -150,6 +150,23 @@ TEST_F(TagTest, BacklogRaisesTheRequestLevel) {
   EXPECT_EQ(Write(128, 64, 16u << 20).front(), 3);  // 16 MiB: 3.9 KiB -> 3
 }
 
+TEST_F(TagTest, CeilingCapsAndACappedRequestKeepsItsCappedLevel) {
+  // A 3-packet WRITE of 12 KiB is level 2 on its own; capped at 1 at its first packet (packets of
+  // an earlier request still held), it stays at 1 to its end even once the cap is gone.
+  const TrackResult t0 = tracker_.OnRequestPacket(*entry_, MakePacket(kWriteFirst, 0, kMtu, 3 * kMtu).desc);
+  EXPECT_EQ(TagPacket(config_, entry_, MakePacket(kWriteFirst, 0, kMtu, 3 * kMtu).desc, t0, 0, kMtu,
+                      /*ceiling=*/1),
+            1);
+  EXPECT_EQ(Send(MakePacket(kWriteMiddle, 1, kMtu)), 1);
+  EXPECT_EQ(Send(MakePacket(kWriteLast, 2, kMtu)), 1);
+  // Control traffic is capped too: a READ request must not overtake held WRITE packets.
+  const testing::Packet read = MakePacket(kReadRequest, 3, 0, 1u << 20);
+  const TrackResult t1 = tracker_.OnRequestPacket(*entry_, read.desc);
+  EXPECT_EQ(TagPacket(config_, entry_, read.desc, t1, 0, kMtu, /*ceiling=*/0), 0);
+  // No ceiling: the next request gets its own level.
+  EXPECT_EQ(Write(4, 3).front(), 2);
+}
+
 TEST_F(TagTest, BacklogSourceSelectsTheCounter) {
   entry_->egress_queued = 10;
   entry_->host_backlog = 12345;

@@ -218,6 +218,28 @@ TEST(QpTableTest, SweepIdleReclaimsOnlyIdleEntries) {
   EXPECT_EQ(r, InsertResult::kInserted);
 }
 
+TEST(QpTableTest, SlicedSweepCoversTheTableAndSparesHeldEntries) {
+  QpTable t({.capacity = 1024, .idle_ms = 1000});
+  for (uint32_t q = 0; q < 200; ++q) ASSERT_NE(t.FindOrInsert(Key(q), 0, nullptr), nullptr);
+  // Packets of QP 7 are still held in heddled: its counter is referenced, it is not idle.
+  t.Find(Key(7))->egress_queued = 2;
+  InsertResult r;
+  size_t evicted = 0;
+  for (size_t begin = 0; begin < t.capacity(); begin += 100) {
+    evicted += t.SweepIdleRange(begin, 100, 5000);
+  }
+  EXPECT_EQ(t.SweepIdleRange(t.capacity(), 100, 5000), 0u);  // past the end: nothing
+  EXPECT_EQ(t.SweepIdleRange(1000, 1000, 5000), 0u);         // clamped at the end
+  EXPECT_EQ(evicted, 199u);
+  EXPECT_EQ(t.size(), 1u);
+  ASSERT_NE(t.Find(Key(7)), nullptr);
+  // Once its packets left, it is idle like the others.
+  t.Find(Key(7))->egress_queued = 0;
+  EXPECT_EQ(t.SweepIdleRange(0, t.capacity(), 5000), 1u);
+  EXPECT_NE(t.FindOrInsert(Key(7), 5000, &r), nullptr);
+  EXPECT_EQ(r, InsertResult::kInserted);
+}
+
 TEST(QpTableTest, OverloadedTableAccountsForEveryInsert) {
   QpTable t({.capacity = 64, .idle_ms = 1'000'000});
   size_t ok = 0;
