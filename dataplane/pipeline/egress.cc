@@ -51,35 +51,34 @@ uint32_t PrioEgress::queued(uint16_t port, int level) const {
 }
 
 void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
-  // Stable counting sort by key (port, 7 - level): ports ascending, levels descending, arrival
-  // order kept within a level. pos[k] is first the number of packets with key k - 1, then the
-  // start of key k, then (after placement) the start of key k + 1.
-  const int keys = num_ports_ * kLevels;
-  uint16_t pos[kMaxPorts * kLevels + 1];
-  std::fill_n(pos, keys + 1, uint16_t{0});
+  // Stable counting sort by egress port, arrival order kept: a port that takes the whole burst
+  // sends it as it came (no reordering when there is no backpressure); levels matter from the
+  // first refused packet on. pos[p] is first the number of packets for port p - 1, then the start
+  // of port p, then (after placement) the start of port p + 1.
+  uint16_t pos[kMaxPorts + 1];
+  std::fill_n(pos, num_ports_ + 1, uint16_t{0});
   uint32_t ports_seen = 0;
   for (uint16_t i = 0; i < b.n; ++i) {
     assert(b.egress[i] < num_ports_);
-    ++pos[b.egress[i] * kLevels + (kLevels - 1 - LevelOf(b.level[i])) + 1];
+    ++pos[b.egress[i] + 1];
     ports_seen |= 1u << b.egress[i];
   }
-  for (int k = 1; k <= keys; ++k) pos[k] += pos[k - 1];
+  for (int k = 1; k <= num_ports_; ++k) pos[k] += pos[k - 1];
   for (uint16_t i = 0; i < b.n; ++i) {
-    const int level = LevelOf(b.level[i]);
-    const uint16_t to = pos[b.egress[i] * kLevels + (kLevels - 1 - level)]++;
+    const uint16_t to = pos[b.egress[i]]++;
     sorted_pkts_[to] = b.pkts[i];
     sorted_held_[to] = b.held[i];
-    sorted_level_[to] = static_cast<uint8_t>(level);
+    sorted_level_[to] = static_cast<uint8_t>(LevelOf(b.level[i]));
   }
 
   for (uint32_t mask = ports_seen; mask != 0; mask &= mask - 1) {
     const auto p = static_cast<uint16_t>(std::countr_zero(mask));
-    const uint16_t lo = p == 0 ? 0 : pos[p * kLevels - 1];
-    const uint16_t hi = pos[p * kLevels + kLevels - 1];
+    const uint16_t lo = p == 0 ? 0 : pos[p - 1];
+    const uint16_t hi = pos[p];
     flushed_ |= 1u << p;
     if (ports_[p].total == 0) {
-      // Nothing waits on this port: the burst goes straight to the driver, highest level first,
-      // and only what it refuses is queued.
+      // Nothing waits on this port: the burst goes straight to the driver in arrival order, and
+      // only what it refuses is queued, each packet at its level.
       const uint16_t sent = TxBurst(p, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);
       uint16_t per_level[kLevels] = {};
       for (uint16_t i = lo; i < lo + sent; ++i) ++per_level[sorted_level_[i]];

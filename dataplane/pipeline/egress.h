@@ -37,11 +37,6 @@ struct rte_mbuf;
 
 namespace heddle::pipeline {
 
-// Decrements a packet's held count when it leaves heddled (saturating: never wraps below 0).
-inline void ReleaseHeld(uint32_t* held) {
-  if (held != nullptr && *held != 0) --*held;
-}
-
 struct PrioEgressOptions {
   uint16_t num_ports = 0;                      // ports 0..num_ports-1; at most kMaxPorts
   std::array<uint16_t, kMaxPorts> port_ids{};  // DPDK port id by port index

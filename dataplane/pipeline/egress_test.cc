@@ -281,12 +281,11 @@ TEST_F(EgressTest, QueuedLevelsLeaveInStrictPriorityAndFifoWithinALevel) {
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
 }
 
-TEST_F(EgressTest, ABurstLeavesHighestLevelFirstEvenWithoutBackpressure) {
+TEST_F(EgressTest, ABurstThePortTakesWholeLeavesInArrivalOrder) {
   MakeWorker(64);
   const Ids in = {{0, 1}, {2, 2}, {0, 3}, {7, 4}, {2, 5}, {1, 6}, {7, 7}, {0, 8}};
   Arrive(host_, in);
-  const Ids want = {{7, 4}, {7, 7}, {2, 2}, {2, 5}, {1, 6}, {0, 1}, {0, 3}, {0, 8}};
-  EXPECT_EQ(Take(uplink_, ~0u), want);
+  EXPECT_EQ(Take(uplink_, ~0u), in);
   ExpectQueued({});
   StatsSnapshot s = stats_->Snapshot();
   EXPECT_EQ(s.egress_level_tx[7], 2u);
@@ -391,14 +390,14 @@ TEST_F(EgressTest, AFullPortRefusesArrivalsNotAboveItsLowestWaitingLevel) {
 TEST_F(EgressTest, ARefusedBurstTailIsQueuedNotDropped) {
   MakeWorker(64);
   Arrive(host_, Seq(2, 0, 20));  // leaves 11 free slots in the uplink's ring
-  // One burst of 14 into 11 slots: level 4, then level 2, then the first 3 of level 0 fit.
+  // One burst of 14 into 11 slots: the first 11 in arrival order fit; the tail is queued by level.
   Arrive(host_, Cat({Seq(0, 60, 6), Seq(4, 70, 6), Seq(2, 80, 2)}));
-  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(2, 0, 20), Seq(4, 70, 6), Seq(2, 80, 2), Seq(0, 60, 3)}));
-  ExpectQueued(Seq(0, 63, 3));
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(2, 0, 20), Seq(0, 60, 6), Seq(4, 70, 5)}));
+  ExpectQueued(Cat({Seq(4, 75, 1), Seq(2, 80, 2)}));
   EXPECT_EQ(Drops(DropReason::kTxFull), 0u);
   EXPECT_EQ(Drops(DropReason::kStormQueueFull), 0u);
-  Poll();  // idle: the retry sends the tail
-  EXPECT_EQ(Take(uplink_, ~0u), Seq(0, 63, 3));
+  Poll();  // idle: the retry sends the tail, highest level first
+  EXPECT_EQ(Take(uplink_, ~0u), Cat({Seq(4, 75, 1), Seq(2, 80, 2)}));
   ExpectQueued({});
   EXPECT_EQ(stats_->Snapshot().ports[1].tx_packets, 34u);
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);

@@ -42,6 +42,11 @@ struct Burst {
   pkt::PacketDesc desc[kMaxBurst];
 };
 
+// A packet leaves heddled (sent or dropped): its flow's held count goes down, never below 0.
+inline void ReleaseHeld(uint32_t* held) {
+  if (held != nullptr && *held != 0) --*held;
+}
+
 // What a stage may touch besides the burst: its lcore's counters and the drop list.
 class WorkerContext {
  public:
@@ -50,6 +55,12 @@ class WorkerContext {
   void Drop(rte_mbuf* m, DropReason r) {
     stats_->drops[static_cast<int>(r)].Add(1);
     dropped_[n_dropped_++] = m;
+  }
+  // Drops packet i of a burst: also releases its held count (Burst::held). Stages drop with this.
+  void Drop(Burst& b, uint16_t i, DropReason r) {
+    ReleaseHeld(b.held[i]);
+    b.held[i] = nullptr;
+    Drop(b.pkts[i], r);
   }
   // Called by the worker after each burst: frees what the stages dropped.
   uint16_t TakeDropped(rte_mbuf*** out) {

@@ -11,7 +11,7 @@ namespace heddle::pipeline {
 uint16_t PortForwardStage::Process(WorkerContext& ctx, Burst& b) {
   const uint16_t out = b.ingress < kMaxPorts ? peer_[b.ingress] : kNoEgress;
   if (out == kNoEgress) {
-    for (uint16_t i = 0; i < b.n; ++i) ctx.Drop(b.pkts[i], DropReason::kNoEgress);
+    for (uint16_t i = 0; i < b.n; ++i) ctx.Drop(b, i, DropReason::kNoEgress);
     return 0;
   }
   for (uint16_t i = 0; i < b.n; ++i) b.egress[i] = out;
@@ -46,7 +46,7 @@ uint16_t IcrcVerifyStage::Process(WorkerContext& ctx, Burst& b) {
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
     if ((d.flags & pkt::kFlagRoce) && !MbufIcrcValid(b.pkts[i], d)) {
-      ctx.Drop(b.pkts[i], DropReason::kIcrcBad);
+      ctx.Drop(b, i, DropReason::kIcrcBad);
       continue;
     }
     MoveSlot(b, kept++, i);

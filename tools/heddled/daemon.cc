@@ -330,6 +330,8 @@ absl::Status Daemon::Impl::Start() {
     s.burst = cfg.burst_size;
     s.stats = stats->lcore(w);
     s.stop = &stop_workers;
+    // STORM's strict-priority egress; without storm the direct TX path (tx-full drops).
+    if (cfg.storm.enabled) s.egress_queue_packets = cfg.storm.queue_packets;
     if (cfg.verify_icrc) s.stages.push_back(std::make_unique<pipeline::IcrcVerifyStage>());
     if (cfg.storm.enabled) {
       // One QP table per worker, allocated here: per-lcore state, off the hot path.
