@@ -265,7 +265,10 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
   out.push_back(std::move(loops));
 
   if (sources_.storm_levels > 0) {
-    const int levels = std::min(sources_.storm_levels, pipeline::kMaxStormLevels);
+    const int levels =
+        std::min(std::max(sources_.storm_levels,
+                          sources_.storm_levels_now ? sources_.storm_levels_now() : 0),
+                 pipeline::kMaxStormLevels);
     MetricFamily packets = NewFamily(
         "heddle_storm_level_packets_total",
         "RoCEv2 packets from host ports tagged by storm-tag, by STORM level (level K-1 is served "

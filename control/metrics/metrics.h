@@ -65,6 +65,9 @@ struct MetricsSources {
   std::string version;
   // storm.levels when STORM tagging is enabled, else 0 (its families are then not exported).
   int storm_levels = 0;
+  // Optional: the number of levels to export now, when it can change at run time (set storm
+  // levels). The daemon returns the most levels ever in force, so no series disappears.
+  std::function<int()> storm_levels_now;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

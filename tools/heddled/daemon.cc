@@ -376,7 +376,10 @@ absl::Status Daemon::Impl::Start() {
     };
     for (const auto& pc : cfg.ports) src.ports.push_back({pc.name, config::PortRoleName(pc.role)});
     src.version = kVersion;
-    if (cfg.storm.enabled) src.storm_levels = cfg.storm.levels.levels;
+    if (cfg.storm.enabled) {
+      src.storm_levels = cfg.storm.levels.levels;
+      src.storm_levels_now = [this] { return storm_svc->max_levels(); };
+    }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }

@@ -67,7 +67,8 @@ StormService::StormService(const config::StormConfig& cfg, int num_workers)
     : cfg_(cfg),
       num_workers_(num_workers),
       control_(std::make_unique<pipeline::StormControl>(cfg.levels, num_workers,
-                                                        cfg.auto_cutoffs)) {}
+                                                        cfg.auto_cutoffs)),
+      max_levels_(cfg.levels.levels) {}
 
 StormService::~StormService() { StopThread(); }
 
@@ -333,6 +334,9 @@ absl::Status StormService::Apply(const api::StormUpdate& u, config::StormConfig*
   }
   if (absl::Status s = control_->SetLevels(next); !s.ok()) return s;
   control_->set_auto_cutoffs(auto_next);
+  if (next.levels > max_levels_.load(std::memory_order_relaxed)) {
+    max_levels_.store(next.levels, std::memory_order_relaxed);
+  }
   if (cfg != nullptr) {
     cfg->levels = next;
     cfg->auto_cutoffs = auto_next;

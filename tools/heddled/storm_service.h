@@ -35,6 +35,8 @@ class StormService {
   ~StormService();
 
   pipeline::StormControl* control() { return control_.get(); }
+  // The most levels ever in force (the metrics export that many, so no series disappears).
+  int max_levels() const { return max_levels_.load(std::memory_order_relaxed); }
 
   void StartThread();
   void StopThread();
@@ -67,6 +69,7 @@ class StormService {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::atomic<int> max_levels_;
 };
 
 }  // namespace heddle::heddled
