@@ -68,7 +68,11 @@ StormService::StormService(const config::StormConfig& cfg, int num_workers)
       num_workers_(num_workers),
       control_(std::make_unique<pipeline::StormControl>(cfg.levels, num_workers,
                                                         cfg.auto_cutoffs)),
-      max_levels_(cfg.levels.levels) {}
+      max_levels_(cfg.levels.levels) {
+  if (cfg.backlog_source == storm::BacklogSource::kHostShim) {
+    host_reader_ = std::make_unique<verbs::HostBacklogReader>(cfg.host_backlog_dir);
+  }
+}
 
 StormService::~StormService() { StopThread(); }
 
@@ -129,7 +133,8 @@ void StormService::AutoTick() {
 }
 
 void StormService::HostTick() {
-  verbs::HostBacklogRead r = verbs::ReadHostBacklog(cfg_.host_backlog_dir);
+  if (!host_reader_) return;
+  verbs::HostBacklogRead r = host_reader_->Read();
   {
     std::lock_guard<std::mutex> l(host_mu_);
     host_tables_ = r.tables;

@@ -27,6 +27,10 @@
 #include "dataplane/pipeline/stats.h"
 #include "dataplane/pipeline/storm_control.h"
 
+namespace heddle::verbs {
+class HostBacklogReader;
+}
+
 namespace heddle::heddled {
 
 class StormService {
@@ -59,6 +63,7 @@ class StormService {
   config::StormConfig cfg_;  // as configured; levels in force are control_->current_levels()
   int num_workers_;
   std::unique_ptr<pipeline::StormControl> control_;
+  std::unique_ptr<verbs::HostBacklogReader> host_reader_;  // storm thread only (keeps maps open)
 
   mutable std::mutex host_mu_;
   uint64_t host_tables_ = 0, host_qps_ = 0;
