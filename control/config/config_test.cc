@@ -722,6 +722,54 @@ TEST(StormConfigTest, BadValuesNameKeyAndFix) {
   EXPECT_TRUE(HasError(bad("{ enable: true }"), "storm.enable", "did you mean \"enabled\""));
 }
 
+TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) +
+                                        "storm: { enabled: true, cutoffs: auto, auto_interval_ms: "
+                                        "250, auto_keep: 0.25, backlog_source: host, "
+                                        "host_backlog_dir: /run/shm, host_poll_ms: 5, "
+                                        "queue_packets: 1024 }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const StormConfig& s = c->storm;
+  EXPECT_TRUE(s.auto_cutoffs);
+  EXPECT_EQ(s.levels.cutoffs, storm::LevelConfig{}.cutoffs);  // the starting point
+  EXPECT_EQ(s.auto_interval_ms, 250u);
+  EXPECT_EQ(s.auto_keep, 0.25);
+  EXPECT_EQ(s.backlog_source, storm::BacklogSource::kHostShim);
+  EXPECT_EQ(s.host_backlog_dir, "/run/shm");
+  EXPECT_EQ(s.host_poll_ms, 5u);
+  EXPECT_EQ(s.queue_packets, 1024u);
+  // Defaults.
+  Config d = Minimal();
+  EXPECT_FALSE(d.storm.auto_cutoffs);
+  EXPECT_EQ(d.storm.backlog_source, storm::BacklogSource::kEgressQueue);
+  EXPECT_EQ(d.storm.queue_packets, 512u);
+  // Round trip keeps `auto` and the source.
+  absl::StatusOr<Config> back = LoadString(ToYaml(*c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->storm, c->storm);
+  EXPECT_THAT(ToYaml(*c), HasSubstr("cutoffs: auto"));
+  EXPECT_THAT(ToYaml(*c), HasSubstr("backlog_source: host"));
+
+  auto bad = [](const std::string& storm) {
+    return Fails(std::string(kMinimal) + "storm: " + storm + "\n");
+  };
+  EXPECT_TRUE(HasError(bad("{ cutoffs: automatic }"), "storm.cutoffs", "or \"auto\""));
+  EXPECT_TRUE(HasError(bad("{ backlog_source: shim }"), "storm.backlog_source", "\"host\""));
+  EXPECT_TRUE(HasError(bad("{ auto_keep: 1 }"), "storm.auto_keep", "[0, 1)"));
+  EXPECT_TRUE(HasError(bad("{ auto_interval_ms: 5 }"), "storm.auto_interval_ms", "10.."));
+  EXPECT_TRUE(HasError(bad("{ queue_packets: 8 }"), "storm.queue_packets", "16.."));
+  EXPECT_TRUE(HasError(bad("{ host_poll_ms: 0 }"), "storm.host_poll_ms", "1.."));
+}
+
+TEST(StormConfigTest, EgressQueuesCountInTheMbufMinimum) {
+  Config c = Minimal();
+  const uint64_t off = MbufsNeeded(c);
+  c.storm.enabled = true;
+  EXPECT_EQ(MbufsNeeded(c), off + c.worker_lcores.size() * c.ports.size() * c.storm.queue_packets);
+  c.mbufs = static_cast<uint32_t>(MbufsNeeded(c) - 1);
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "storm.queue_packets"));
+}
+
 TEST(StormConfigTest, ValidateChecksProgrammaticConfigs) {
   Config c = Minimal();
   c.storm.levels.levels = 2;  // control_level stays 3
