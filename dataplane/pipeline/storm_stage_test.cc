@@ -61,6 +61,8 @@ class StormStageTest : public ::testing::Test {
  protected:
   void Make(storm::Mode mode, storm::BacklogSource source = storm::BacklogSource::kEgressQueue,
             int workers = 1) {
+    Release();  // held counts point into the old stage's table
+    stage_.reset();
     control_ = std::make_unique<StormControl>(Levels(mode), workers);
     std::bitset<kMaxPorts> hosts;
     hosts.set(0);
@@ -166,6 +168,37 @@ TEST_F(StormStageTest, EgressBacklogRaisesAQueuedQpInPerPacketMode) {
   EXPECT_EQ(Run({Frame(pkt::op::kWriteMiddle, 9, 42, 0, 1024)}), std::vector<int>{2});
   Release();
   EXPECT_EQ(Run({Frame(pkt::op::kWriteMiddle, 9, 43, 0, 1024)}), std::vector<int>{1});
+}
+
+TEST_F(StormStageTest, HostBacklogFromTheShimRaisesTheRequestBlockingIt) {
+  Make(storm::Mode::kPerMessage, storm::BacklogSource::kHostShim);
+  // The application has 4 MiB + 256 KiB outstanding on the QP whose peer is 10.0.0.2, QPN 7:
+  // the 256 KiB WRITE on the wire and 4 MiB behind it.
+  verbs::HostBacklogIndex::Entry e{};
+  e.peer_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+  e.dest_qpn = 7;
+  e.backlog_bytes = (4u << 20) + (256u << 10);
+  e.backlog_wqes = 2;
+  std::shared_ptr<const verbs::HostBacklogIndex> index = verbs::HostBacklogIndex::Build({&e, 1});
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    control_->PublishHostBacklog(index);
+    done = true;
+  });
+  while (!done) stage_->Poll(ctx_);
+  t.join();
+  ASSERT_EQ(control_->host_backlog(), index.get());
+  // Alone a 256 KiB WRITE is level 1; with B = 4 MiB behind it, R_eff = 256 KiB / 17 = 15 KiB:
+  // level 2. The same WRITE to another QPN, or to another peer, has no host backlog.
+  EXPECT_EQ(Run({Frame(pkt::op::kWriteOnly, 7, 1, 256u << 10, 64)}), std::vector<int>{2});
+  EXPECT_EQ(Run({Frame(pkt::op::kWriteOnly, 8, 1, 256u << 10, 64)}), std::vector<int>{1});
+  EXPECT_EQ(Run({Frame(pkt::op::kWriteOnly, 7, 1, 256u << 10, 64, /*dst=*/3)}),
+            std::vector<int>{1});
+  stage_->Poll(ctx_);
+  EXPECT_EQ(control_->counters().host_backlog_hits, 1u);
+  // Without an index (none published yet, or source not host) B is 0.
+  Make(storm::Mode::kPerMessage, storm::BacklogSource::kHostShim);
+  EXPECT_EQ(Run({Frame(pkt::op::kWriteOnly, 7, 1, 256u << 10, 64)}), std::vector<int>{1});
 }
 
 TEST_F(StormStageTest, ResponseDirectionControlClassesTakeTheControlLevelUnrewritten) {
