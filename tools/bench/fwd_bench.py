@@ -32,7 +32,7 @@ replays heddle-pktgen's trace unchanged (to see the duplicate path's cost).
   /usr/bin/python3 tools/bench/fwd_bench.py [--build build] [--seconds 8] [--mix small,1k]
                                             [--rounds N] [--mbuf-size auto|BYTES] [--qps Q]
                                             [--packets N] [--per-packet] [--raw-psns]
-                                            [--no-storm] [--json FILE]
+                                            [--no-storm] [--json FILE] [--write-traces DIR]
 """
 
 import argparse
@@ -416,6 +416,9 @@ def main():
                     help="replay heddle-pktgen's trace unchanged (every pass after the first is a "
                          "PSN duplicate to STORM)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--write-traces", metavar="DIR",
+                    help="only write the traces the run would replay to DIR/<mix>.pcap and exit "
+                         "(for profiling heddled by hand on the same input)")
     args = ap.parse_args()
     if args.rounds < 1 or args.seconds < 1:
         ap.error("--rounds and --seconds must be at least 1")
@@ -430,7 +433,9 @@ def main():
         if args.per_packet:
             configs.append("per-packet")
     pktgen = os.path.join(args.build, "tools/pktgen/heddle-pktgen")
-    tmp = tempfile.mkdtemp(prefix="heddle-bench-traces-")
+    tmp = args.write_traces or tempfile.mkdtemp(prefix="heddle-bench-traces-")
+    if args.write_traces:
+        os.makedirs(tmp, exist_ok=True)
     print("forwarding rate, one worker core: net_pcap(infinite_rx) -> net_null; %ds per run, "
           "%d round(s), order rotating; configs: %s" % (args.seconds, args.rounds,
                                                         ", ".join(configs)))
@@ -459,6 +464,9 @@ def main():
             print("  note: %d QP keys have fewer than %d frames; their PSNs were left alone" %
                   (short, PSN_QUARTERS))
         sys.stdout.flush()
+        if args.write_traces:
+            print("  wrote %s" % trace)
+            continue
 
         pps = {c: [] for c in configs}
         tagged_share = {c: [] for c in configs}
@@ -504,7 +512,8 @@ def main():
                    "/".join(str(x) for x in lv["level_packets"]), lv["table_full"]))
         results.append(res)
         sys.stdout.flush()
-    shutil.rmtree(tmp, ignore_errors=True)
+    if not args.write_traces:
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
