@@ -394,7 +394,7 @@ class Parser {
     }
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node& k = it->first;
+      const YAML::Node k = it->first;  // a copy: `it->first` lives in a temporary proxy
       if (!k.IsScalar()) {
         Error(k, path, absl::StrCat("keys must be plain names, got ", Describe(k)));
         continue;
@@ -530,6 +530,12 @@ class Parser {
     for (int i = std::max(k - 1, 0); i < storm::kMaxLevels - 1; ++i) l.cutoffs[i] = 0;
     if (auto v = Child(n, "cutoffs"); v && v->IsScalar() && v->Scalar() == "auto") {
       s->auto_cutoffs = true;
+      // Until the first auto interval the levels need valid cutoffs for any K, not the default
+      // ladder's three: 4 KiB, x16 each, kept strictly increasing past 2^31.
+      uint64_t c = 4096;
+      for (int i = 0; i + 1 < k; ++i, c *= 16) {
+        l.cutoffs[i] = static_cast<uint32_t>(std::min<uint64_t>(c, (uint64_t{1} << 31) + i));
+      }
     } else if (v) {
       FixedList(*v, "storm.cutoffs", k - 1, "strictly increasing byte sizes (or \"auto\")",
                 [&](const YAML::Node& e, const std::string& path, int i) {

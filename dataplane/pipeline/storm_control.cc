@@ -109,14 +109,26 @@ void StormControl::PublishParamsLocked(const storm::LevelConfig& levels) {
   std::shared_ptr<const Params> old = std::move(params_owner_);
   params_owner_ = std::move(p);
   params_.store(params_owner_.get(), std::memory_order_release);
+  generation_.store(params_owner_->generation, std::memory_order_relaxed);
   if (old) RetireLocked(std::move(old));
 }
 
-absl::Status StormControl::SetLevels(const storm::LevelConfig& levels) {
+absl::Status StormControl::SetLevels(const storm::LevelConfig& levels,
+                                     std::optional<bool> auto_cutoffs,
+                                     std::optional<uint64_t> if_generation) {
   if (absl::Status s = storm::ValidateLevelConfig(levels); !s.ok()) return s;
   absl::MutexLock l(&mu_);
+  if (if_generation && params_owner_->generation != *if_generation) {
+    return absl::AbortedError("storm levels changed while this update was prepared; retry");
+  }
+  if (auto_cutoffs) auto_.store(*auto_cutoffs, std::memory_order_relaxed);
   PublishParamsLocked(levels);
   return absl::OkStatus();
+}
+
+StormControl::Current StormControl::current() const {
+  absl::MutexLock l(&mu_);
+  return {params_owner_->levels, params_owner_->generation, auto_.load(std::memory_order_relaxed)};
 }
 
 storm::LevelConfig StormControl::current_levels() const {

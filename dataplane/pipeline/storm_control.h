@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -91,6 +92,8 @@ class StormControl {
   const storm::LevelConfig& levels() const {
     return params_.load(std::memory_order_acquire)->levels;
   }
+  // Worker side only (dereferences the RCU-published object); other threads use
+  // published_generation().
   uint64_t generation() const { return params_.load(std::memory_order_acquire)->generation; }
   // nullptr when no index was published. Valid until this worker's next Quiescent().
   const verbs::HostBacklogIndex* host_backlog() const {
@@ -120,8 +123,22 @@ class StormControl {
   // ---- control side (any thread; serialised internally) ----
   // Validates and publishes; old parameters are freed after a grace period (or later, if a worker
   // does not pass one within `grace_timeout`: never while a worker may still read them).
-  absl::Status SetLevels(const storm::LevelConfig& levels);
+  // `auto_cutoffs`, when given, is stored under the same lock as the publication (AutoStep reads
+  // it under that lock), so explicit cutoffs are never replaced by an AutoStep that still saw auto
+  // on. `if_generation`, when given, makes it a compare-and-publish: Aborted if another
+  // publication came first (the caller re-reads and retries).
+  absl::Status SetLevels(const storm::LevelConfig& levels,
+                         std::optional<bool> auto_cutoffs = std::nullopt,
+                         std::optional<uint64_t> if_generation = std::nullopt);
   storm::LevelConfig current_levels() const;
+  struct Current {
+    storm::LevelConfig levels;
+    uint64_t generation;
+    bool auto_cutoffs;
+  };
+  Current current() const;  // one consistent read, for read-modify-publish
+  // Any thread: the generation in force, without dereferencing the RCU-published object.
+  uint64_t published_generation() const { return generation_.load(std::memory_order_relaxed); }
   void PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIndex> index);
 
   bool auto_cutoffs() const { return auto_.load(std::memory_order_relaxed); }
@@ -176,6 +193,7 @@ class StormControl {
   std::atomic<bool> auto_{false};
   std::atomic<uint64_t> auto_published_{0};
   std::atomic<uint64_t> slow_grace_{0};
+  std::atomic<uint64_t> generation_{0};  // relaxed: a number for display, nothing hangs on it
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const Params> params_owner_ ABSL_GUARDED_BY(mu_);

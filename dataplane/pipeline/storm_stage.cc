@@ -33,9 +33,10 @@ uint32_t StormTagStage::NowMs() const {
 uint64_t StormTagStage::HostBacklog(storm::QpEntry& e, const uint8_t* frame,
                                     const pkt::PacketDesc& d, const storm::TrackResult& t,
                                     const verbs::HostBacklogIndex* host, bool every_packet) {
-  const bool starts = t.outcome == storm::TrackOutcome::kStart ||
-                      t.outcome == storm::TrackOutcome::kOrphan;
-  if (host != nullptr && (starts || (every_packet && t.outcome == storm::TrackOutcome::kContinue))) {
+  const bool starts =
+      t.outcome == storm::TrackOutcome::kStart || t.outcome == storm::TrackOutcome::kOrphan;
+  if (host != nullptr &&
+      (starts || (every_packet && t.outcome == storm::TrackOutcome::kContinue))) {
     const storm::QpKey k = storm::KeyFromPacket(frame, d, storm::Direction::kRequest);
     const uint64_t bytes = host->LookupBytes(k.dst_ip, k.dest_qpn);
     if (bytes != 0) ++host_hits_;
@@ -48,19 +49,44 @@ uint64_t StormTagStage::HostBacklog(storm::QpEntry& e, const uint8_t* frame,
 
 uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   const storm::LevelConfig& L = o_.control->levels();
+  const uint32_t now_ms = NowMs();
   if (b.ingress >= kMaxPorts || !o_.host_ports.test(b.ingress)) {
-    // Response direction (towards the host): no rewrite; control classes leave first.
+    // Towards the host: no rewrite, no request tracking. Control classes leave first, but the
+    // in-order guard holds here too: a remote READ request must not overtake its QP's WRITE
+    // packets queued for the host, nor an ACK the READ responses before it (implied NAK). CNPs
+    // are not PSN-ordered and are never capped.
     for (uint16_t i = 0; i < b.n; ++i) {
-      if (storm::IsControlClass(b.desc[i].roce_class)) b.level[i] = L.control_level;
+      const pkt::PacketDesc& d = b.desc[i];
+      if (!(d.flags & pkt::kFlagRoce)) continue;
+      if (d.roce_class == pkt::RoceClass::kCnp) {
+        b.level[i] = L.control_level;
+        continue;
+      }
+      const storm::QpKey key = storm::KeyFromPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
+                                                    storm::Direction::kResponse);
+      storm::QpEntry* e = table_.FindOrInsertHashed(storm::HashKey(key),
+                                                    storm::QpTable::QpnDir(key), now_ms, nullptr);
+      if (e == nullptr) {
+        b.level[i] = 0;  // untracked: one level for the whole QP
+        continue;
+      }
+      uint8_t level = storm::IsControlClass(d.roce_class) ? L.control_level : 0;
+      if (L.mode == storm::Mode::kPerMessage && e->egress_queued > 0) {
+        level = std::min(level, e->held_level);
+      }
+      ++e->egress_queued;
+      e->held_level = level;
+      b.held[i] = &e->egress_queued;
+      b.level[i] = level;
     }
+    CountTableFull(ctx.stats());
     return b.n;
   }
-  const uint32_t now_ms = NowMs();
-  const verbs::HostBacklogIndex* host = o_.backlog_source == storm::BacklogSource::kHostShim
-                                            ? o_.control->host_backlog()
-                                            : nullptr;
+  const verbs::HostBacklogIndex* host =
+      o_.backlog_source == storm::BacklogSource::kHostShim ? o_.control->host_backlog() : nullptr;
   const bool per_message = L.mode == storm::Mode::kPerMessage;
-  ++burst_no_;
+  if (++burst_no_ == 0) burst_no_ = 1;  // 0 is "not marked"
+  uint16_t n_marked = 0;
 
   // Pass 1: hash every RoCE packet's key and prefetch its bucket, so the table misses overlap.
   for (uint16_t i = 0; i < b.n; ++i) {
@@ -79,6 +105,17 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     const pkt::PacketDesc& d = b.desc[i];
     if (!(d.flags & pkt::kFlagRoce)) continue;
     uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
+    if (d.roce_class == pkt::RoceClass::kCnp) [[unlikely]] {
+      // Congestion notifications are not PSN-ordered: never capped behind the QP's data, so the
+      // sender's rate control hears of congestion at once.
+      const uint8_t level = L.control_level;
+      b.level[i] = level;
+      storm::SetDscp(frame, d, L.dscp[level]);
+      if (L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
+      stats.storm_level_packets[level].Add(1);
+      stats.storm_level_bytes[level].Add(b.pkts[i]->pkt_len);
+      continue;
+    }
     const uint32_t qpn_dir =
         (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
     storm::InsertResult ir;
@@ -99,6 +136,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
           // leave with it unless the port pushes back).
           if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
             e->burst_mark = burst_no_;
+            marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
             e->queued_at_mark = static_cast<uint16_t>(std::min<uint32_t>(e->egress_queued, 0xffff));
           }
           backlog = uint64_t{e->queued_at_mark} * o_.mtu;
@@ -119,7 +157,11 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       e->held_level = level;
       b.held[i] = &e->egress_queued;
     } else {
-      level = storm::TagPacket(L, nullptr, d, storm::TrackResult{}, 0, o_.mtu);
+      // The table refused the QP: all its packets share the default level, control classes
+      // included, or a READ request would overtake the QP's queued data (no guard without an
+      // entry).
+      level = storm::TagPacket(L, nullptr, d, storm::TrackResult{}, 0, o_.mtu,
+                               storm::DefaultLevel(L, o_.mtu));
     }
     b.level[i] = level;
     storm::SetDscp(frame, d, L.dscp[level]);
@@ -127,12 +169,17 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     stats.storm_level_packets[level].Add(1);
     stats.storm_level_bytes[level].Add(b.pkts[i]->pkt_len);
   }
+  for (uint16_t j = 0; j < n_marked; ++j) marked_[j]->burst_mark = 0;
+  CountTableFull(stats);
+  return b.n;
+}
+
+void StormTagStage::CountTableFull(LcoreStats& stats) {
   const uint64_t full = table_.counters().table_full;
   if (full != table_full_seen_) {
     stats.storm_table_full.Add(full - table_full_seen_);
     table_full_seen_ = full;
   }
-  return b.n;
 }
 
 void StormTagStage::Poll(WorkerContext& ctx) {

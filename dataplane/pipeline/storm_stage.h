@@ -67,6 +67,7 @@ class StormTagStage final : public Stage {
                        const storm::TrackResult& t, const verbs::HostBacklogIndex* host,
                        bool every_packet);
   void Housekeep(uint32_t now_ms);
+  void CountTableFull(LcoreStats& stats);
   void ScanForQuery(uint32_t now_ms);
   StormWorkerCounters Counters() const;
 
@@ -78,7 +79,10 @@ class StormTagStage final : public Stage {
   uint64_t table_full_seen_ = 0;  // table_.counters().table_full already added to the stats
   uint64_t host_hits_ = 0;
   uint32_t polls_ = 0;
-  uint16_t burst_no_ = 0;  // bursts seen on host ports (wraps; QpEntry::burst_mark)
+  // Bursts seen on host ports (wraps, skipping 0; QpEntry::burst_mark). Marks are cleared at the
+  // end of each burst, so a wrapped number never matches a mark left by an old burst.
+  uint16_t burst_no_ = 0;
+  storm::QpEntry* marked_[kMaxBurst];
   size_t sweep_cursor_ = 0;
   // `show qp`: the query being answered (0: none), its scan position and its top-n heap.
   uint64_t answered_seq_ = 0;

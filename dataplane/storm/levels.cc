@@ -65,6 +65,9 @@ uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog,
 
 uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::PacketDesc& desc,
                   const TrackResult& track, uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
+  // A level stored or held under an earlier configuration may be >= K after `set storm levels`
+  // lowered K: never hand out a level that is not in force.
+  ceiling = std::min(ceiling, static_cast<uint8_t>(std::clamp(c.levels, 1, kMaxLevels) - 1));
   if (IsControlClass(desc.roce_class)) return std::min(c.control_level, ceiling);
   if (entry == nullptr || track.outcome == TrackOutcome::kNotTracked) {
     return std::min(DefaultLevel(c, mtu), ceiling);

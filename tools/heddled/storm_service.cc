@@ -56,7 +56,8 @@ std::array<uint32_t, storm::kMaxLevels - 1> CutoffsFor(const storm::SizeHistogra
   std::array<uint32_t, storm::kMaxLevels - 1> out{};
   uint64_t c = 4096;
   for (int i = 0; i + 1 < levels; ++i, c *= 16) {
-    out[i] = static_cast<uint32_t>(std::min<uint64_t>(c, uint64_t{1} << 31));
+    // Strictly increasing even where x16 passes 2^31 (K = 8).
+    out[i] = static_cast<uint32_t>(std::min<uint64_t>(c, (uint64_t{1} << 31) + i));
   }
   return out;
 }
@@ -66,8 +67,7 @@ std::array<uint32_t, storm::kMaxLevels - 1> CutoffsFor(const storm::SizeHistogra
 StormService::StormService(const config::StormConfig& cfg, int num_workers)
     : cfg_(cfg),
       num_workers_(num_workers),
-      control_(std::make_unique<pipeline::StormControl>(cfg.levels, num_workers,
-                                                        cfg.auto_cutoffs)),
+      control_(std::make_unique<pipeline::StormControl>(cfg.levels, num_workers, cfg.auto_cutoffs)),
       max_levels_(cfg.levels.levels) {
   if (cfg.backlog_source == storm::BacklogSource::kHostShim) {
     host_reader_ = std::make_unique<verbs::HostBacklogReader>(cfg.host_backlog_dir);
@@ -156,7 +156,7 @@ api::StormView StormService::View(const pipeline::StatsSnapshot& snap) const {
   v.beta = l.beta;
   v.backlog_max = l.backlog_max;
   v.backlog_source = SourceName(cfg_.backlog_source);
-  v.generation = control_->generation();
+  v.generation = control_->published_generation();
   v.auto_interval_ms = cfg_.auto_interval_ms;
   v.auto_publications = control_->auto_publications();
   // Level K-1-i holds R_eff in (c_i, c_{i+1}] (c_0 = 0, c_K = unbounded).
@@ -249,40 +249,58 @@ absl::StatusOr<std::vector<api::QpView>> StormService::ListQps(uint32_t top,
 
 absl::Status StormService::Apply(const api::StormUpdate& u, config::StormConfig* cfg) {
   std::lock_guard<std::mutex> g(apply_mu_);
-  storm::LevelConfig next = control_->current_levels();
-  bool auto_next = control_->auto_cutoffs();
+  // The storm thread's AutoStep may publish between our read and our publication: publish only
+  // on the generation we read, else re-read and retry, so neither change is lost.
+  for (int attempt = 0;; ++attempt) {
+    absl::Status s = ApplyOnce(u, cfg);
+    if (!absl::IsAborted(s) || attempt == 3) return s;
+  }
+}
+
+absl::Status StormService::ApplyOnce(const api::StormUpdate& u, config::StormConfig* cfg) {
+  const pipeline::StormControl::Current now = control_->current();
+  storm::LevelConfig next = now.levels;
+  bool auto_next = now.auto_cutoffs;
   if (u.cutoffs && u.cutoffs_auto) {
     return absl::InvalidArgumentError("give either cutoffs or cutoffs auto, not both");
   }
   if (u.levels) {
     if (*u.levels < 1 || *u.levels > storm::kMaxLevels) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("storm.levels: ", *u.levels, " is out of range; use 1..", storm::kMaxLevels));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "storm.levels: ", *u.levels, " is out of range; use 1..", storm::kMaxLevels));
     }
     const int k = static_cast<int>(*u.levels);
     if (k != next.levels) {
       next.levels = k;
       if (!u.cutoffs && !u.cutoffs_auto && !auto_next) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "storm.levels: going from ", control_->current_levels().levels, " to ", k,
-            " levels needs ", k - 1, " cutoffs (--cutoffs) or auto cutoffs"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("storm.levels: going from ", now.levels.levels, " to ", k,
+                         " levels needs ", k - 1, " cutoffs (--cutoffs) or auto cutoffs"));
       }
       if (!u.cutoffs) next.cutoffs = CutoffsFor(control_->aged_histogram(), k);
       if (!u.control_level) next.control_level = static_cast<uint8_t>(k - 1);
+      // DSCP/PCP not given: stretch the old per-level values over the new levels, so the top
+      // level keeps the top (control) DSCP and the bottom the bottom one, rather than shifting
+      // control traffic into another switch class by index.
+      const int old_k = now.levels.levels;
+      for (int j = 0; j < k; ++j) {
+        const int from = k == 1 ? old_k - 1 : (j * (old_k - 1) + (k - 1) / 2) / (k - 1);
+        next.dscp[j] = now.levels.dscp[from];
+        next.pcp[j] = now.levels.pcp[from];
+      }
     }
   }
   const int k = next.levels;
   if (u.cutoffs) {
     if (static_cast<int>(u.cutoffs->size()) != k - 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("storm.cutoffs: ", u.cutoffs->size(), " value(s) given; ", k,
-                       " levels need ", k - 1));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "storm.cutoffs: ", u.cutoffs->size(), " value(s) given; ", k, " levels need ", k - 1));
     }
     next.cutoffs.fill(0);
     for (int i = 0; i + 1 < k; ++i) {
       if ((*u.cutoffs)[i] == 0 || (*u.cutoffs)[i] > UINT32_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "storm.cutoffs[", i, "]: ", (*u.cutoffs)[i], " is out of range; use 1..", UINT32_MAX));
+        return absl::InvalidArgumentError(absl::StrCat("storm.cutoffs[", i, "]: ", (*u.cutoffs)[i],
+                                                       " is out of range; use 1..", UINT32_MAX));
       }
       next.cutoffs[i] = static_cast<uint32_t>((*u.cutoffs)[i]);
     }
@@ -302,8 +320,8 @@ absl::Status StormService::Apply(const api::StormUpdate& u, config::StormConfig*
   }
   if (u.dscp) {
     if (static_cast<int>(u.dscp->size()) != k) {
-      return absl::InvalidArgumentError(absl::StrCat("storm.dscp: ", u.dscp->size(),
-                                                     " value(s) given; ", k, " levels need ", k));
+      return absl::InvalidArgumentError(
+          absl::StrCat("storm.dscp: ", u.dscp->size(), " value(s) given; ", k, " levels need ", k));
     }
     for (int i = 0; i < k; ++i) {
       if ((*u.dscp)[i] > 63) {
@@ -315,13 +333,13 @@ absl::Status StormService::Apply(const api::StormUpdate& u, config::StormConfig*
   }
   if (u.pcp) {
     if (static_cast<int>(u.pcp->size()) != k) {
-      return absl::InvalidArgumentError(absl::StrCat("storm.pcp: ", u.pcp->size(),
-                                                     " value(s) given; ", k, " levels need ", k));
+      return absl::InvalidArgumentError(
+          absl::StrCat("storm.pcp: ", u.pcp->size(), " value(s) given; ", k, " levels need ", k));
     }
     for (int i = 0; i < k; ++i) {
       if ((*u.pcp)[i] < -1 || (*u.pcp)[i] > 7) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "storm.pcp[", i, "]: ", (*u.pcp)[i], " is not a PCP (0..7, or -1 to keep)"));
+        return absl::InvalidArgumentError(absl::StrCat("storm.pcp[", i, "]: ", (*u.pcp)[i],
+                                                       " is not a PCP (0..7, or -1 to keep)"));
       }
       next.pcp[i] = static_cast<int8_t>((*u.pcp)[i]);
     }
@@ -337,17 +355,17 @@ absl::Status StormService::Apply(const api::StormUpdate& u, config::StormConfig*
   if (absl::Status s = storm::ValidateLevelConfig(next); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
-  if (absl::Status s = control_->SetLevels(next); !s.ok()) return s;
-  control_->set_auto_cutoffs(auto_next);
+  // Before the publication: a scrape in between exports one series too many, never too few.
   if (next.levels > max_levels_.load(std::memory_order_relaxed)) {
     max_levels_.store(next.levels, std::memory_order_relaxed);
   }
+  if (absl::Status s = control_->SetLevels(next, auto_next, now.generation); !s.ok()) return s;
   if (cfg != nullptr) {
     cfg->levels = next;
     cfg->auto_cutoffs = auto_next;
   }
   HEDDLE_LOG(kInfo, "storm: levels updated (generation %llu)",
-             static_cast<unsigned long long>(control_->generation()));
+             static_cast<unsigned long long>(control_->published_generation()));
   return absl::OkStatus();
 }
 

@@ -59,6 +59,7 @@ class StormService {
 
  private:
   void Run();
+  absl::Status ApplyOnce(const api::StormUpdate& u, config::StormConfig* cfg);
 
   config::StormConfig cfg_;  // as configured; levels in force are control_->current_levels()
   int num_workers_;
