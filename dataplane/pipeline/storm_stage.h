@@ -5,8 +5,9 @@
 // tracks the request, computes the level from the published LevelConfig and rewrites the DSCP
 // (and the VLAN PCP when the level has one). It sets Burst::level (the egress queue) and
 // Burst::held (the QP's count of packets held in heddled). Packets from uplink ports are not
-// rewritten; their control classes (ACK/NAK, CNP, atomic ACK) take the control level for egress
-// scheduling towards the host. It never drops.
+// rewritten; their control classes (READ request, ACK/NAK, CNP, atomic ACK) take the control level
+// for egress scheduling towards the host, capped like requests by the in-order guard (a
+// response-direction entry per QP; CNPs are never capped). It never drops.
 //
 //   StormTagStage stage({.table = {.capacity = 65536}, .mtu = 4096, .host_ports = hosts,
 //                        .control = &ctl, .worker = 0});
