@@ -391,6 +391,14 @@ def check_tagging(name, counters, roce_share):
     return tagged / expected if expected else float("nan")
 
 
+def busy_neighbours():
+    """Other heddled / dpdk-testpmd processes: one polling on the same lcore takes half of it."""
+    out = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True).stdout
+    me = os.getpid()
+    return [line.strip() for line in out.splitlines()
+            if line.split()[1:2] in (["heddled"], ["dpdk-testpmd"]) and int(line.split()[0]) != me]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -427,6 +435,10 @@ def main():
                  "needs them; raise --packets or use --raw-psns" %
                  (args.packets, PSN_QUARTERS, args.qps))
 
+    others = busy_neighbours()
+    if others:
+        print("warning: already running (polling lcores skew every rate measured here): %s" %
+              ", ".join(others))
     configs = ["testpmd", "storm-off"]
     if not args.no_storm:
         configs.append("storm-on")
