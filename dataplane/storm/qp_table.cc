@@ -73,9 +73,11 @@ QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
-QpEntry* AllocateEntries(size_t n) {
-  const size_t bytes = n * sizeof(QpEntry);
-  const size_t align = bytes >= kHugePage ? kHugePage : alignof(QpEntry);
+// n zeroed T, cache-line aligned, or 2 MiB aligned and advised for huge pages when that large.
+template <typename T>
+T* AllocateZeroed(size_t n) {
+  const size_t bytes = n * sizeof(T);
+  const size_t align = bytes >= kHugePage ? kHugePage : 64;
   const size_t rounded = (bytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) throw std::bad_alloc();  // construction, off the hot path
@@ -83,25 +85,70 @@ QpEntry* AllocateEntries(size_t n) {
   if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // advisory; failure is harmless
 #endif
   std::memset(p, 0, rounded);
-  return static_cast<QpEntry*>(p);
+  return static_cast<T*>(p);
 }
 }  // namespace
 
-void QpTable::Free::operator()(QpEntry* p) const { std::free(p); }
-
 QpTable::QpTable(const QpTableOptions& options)
-    : capacity_(
-          std::bit_ceil(options.capacity < kBucketEntries ? kBucketEntries : options.capacity)),
-      bucket_mask_(capacity_ / kBucketEntries - 1),
+    : capacity_(std::bit_ceil(std::max<size_t>(options.capacity, 4))),
+      buckets_(std::max<size_t>(capacity_ / kBucketEntries, 1)),
+      half_mask_(buckets_ > 1 ? buckets_ / 2 - 1 : 0),
+      right_base_(buckets_ > 1 ? buckets_ / 2 : 0),
+      slot_mask_(capacity_ >= kBucketEntries ? ~uint32_t{0} : (uint32_t{1} << capacity_) - 1),
       idle_ms_(options.idle_ms),
-      entries_(AllocateEntries(capacity_)) {}
+      entries_(AllocateZeroed<QpEntry>(capacity_)),
+      tags_(AllocateZeroed<uint16_t>(buckets_ * kBucketEntries)),
+      no_idle_before_(AllocateZeroed<uint32_t>(buckets_)) {}
 
-void QpTable::Reset(QpEntry& e, uint64_t hash, uint32_t qpn_dir, uint32_t now_ms) {
+void QpTable::Reset(size_t slot, uint64_t hash, uint32_t qpn_dir, uint32_t now_ms) {
+  QpEntry& e = entries_[slot];
   e = QpEntry{};
   e.key_hash = hash;
   e.qpn_dir = qpn_dir;
   e.last_seen = now_ms;
   e.acked_psn = kNoPsn;
+  tags_[slot] = Tag(hash);
+}
+
+QpEntry* QpTable::FindIn(size_t left, size_t right, uint64_t hash, uint32_t qpn_dir,
+                         uint16_t tag) const {
+  // Both buckets' matches in one mask (left in the low half), so that where the QP lives is not a
+  // branch to mispredict. A single-bucket table has left == right: its high half stays empty.
+  const uint64_t m = MatchMask(Tags(left), tag) |
+                     (right != left ? uint64_t{MatchMask(Tags(right), tag)} << 32 : 0);
+  for (uint64_t rest = m; rest != 0; rest &= rest - 1) {
+    const unsigned bit = static_cast<unsigned>(std::countr_zero(rest));
+    QpEntry& e = entries_[(bit < 32 ? left : right) * kBucketEntries + (bit & 31)];
+    if (e.key_hash == hash && e.qpn_dir == qpn_dir) return &e;
+  }
+  return nullptr;
+}
+
+QpEntry* QpTable::OldestIdle(size_t bucket, uint32_t now_ms) {
+  uint32_t& hint = no_idle_before_[bucket];
+  // A hint in (now, now + idle_ms + 1] still holds; anything else has passed (or is 0: none).
+  if (hint != 0 && hint - now_ms - 1 < idle_ms_ + 1) return nullptr;
+  QpEntry* base = &entries_[bucket * kBucketEntries];
+  QpEntry* oldest = nullptr;
+  uint32_t oldest_age = 0;
+  uint32_t max_live_age = 0;  // the oldest entry that is not yet idle
+  bool held_past_idle = false;
+  for (uint32_t m = ~MatchMask(Tags(bucket), 0) & slot_mask_; m != 0; m &= m - 1) {
+    const QpEntry& e = base[std::countr_zero(m)];
+    const uint32_t age = now_ms - e.last_seen;
+    if (age <= idle_ms_) {
+      max_live_age = std::max(max_live_age, age);
+    } else if (e.egress_queued != 0) {
+      held_past_idle = true;  // idle as soon as its packets leave: no time to note
+    } else if (oldest == nullptr || age > oldest_age) {
+      oldest = const_cast<QpEntry*>(&e);
+      oldest_age = age;
+    }
+  }
+  // Nothing idle: the first entry that can become idle is the oldest one, at now + idle_ms + 1 -
+  // its age (last_seen only grows, and a replacement starts at a later last_seen). 0 = none.
+  hint = oldest == nullptr && !held_past_idle ? now_ms + (idle_ms_ - max_live_age) + 1 : 0;
+  return oldest;
 }
 
 QpEntry* QpTable::FindOrInsert(const QpKey& key, uint32_t now_ms, InsertResult* result) {
@@ -110,70 +157,95 @@ QpEntry* QpTable::FindOrInsert(const QpKey& key, uint32_t now_ms, InsertResult* 
 
 QpEntry* QpTable::FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
                                      InsertResult* result) {
-  QpEntry* bucket = Bucket(hash);
-  QpEntry* empty = nullptr;
-  QpEntry* oldest_idle = nullptr;
-  for (size_t i = 0; i < kBucketEntries; ++i) {
-    QpEntry& e = bucket[i];
-    if (e.key_hash == hash && e.qpn_dir == qpn_dir) {
-      e.last_seen = now_ms;
+  const uint32_t guess = LookAhead(hash);
+  if (guess != kNoSlot) {
+    QpEntry& g = entries_[guess];
+    if (g.key_hash == hash && g.qpn_dir == qpn_dir) {
+      g.last_seen = now_ms;
       if (result) *result = InsertResult::kFound;
-      return &e;
-    }
-    if (e.key_hash == 0) {
-      if (empty == nullptr) empty = &e;
-    } else if (Idle(e, now_ms) && (oldest_idle == nullptr ||
-                                   static_cast<uint32_t>(now_ms - e.last_seen) >
-                                       static_cast<uint32_t>(now_ms - oldest_idle->last_seen))) {
-      oldest_idle = &e;
+      return &g;
     }
   }
+  const uint16_t tag = Tag(hash);
+  const size_t left = LeftBucket(hash), right = RightBucket(hash);
+  QpEntry* e = FindIn(left, right, hash, qpn_dir, tag);
+  if (e != nullptr) {
+    e->last_seen = now_ms;
+    if (result) *result = InsertResult::kFound;
+    return e;
+  }
+  const uint32_t el = MatchMask(Tags(left), 0) & slot_mask_;
+  const uint32_t er = right != left ? MatchMask(Tags(right), 0) & slot_mask_ : 0;
   InsertResult r;
-  QpEntry* slot;
-  if (empty != nullptr) {
-    slot = empty;
+  size_t slot;
+  if ((el | er) != 0) {
+    // The emptier bucket; the left one on a tie (d-left: the halves fill unevenly, which
+    // balances the buckets better than a fair tie-break).
+    const bool go_right = std::popcount(er) > std::popcount(el);
+    slot = (go_right ? right : left) * kBucketEntries + std::countr_zero(go_right ? er : el);
     r = InsertResult::kInserted;
     ++live_;
-  } else if (oldest_idle != nullptr) {
-    slot = oldest_idle;
+  } else {
+    QpEntry* victim = OldestIdle(left, now_ms);
+    if (right != left) {
+      QpEntry* v = OldestIdle(right, now_ms);
+      if (v != nullptr && (victim == nullptr || static_cast<uint32_t>(now_ms - v->last_seen) >
+                                                    static_cast<uint32_t>(now_ms - victim->last_seen))) {
+        victim = v;
+      }
+    }
+    if (victim == nullptr) {
+      ++counters_.table_full;
+      if (result) *result = InsertResult::kTableFull;
+      return nullptr;
+    }
+    slot = static_cast<size_t>(victim - entries_.get());
     r = InsertResult::kEvictedIdle;
     ++counters_.evicted_on_insert;
-  } else {
-    ++counters_.table_full;
-    if (result) *result = InsertResult::kTableFull;
-    return nullptr;
   }
-  Reset(*slot, hash, qpn_dir, now_ms);
+  Reset(slot, hash, qpn_dir, now_ms);
   ++counters_.inserted;
   if (result) *result = r;
-  return slot;
+  return &entries_[slot];
+}
+
+const QpEntry* QpTable::FindHashed(uint64_t hash, uint32_t qpn_dir) const {
+  const uint32_t guess = LookAhead(hash);
+  if (guess != kNoSlot) {
+    const QpEntry& g = entries_[guess];
+    if (g.key_hash == hash && g.qpn_dir == qpn_dir) return &g;
+  }
+  const uint16_t tag = Tag(hash);
+  const size_t left = LeftBucket(hash), right = RightBucket(hash);
+  return FindIn(left, right, hash, qpn_dir, tag);
+}
+
+QpEntry* QpTable::FindHashed(uint64_t hash, uint32_t qpn_dir) {
+  return const_cast<QpEntry*>(static_cast<const QpTable*>(this)->FindHashed(hash, qpn_dir));
 }
 
 const QpEntry* QpTable::Find(const QpKey& key) const {
-  const uint64_t hash = HashKey(key);
-  const uint32_t qpn_dir = QpnDir(key);
-  const QpEntry* bucket = Bucket(hash);
-  for (size_t i = 0; i < kBucketEntries; ++i) {
-    if (bucket[i].key_hash == hash && bucket[i].qpn_dir == qpn_dir) return &bucket[i];
-  }
-  return nullptr;
+  return FindHashed(HashKey(key), QpnDir(key));
 }
 
-QpEntry* QpTable::Find(const QpKey& key) {
-  return const_cast<QpEntry*>(static_cast<const QpTable*>(this)->Find(key));
-}
+QpEntry* QpTable::Find(const QpKey& key) { return FindHashed(HashKey(key), QpnDir(key)); }
 
 size_t QpTable::SweepIdle(uint32_t now_ms) { return SweepIdleRange(0, capacity_, now_ms); }
 
 size_t QpTable::SweepIdleRange(size_t begin, size_t count, uint32_t now_ms) {
+  if (begin >= capacity_ || count == 0) return 0;
+  const size_t end = begin + std::min(count, capacity_ - begin);
   size_t evicted = 0;
-  const size_t end = begin < capacity_ ? begin + std::min(count, capacity_ - begin) : begin;
   for (size_t i = begin; i < end; ++i) {
     QpEntry& e = entries_[i];
     if (e.key_hash != 0 && Idle(e, now_ms)) {
       e = QpEntry{};
+      tags_[i] = 0;
       ++evicted;
     }
+  }
+  for (size_t b = begin / kBucketEntries; b <= (end - 1) / kBucketEntries; ++b) {
+    no_idle_before_[b] = 0;
   }
   live_ -= evicted;
   counters_.evicted_idle += evicted;

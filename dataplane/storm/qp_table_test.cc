@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -11,6 +14,46 @@
 #include "dataplane/pkt/parse.h"
 
 namespace heddle::storm {
+
+// Reads the probe geometry and checks the tag array against the entries.
+struct QpTablePeer {
+  static uint16_t Tag(uint64_t hash) { return QpTable::Tag(hash); }
+  static size_t Left(const QpTable& t, uint64_t hash) { return t.LeftBucket(hash); }
+  static size_t Right(const QpTable& t, uint64_t hash) { return t.RightBucket(hash); }
+
+  // Every slot's tag is its entry's (0 when empty, and for slots past a tiny table's capacity);
+  // size() counts the live entries; each live entry sits in one of its two buckets, and a lookup
+  // of its hash and qpn_dir finds that very entry (so no QP is in the table twice).
+  static testing::AssertionResult Consistent(const QpTable& t) {
+    size_t live = 0;
+    for (size_t i = 0; i < t.buckets_ * QpTable::kBucketEntries; ++i) {
+      if (i >= t.capacity()) {
+        if (t.tags_[i] != 0) return testing::AssertionFailure() << "padding tag at " << i;
+        continue;
+      }
+      const QpEntry& e = t.entry(i);
+      const uint16_t want = e.key_hash == 0 ? 0 : QpTable::Tag(e.key_hash);
+      if (t.tags_[i] != want) {
+        return testing::AssertionFailure()
+               << "slot " << i << ": tag " << t.tags_[i] << ", entry wants " << want;
+      }
+      if (e.key_hash == 0) continue;
+      ++live;
+      const size_t b = i / QpTable::kBucketEntries;
+      if (b != t.LeftBucket(e.key_hash) && b != t.RightBucket(e.key_hash)) {
+        return testing::AssertionFailure() << "slot " << i << " is in neither of its buckets";
+      }
+      if (t.FindHashed(e.key_hash, e.qpn_dir) != &e) {
+        return testing::AssertionFailure() << "slot " << i << " is not what a lookup finds";
+      }
+    }
+    if (live != t.size()) {
+      return testing::AssertionFailure() << live << " live entries, size() " << t.size();
+    }
+    return testing::AssertionSuccess();
+  }
+};
+
 namespace {
 
 QpKey Key(uint32_t qpn, uint8_t host = 1, Direction dir = Direction::kRequest) {
@@ -249,6 +292,322 @@ TEST(QpTableTest, OverloadedTableAccountsForEveryInsert) {
   EXPECT_LE(ok, 64u);
   EXPECT_GT(ok, 48u);  // buckets fill up before refusals dominate
   EXPECT_EQ(t.size(), ok);
+}
+
+// A QP of a random IPv4 pair and QPN.
+QpKey RandomKey(std::mt19937_64& rng) {
+  QpKey k = Key(0);
+  const uint64_t r = rng();
+  std::memcpy(k.src_ip.data() + 12, &r, 4);
+  std::memcpy(k.dst_ip.data() + 12, reinterpret_cast<const uint8_t*>(&r) + 4, 4);
+  k.dest_qpn = static_cast<uint32_t>(rng()) & kQpnMask;
+  return k;
+}
+
+size_t Slot(const QpTable& t, const QpEntry* e) { return static_cast<size_t>(e - &t.entry(0)); }
+
+// Empties one live entry, as the sweep does once it idles.
+void End(QpTable& t, QpEntry* e, uint32_t now_ms) {
+  e->last_seen = now_ms - t.idle_ms() - 1;
+  ASSERT_EQ(t.SweepIdleRange(Slot(t, e), 1, now_ms), 1u);
+}
+
+TEST(QpTableTest, HoldsNinetyPercentOfRandomQps) {
+  // The geometry's purpose (docs/storm.md §6.2): one 4-entry bucket per key refused ~0.8 % of
+  // QPs at 30 % load; two 32-entry buckets per key refuse fewer than 0.1 % up to 90 %.
+  for (const size_t capacity : {size_t{1} << 10, size_t{1} << 16}) {
+    QpTable t({.capacity = capacity, .idle_ms = 1000});
+    std::mt19937_64 rng(capacity);
+    size_t tries = 0;
+    while (t.size() < capacity * 9 / 10 && tries < 2 * capacity) {
+      ++tries;
+      t.FindOrInsert(RandomKey(rng), 0, nullptr);
+    }
+    ASSERT_EQ(t.size(), capacity * 9 / 10);
+    EXPECT_LT(t.counters().table_full, tries / 1000 + 1) << "capacity " << capacity;
+    EXPECT_EQ(t.counters().table_full + t.size(), tries);
+    EXPECT_TRUE(QpTablePeer::Consistent(t));
+  }
+}
+
+TEST(QpTableTest, HoldsNinetyPercentWhileQpsComeAndGo) {
+  // The steady state of a busy host refuses more than a fill from empty: QPs end at random (the
+  // sweep empties them) and new ones arrive, 4 x capacity times, at 90 % load.
+  constexpr size_t kCapacity = size_t{1} << 16;
+  QpTable t({.capacity = kCapacity, .idle_ms = 1000});
+  std::mt19937_64 rng(90);
+  std::vector<QpEntry*> live;
+  size_t tries = 0, refused = 0;
+  auto arrive = [&](uint32_t now) {
+    ++tries;
+    QpEntry* e = t.FindOrInsert(RandomKey(rng), now, nullptr);
+    if (e == nullptr) {
+      ++refused;
+    } else {
+      live.push_back(e);
+    }
+  };
+  // Bounded, so that a broken table fails instead of spinning.
+  auto refill = [&] {
+    for (int k = 0; t.size() < kCapacity * 9 / 10 && k < 1000; ++k) arrive(0);
+    ASSERT_EQ(t.size(), kCapacity * 9 / 10);
+  };
+  while (t.size() < kCapacity * 9 / 10 && tries < 2 * kCapacity) arrive(0);
+  ASSERT_EQ(t.size(), kCapacity * 9 / 10);
+  tries = refused = 0;
+  for (size_t op = 0; op < 4 * kCapacity; ++op) {
+    const size_t j = rng() % live.size();
+    End(t, live[j], 0);  // nothing idles but the QPs that end
+    live[j] = live.back();
+    live.pop_back();
+    ASSERT_NO_FATAL_FAILURE(refill());
+  }
+  EXPECT_LT(refused, tries / 1000) << refused << " of " << tries;
+  EXPECT_EQ(t.counters().table_full, refused);
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+TEST(QpTableTest, TablesSmallerThanTwoBucketsHoldExactlyTheirCapacity) {
+  for (const size_t capacity : {4, 8, 16, 32, 64}) {
+    QpTable t({.capacity = capacity, .idle_ms = 1000});
+    std::mt19937_64 rng(capacity);
+    for (int i = 0; i < 500; ++i) t.FindOrInsert(RandomKey(rng), 0, nullptr);
+    EXPECT_EQ(t.size(), capacity);
+    EXPECT_EQ(t.counters().inserted, capacity);
+    EXPECT_EQ(t.counters().table_full, 500 - capacity);
+    EXPECT_TRUE(QpTablePeer::Consistent(t));
+  }
+}
+
+TEST(QpTableTest, KeysSharingTheirLowHashBitsSpreadOverTheirSecondBucket) {
+  // 2000 QPs whose hashes share bits 0..23 (the left bucket of any table up to 16 M entries):
+  // they fill that bucket, then each goes to its right bucket. One bucket per key held 4.
+  QpTable t({.capacity = 1 << 16, .idle_ms = 1000});
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> hashes;
+  for (uint32_t q = 0; q < 2000; ++q) {
+    const uint64_t h = (rng() << 24) | 0xabcdef;
+    hashes.push_back(h);
+    ASSERT_NE(t.FindOrInsertHashed(h, q, 0, nullptr), nullptr) << q;
+  }
+  EXPECT_EQ(t.counters().table_full, 0u);
+  EXPECT_EQ(t.size(), 2000u);
+  for (uint32_t q = 0; q < 2000; ++q) {
+    const QpEntry* e = t.FindHashed(hashes[q], q);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->key_hash, hashes[q]);
+  }
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+TEST(QpTableTest, KeysSharingBothBucketsFillThemThenAreRefusedAlone) {
+  // 100 QPs whose hashes share bits 0..47 (both buckets) but not their tags: the two buckets hold
+  // 64; the rest are refused and counted, and QPs of other buckets do not notice.
+  QpTable t({.capacity = 1 << 12, .idle_ms = 1000});
+  std::mt19937_64 rng(2);
+  const uint64_t low = rng() & 0xffffffffffffull;
+  std::vector<QpEntry*> held;
+  size_t refused = 0;
+  for (uint32_t q = 0; q < 100; ++q) {
+    QpEntry* e = t.FindOrInsertHashed(uint64_t{q + 1} << 48 | low, q, 0, nullptr);
+    if (e == nullptr) {
+      ++refused;
+    } else {
+      held.push_back(e);
+    }
+  }
+  EXPECT_EQ(held.size(), 2 * QpTable::kBucketEntries);
+  EXPECT_EQ(refused, 100 - 2 * QpTable::kBucketEntries);
+  EXPECT_EQ(t.counters().table_full, refused);
+  for (uint32_t q = 0; q < 64; ++q) {
+    EXPECT_EQ(t.FindHashed(uint64_t{q + 1} << 48 | low, q), held[q]);
+  }
+  // QPs that share at most one of the two buckets are not refused.
+  for (uint32_t q = 0; q < 1000; ++q) {
+    const uint64_t h = HashKey(Key(q));
+    if (QpTablePeer::Left(t, h) == QpTablePeer::Left(t, low) &&
+        QpTablePeer::Right(t, h) == QpTablePeer::Right(t, low)) {
+      continue;
+    }
+    ASSERT_NE(t.FindOrInsert(Key(q), 0, nullptr), nullptr) << q;
+  }
+  EXPECT_EQ(t.counters().table_full, refused);
+  // One of the 64 ends: the next QP of those buckets takes its slot.
+  End(t, held[10], 5000);
+  InsertResult r;
+  EXPECT_EQ(t.FindOrInsertHashed(uint64_t{500} << 48 | low, 500, 5000, &r), held[10]);
+  EXPECT_EQ(r, InsertResult::kInserted);
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+TEST(QpTableTest, EqualTagsAndEvenEqualHashesAreToldApartByTheEntry) {
+  // Tags are 16 bits: QPs whose hashes differ only below them match each other's tag, and QPs of
+  // one hash (a 64-bit collision) differ only in qpn_dir. Neither is ever confused.
+  QpTable t({.capacity = 1 << 12, .idle_ms = 1000});
+  const uint64_t h = 0x1234'5678'9abc'def0ull;
+  std::vector<QpEntry*> e;
+  for (uint32_t q = 0; q < 20; ++q) e.push_back(t.FindOrInsertHashed(h, q, 0, nullptr));
+  for (uint32_t q = 0; q < 20; ++q) {
+    e.push_back(t.FindOrInsertHashed(h ^ uint64_t{q + 1} << 30, 7, 0, nullptr));
+  }
+  ASSERT_EQ(std::set<QpEntry*>(e.begin(), e.end()).size(), 40u);
+  EXPECT_EQ(std::count(e.begin(), e.end(), nullptr), 0);
+  for (uint32_t q = 0; q < 20; ++q) {
+    EXPECT_EQ(t.FindHashed(h, q), e[q]);
+    EXPECT_EQ(t.FindHashed(h ^ uint64_t{q + 1} << 30, 7), e[20 + q]);
+  }
+  EXPECT_EQ(t.FindHashed(h, 20), nullptr);
+  EXPECT_EQ(t.FindHashed(h ^ 1, 0), nullptr);
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+// 64 QPs that share both buckets of a 4096-entry table, seen at times 0, 10, 20, ...
+struct FullPair {
+  explicit FullPair(QpTable& t) {
+    for (uint32_t q = 0; q < 64; ++q) {
+      e.push_back(t.FindOrInsertHashed(Hash(q), q, q * 10, nullptr));
+    }
+  }
+  static uint64_t Hash(uint32_t q) { return uint64_t{q + 1} << 48 | 0x0000'1234'5678'9abcull; }
+  std::vector<QpEntry*> e;
+};
+
+TEST(QpTableTest, InsertEvictsTheLeastRecentlySeenIdleEntryOfBothBuckets) {
+  QpTable t({.capacity = 1 << 12, .idle_ms = 1000});
+  FullPair p(t);
+  ASSERT_EQ(QpTablePeer::Left(t, FullPair::Hash(0)), QpTablePeer::Left(t, FullPair::Hash(63)));
+  ASSERT_EQ(t.size(), 64u);
+  // QP 0 is the oldest but still has packets held; QP 1 is the oldest idle one. Which bucket
+  // each sits in does not matter.
+  p.e[0]->egress_queued = 1;
+  InsertResult r;
+  QpEntry* n = t.FindOrInsertHashed(FullPair::Hash(100), 100, 1015, &r);
+  EXPECT_EQ(r, InsertResult::kEvictedIdle);
+  EXPECT_EQ(n, p.e[1]);
+  EXPECT_EQ(t.FindHashed(FullPair::Hash(1), 1), nullptr);
+  EXPECT_EQ(t.FindHashed(FullPair::Hash(0), 0), p.e[0]);
+  // At 1015 only QPs 0 and 1 were idle: the next new QP is refused.
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(101), 101, 1015, &r), nullptr);
+  EXPECT_EQ(r, InsertResult::kTableFull);
+  EXPECT_EQ(t.counters().evicted_on_insert, 1u);
+  EXPECT_EQ(t.counters().table_full, 1u);
+  EXPECT_EQ(t.size(), 64u);
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+TEST(QpTableTest, RefusalsOfAFullPairEndWhenItsOldestEntryIdles) {
+  // A refused insert notes when the buckets' first entry can idle and skips reading them until
+  // then; it must not refuse once that time has come, nor after held packets left.
+  QpTable t({.capacity = 1 << 12, .idle_ms = 1000});
+  FullPair p(t);  // last_seen 0, 10, ..., 630
+  p.e[0]->egress_queued = 3;
+  InsertResult r;
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 900, &r), nullptr);
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 1000, &r), nullptr);
+  // QP 0 is past idle_ms at 1001 but held; QP 1 idles at 1011.
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 1005, &r), nullptr);
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 1010, &r), nullptr);
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 1011, &r), p.e[1]);
+  EXPECT_EQ(r, InsertResult::kEvictedIdle);
+  // Now QP 0's packets leave: it is idle at once, whatever was noted.
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(101), 101, 1011, &r), nullptr);
+  p.e[0]->egress_queued = 0;
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(101), 101, 1011, &r), p.e[0]);
+  EXPECT_EQ(t.counters().table_full, 5u);
+  EXPECT_EQ(t.counters().evicted_on_insert, 2u);
+  EXPECT_TRUE(QpTablePeer::Consistent(t));
+}
+
+TEST(QpTableTest, RefusalsOfAFullPairSurviveClockWrap) {
+  QpTable t({.capacity = 1 << 12, .idle_ms = 1000});
+  std::vector<QpEntry*> e;
+  for (uint32_t q = 0; q < 64; ++q) {
+    e.push_back(t.FindOrInsertHashed(FullPair::Hash(q), q, 0xffffff00u + q, nullptr));
+  }
+  InsertResult r;
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 0xffffffffu, &r), nullptr);
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 0x2e7u, &r), nullptr);  // 999 ms
+  EXPECT_EQ(t.FindOrInsertHashed(FullPair::Hash(100), 100, 0x2e9u, &r), e[0]);     // 1001 ms
+  EXPECT_EQ(r, InsertResult::kEvictedIdle);
+}
+
+TEST(QpTableTest, SweepsAndEvictionsKeepTagsAndEntriesInStep) {
+  QpTable t({.capacity = 1 << 12, .idle_ms = 100});
+  std::mt19937_64 rng(3);
+  std::vector<QpEntry*> live;
+  uint32_t now = 0;
+  for (int round = 0; round < 50; ++round) {
+    now += 37;
+    for (int i = 0; i < 150; ++i) {
+      QpEntry* e = t.FindOrInsert(RandomKey(rng), now, nullptr);
+      if (e != nullptr && rng() % 8 == 0) e->egress_queued = 1;  // held: never idle
+    }
+    // Some held packets leave.
+    for (size_t i = 0; i < t.capacity(); ++i) {
+      if (t.entry(i).egress_queued != 0 && rng() % 4 == 0) {
+        t.FindHashed(t.entry(i).key_hash, t.entry(i).qpn_dir)->egress_queued = 0;
+      }
+    }
+    t.SweepIdleRange(rng() % t.capacity(), 300, now);
+    ASSERT_TRUE(QpTablePeer::Consistent(t)) << "round " << round;
+  }
+  EXPECT_GT(t.counters().evicted_on_insert, 0u);
+  EXPECT_GT(t.counters().evicted_idle, 0u);
+  EXPECT_EQ(t.counters().inserted - t.counters().evicted_on_insert - t.counters().evicted_idle,
+            t.size());
+}
+
+TEST(QpTableTest, EntriesNeverMove) {
+  QpTable t({.capacity = 1 << 12, .idle_ms = 100});
+  std::mt19937_64 rng(4);
+  std::vector<std::pair<QpKey, QpEntry*>> first;
+  for (int i = 0; i < 1000; ++i) {
+    const QpKey k = RandomKey(rng);
+    first.emplace_back(k, t.FindOrInsert(k, 0, nullptr));
+    first.back().second->egress_queued = 1;
+  }
+  for (int i = 0; i < 10'000; ++i) t.FindOrInsert(RandomKey(rng), 500, nullptr);  // full, churned
+  t.SweepIdle(1000);
+  for (const auto& [k, e] : first) EXPECT_EQ(t.Find(k), e);
+}
+
+TEST(QpTableTest, PrefetchNeverChangesAResult) {
+  // Two tables fed the same operations, one with bursts prefetched — in order, out of order,
+  // partly, with inserts and sweeps between — return the same entries.
+  QpTable a({.capacity = 1 << 10, .idle_ms = 100});
+  QpTable b({.capacity = 1 << 10, .idle_ms = 100});
+  std::mt19937_64 rng(5);
+  std::vector<QpKey> pool;
+  for (int i = 0; i < 4000; ++i) pool.push_back(RandomKey(rng));
+  for (uint32_t now = 0; now < 400; ++now) {
+    std::vector<QpKey> burst;
+    for (size_t i = rng() % 64; i > 0; --i) burst.push_back(pool[rng() % pool.size()]);
+    for (const QpKey& k : burst) b.Prefetch(HashKey(k));
+    switch (rng() % 4) {
+      case 0: std::shuffle(burst.begin(), burst.end(), rng); break;
+      case 1: burst.resize(burst.size() / 2); break;
+      case 2: b.Prefetch(HashKey(pool[0])); break;  // a stray prefetch
+      default: break;
+    }
+    for (const QpKey& k : burst) {
+      InsertResult ra, rb;
+      QpEntry* ea = a.FindOrInsert(k, now, &ra);
+      QpEntry* eb = b.FindOrInsert(k, now, &rb);
+      ASSERT_EQ(ea == nullptr, eb == nullptr);
+      if (ea != nullptr) {
+        ASSERT_EQ(Slot(a, ea), Slot(b, eb));
+      }
+      ASSERT_EQ(ra, rb);
+      ASSERT_EQ(a.Find(k) == nullptr, b.Find(k) == nullptr);
+    }
+    a.SweepIdleRange(now % 16 * 64, 64, now);
+    b.SweepIdleRange(now % 16 * 64, 64, now);
+  }
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_GT(a.counters().table_full, 0u);
+  EXPECT_GT(a.counters().evicted_on_insert, 0u);
+  EXPECT_EQ(a.counters().evicted_on_insert, b.counters().evicted_on_insert);
+  EXPECT_TRUE(QpTablePeer::Consistent(b));
 }
 
 }  // namespace
