@@ -51,6 +51,29 @@ uint32_t PrioEgress::queued(uint16_t port, int level) const {
 }
 
 void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
+  if (b.n == 0) return;
+  // The common case: the whole burst leaves on one port that has nothing queued. It goes to the
+  // driver as it came; only what the driver refuses is queued, each packet at its level.
+  const uint16_t p0 = b.egress[0];
+  bool one_port = true;
+  for (uint16_t i = 1; i < b.n; ++i) one_port &= b.egress[i] == p0;
+  if (one_port && ports_[p0].total == 0) [[likely]] {
+    assert(p0 < num_ports_);
+    flushed_ |= 1u << p0;
+    // The driver reads the array and takes the mbufs it accepts; it does not write the array.
+    const uint16_t sent = TxBurst(p0, const_cast<rte_mbuf**>(b.pkts), b.held, b.n);
+    uint16_t per_level[kLevels] = {};
+    for (uint16_t i = 0; i < sent; ++i) ++per_level[LevelOf(b.level[i])];
+    for (int l = 0; l < kLevels; ++l) {
+      if (per_level[l]) stats_->egress_level_tx[l].Add(per_level[l]);
+    }
+    if (sent == b.n) return;  // nothing queued: the depth gauges have not moved
+    for (uint16_t i = sent; i < b.n; ++i) {
+      Enqueue(ctx, p0, b.pkts[i], b.held[i], LevelOf(b.level[i]));
+    }
+    StoreDepth();
+    return;
+  }
   // Stable counting sort by egress port, arrival order kept: a port that takes the whole burst
   // sends it as it came (no reordering when there is no backpressure); levels matter from the
   // first refused packet on. pos[p] is first the number of packets for port p - 1, then the start

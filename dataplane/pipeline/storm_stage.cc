@@ -88,86 +88,96 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   if (++burst_no_ == 0) burst_no_ = 1;  // 0 is "not marked"
   uint16_t n_marked = 0;
 
-  // Pass 1: hash every RoCE packet's key and prefetch its bucket, so the table misses overlap.
+  // Pass 1: hash every RoCE packet's key and prefetch its two tag lines. Pass 2: read the tags,
+  // prefetch the entry line they name. Pass 3: look up, track, tag, rewrite. The misses of a
+  // burst overlap instead of being paid one after another (QpTable::Probe()).
+  uint16_t idx[kMaxBurst];
+  uint16_t n_roce = 0;
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
     if (!(d.flags & pkt::kFlagRoce)) continue;
-    const storm::QpKey key = storm::KeyFromPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
-                                                  storm::Direction::kRequest);
-    hash_[i] = storm::HashKey(key);
-    table_.Prefetch(hash_[i]);
+    hash_[n_roce] = storm::HashPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
+                                      storm::Direction::kRequest);
+    table_.Prefetch(hash_[n_roce]);
+    idx[n_roce++] = i;
   }
+  uint32_t hint[kMaxBurst];
+  for (uint16_t j = 0; j < n_roce; ++j) hint[j] = table_.Probe(hash_[j]);
 
-  // Pass 2: look up, track, tag, rewrite. The headers are in the first segment (the parser read
-  // them there), so the rewrite touches only that one.
-  LcoreStats& stats = ctx.stats();
-  for (uint16_t i = 0; i < b.n; ++i) {
+  // The headers are in the first segment (the parser read them there), so the rewrite touches
+  // only that one. Per-level packets and bytes are summed here and added once per burst.
+  uint32_t level_packets[storm::kMaxLevels] = {};
+  uint64_t level_bytes[storm::kMaxLevels] = {};
+  const uint8_t default_level = storm::DefaultLevel(L, o_.mtu);
+  for (uint16_t j = 0; j < n_roce; ++j) {
+    const uint16_t i = idx[j];
     const pkt::PacketDesc& d = b.desc[i];
-    if (!(d.flags & pkt::kFlagRoce)) continue;
     uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
+    uint8_t level;
     if (d.roce_class == pkt::RoceClass::kCnp) [[unlikely]] {
       // Congestion notifications are not PSN-ordered: never capped behind the QP's data, so the
       // sender's rate control hears of congestion at once.
-      const uint8_t level = L.control_level;
-      b.level[i] = level;
-      storm::SetDscp(frame, d, L.dscp[level]);
-      if (L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
-      stats.storm_level_packets[level].Add(1);
-      stats.storm_level_bytes[level].Add(b.pkts[i]->pkt_len);
-      continue;
-    }
-    const uint32_t qpn_dir =
-        (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
-    storm::InsertResult ir;
-    storm::QpEntry* e = table_.FindOrInsertHashed(hash_[i], qpn_dir, now_ms, &ir);
-    uint8_t level;
-    if (e != nullptr) {
-      if (ir == storm::InsertResult::kInserted || ir == storm::InsertResult::kEvictedIdle) {
-        uint32_t ip4 = 0;
-        if (d.l3 == pkt::L3::kIpv4) std::memcpy(&ip4, frame + d.l3_off + 16, 4);
-        e->dst_ip4 = ip4;
-      }
-      const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
-      if (t.size_sample) hist_->Add(t.size_sample);
-      uint64_t backlog = 0;
-      switch (o_.backlog_source) {
-        case storm::BacklogSource::kEgressQueue:
-          // The QP's packets still queued from earlier bursts (not this burst's own packets, which
-          // leave with it unless the port pushes back).
-          if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
-            e->burst_mark = burst_no_;
-            marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
-            e->queued_at_mark = static_cast<uint16_t>(std::min<uint32_t>(e->egress_queued, 0xffff));
-          }
-          backlog = uint64_t{e->queued_at_mark} * o_.mtu;
-          break;
-        case storm::BacklogSource::kHostShim:
-          backlog = HostBacklog(*e, frame, d, t, host, !per_message);
-          break;
-        default:
-          break;
-      }
-      // In-order guard: a QP's packet never takes a higher level than its packets still held in
-      // heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
-      // excepted).
-      const uint8_t ceiling =
-          per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
-      level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
-      ++e->egress_queued;
-      e->held_level = level;
-      b.held[i] = &e->egress_queued;
+      level = L.control_level;
     } else {
-      // The table refused the QP: all its packets share the default level, control classes
-      // included, or a READ request would overtake the QP's queued data (no guard without an
-      // entry).
-      level = storm::TagPacket(L, nullptr, d, storm::TrackResult{}, 0, o_.mtu,
-                               storm::DefaultLevel(L, o_.mtu));
+      const uint32_t qpn_dir =
+          (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
+      storm::InsertResult ir;
+      storm::QpEntry* e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
+      if (e != nullptr) [[likely]] {
+        if (ir != storm::InsertResult::kFound) [[unlikely]] {
+          uint32_t ip4 = 0;
+          if (d.l3 == pkt::L3::kIpv4) std::memcpy(&ip4, frame + d.l3_off + 16, 4);
+          e->dst_ip4 = ip4;
+        }
+        const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
+        if (t.size_sample) hist_->Add(t.size_sample);
+        uint64_t backlog = 0;
+        switch (o_.backlog_source) {
+          case storm::BacklogSource::kEgressQueue:
+            // The QP's packets still queued from earlier bursts (not this burst's own packets,
+            // which leave with it unless the port pushes back).
+            if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
+              e->burst_mark = burst_no_;
+              marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
+              e->queued_at_mark =
+                  static_cast<uint16_t>(std::min<uint32_t>(e->egress_queued, 0xffff));
+            }
+            backlog = uint64_t{e->queued_at_mark} * o_.mtu;
+            break;
+          case storm::BacklogSource::kHostShim:
+            backlog = HostBacklog(*e, frame, d, t, host, !per_message);
+            break;
+          default:
+            break;
+        }
+        // In-order guard: a QP's packet never takes a higher level than its packets still held
+        // in heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
+        // excepted).
+        const uint8_t ceiling =
+            per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
+        level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
+        ++e->egress_queued;
+        e->held_level = level;
+        b.held[i] = &e->egress_queued;
+      } else {
+        // The table refused the QP: all its packets share the default level, control classes
+        // included, or a READ request would overtake the QP's queued data (no guard without an
+        // entry). A control class may still go lower.
+        level = storm::IsControlClass(d.roce_class) ? std::min(L.control_level, default_level)
+                                                    : default_level;
+      }
     }
     b.level[i] = level;
     storm::SetDscp(frame, d, L.dscp[level]);
     if (L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
-    stats.storm_level_packets[level].Add(1);
-    stats.storm_level_bytes[level].Add(b.pkts[i]->pkt_len);
+    ++level_packets[level];
+    level_bytes[level] += b.pkts[i]->pkt_len;
+  }
+  LcoreStats& stats = ctx.stats();
+  for (int l = 0; l < storm::kMaxLevels; ++l) {
+    if (level_packets[l] == 0) continue;
+    stats.storm_level_packets[l].Add(level_packets[l]);
+    stats.storm_level_bytes[l].Add(level_bytes[l]);
   }
   for (uint16_t j = 0; j < n_marked; ++j) marked_[j]->burst_mark = 0;
   CountTableFull(stats);

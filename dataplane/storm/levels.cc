@@ -51,6 +51,12 @@ absl::Status ValidateLevelConfig(const LevelConfig& c) {
 
 uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog, uint32_t mtu) {
   const int k = std::clamp(c.levels, 1, kMaxLevels);
+  int above = 0;
+  if (backlog == 0 || c.beta == 0) {
+    // No boost: R_eff = R, compared with the cutoffs as integers.
+    while (above + 1 < k && remaining > c.cutoffs[above]) ++above;
+    return static_cast<uint8_t>(k - 1 - above);
+  }
   const double r = static_cast<double>(remaining);
   const double b = static_cast<double>(std::min<uint64_t>(backlog, c.backlog_max));
   const double denom = std::max(r, static_cast<double>(std::max<uint32_t>(mtu, 1)));
@@ -58,24 +64,12 @@ uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog,
   // multiplications only, no division on the per-packet path.
   const double lhs = r * denom;
   const double scale = denom + c.beta * b;
-  int above = 0;
   while (above + 1 < k && lhs > static_cast<double>(c.cutoffs[above]) * scale) ++above;
   return static_cast<uint8_t>(k - 1 - above);
 }
 
-uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::PacketDesc& desc,
-                  const TrackResult& track, uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
-  // A level stored or held under an earlier configuration may be >= K after `set storm levels`
-  // lowered K: never hand out a level that is not in force.
-  ceiling = std::min(ceiling, static_cast<uint8_t>(std::clamp(c.levels, 1, kMaxLevels) - 1));
-  if (IsControlClass(desc.roce_class)) return std::min(c.control_level, ceiling);
-  if (entry == nullptr || track.outcome == TrackOutcome::kNotTracked) {
-    return std::min(DefaultLevel(c, mtu), ceiling);
-  }
-  const bool have_level = entry->flags & kEntryLevelValid;
-  const bool reuse = track.outcome == TrackOutcome::kDuplicate ||
-                     (track.outcome == TrackOutcome::kContinue && c.mode == Mode::kPerMessage);
-  if (reuse && have_level) return std::min(entry->level, ceiling);
+uint8_t ComputeLevelCapped(const LevelConfig& c, QpEntry* entry, const TrackResult& track,
+                           uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
   const uint8_t level = std::min(
       ComputeLevel(c, RemainingBytes(*entry, track.sent_before, c.unknown_floor), backlog, mtu),
       ceiling);

@@ -21,6 +21,7 @@
 // resulting LevelConfig (RCU pointer swap) is the caller's business.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -104,9 +105,16 @@ constexpr bool IsControlClass(pkt::RoceClass c) {
 // QP's packets still held in heddled's egress queues, so that a later packet of the QP never
 // overtakes them (docs/storm.md §5); a level computed under the cap is stored capped, so a
 // per-message request keeps one level.
-uint8_t TagPacket(const LevelConfig& config, QpEntry* entry, const pkt::PacketDesc& desc,
-                  const TrackResult& track, uint64_t backlog, uint32_t mtu,
-                  uint8_t ceiling = kMaxLevels - 1);
+//
+// Inline: a continuing packet of a per-message request, a duplicate or a control class is
+// answered here; computing a level is ComputeLevelCapped(), out of line.
+inline uint8_t TagPacket(const LevelConfig& config, QpEntry* entry, const pkt::PacketDesc& desc,
+                         const TrackResult& track, uint64_t backlog, uint32_t mtu,
+                         uint8_t ceiling = kMaxLevels - 1);
+
+// TagPacket()'s computing part: the level of `entry`'s request, capped, stored in the entry.
+uint8_t ComputeLevelCapped(const LevelConfig& config, QpEntry* entry, const TrackResult& track,
+                           uint64_t backlog, uint32_t mtu, uint8_t ceiling);
 
 // Byte-weighted request sizes in log2 buckets: bucket b holds the bytes of requests of size in
 // [2^b, 2^(b+1)) (bucket 31 also everything larger). One writer (the worker); Snapshot() may run
@@ -145,5 +153,22 @@ void AgeHistogram(SizeHistogram* aged, const SizeHistogram& fresh, double keep);
 // nullopt if the histogram is empty (keep the current cutoffs).
 std::optional<std::array<uint32_t, kMaxLevels - 1>> AutoCutoffs(const SizeHistogram& aged_sum,
                                                                 int levels);
+
+inline uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::PacketDesc& desc,
+                         const TrackResult& track, uint64_t backlog, uint32_t mtu,
+                         uint8_t ceiling) {
+  // A level stored or held under an earlier configuration may be >= K after `set storm levels`
+  // lowered K: never hand out a level that is not in force.
+  const int top = (c.levels < 1 ? 1 : c.levels > kMaxLevels ? kMaxLevels : c.levels) - 1;
+  if (ceiling > top) ceiling = static_cast<uint8_t>(top);
+  if (IsControlClass(desc.roce_class)) return std::min(c.control_level, ceiling);
+  if (entry == nullptr || track.outcome == TrackOutcome::kNotTracked) [[unlikely]] {
+    return std::min(DefaultLevel(c, mtu), ceiling);
+  }
+  const bool reuse = track.outcome == TrackOutcome::kDuplicate ||
+                     (track.outcome == TrackOutcome::kContinue && c.mode == Mode::kPerMessage);
+  if (reuse && (entry->flags & kEntryLevelValid)) return std::min(entry->level, ceiling);
+  return ComputeLevelCapped(c, entry, track, backlog, mtu, ceiling);
+}
 
 }  // namespace heddle::storm

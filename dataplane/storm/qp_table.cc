@@ -1,10 +1,9 @@
 // File: dataplane/storm/qp_table.cc
 #include "dataplane/storm/qp_table.h"
 
-#include <algorithm>
-
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +12,11 @@
 namespace heddle::storm {
 namespace {
 
-constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
-constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;
-constexpr uint64_t kPrime3 = 0x165667B19E3779F9ull;
+using hash_internal::Finish;
+using hash_internal::kPrime1;
+using hash_internal::kPrime2;
+using hash_internal::kPrime3;
+using hash_internal::Mum;
 constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ull;
 constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ull;
 
@@ -24,32 +25,32 @@ inline uint64_t Load64(const uint8_t* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-
-// 64x64 -> 128-bit multiply folded to 64 bits (wyhash's "mum"): one multiply mixes every input
-// bit into the middle of the product, and the fold brings the high half back down.
-inline uint64_t Mum(uint64_t a, uint64_t b) {
-  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+inline uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+// ::ffff:a.b.c.d
+inline bool V4Mapped(const std::array<uint8_t, 16>& a) {
+  return Load64(a.data()) == 0 && a[8] == 0 && a[9] == 0 && a[10] == 0xff && a[11] == 0xff;
 }
 
 }  // namespace
 
 uint64_t HashKey(const QpKey& key) {
+  if (V4Mapped(key.src_ip) && V4Mapped(key.dst_ip)) {
+    return hash_internal::HashV4(Load32(key.src_ip.data() + 12), Load32(key.dst_ip.data() + 12),
+                                 QpTable::QpnDir(key));
+  }
   // Fixed-size input (36 bytes): two independent folded multiplies over the four address words
-  // (they run in parallel), one more with qpn|direction, then the xxHash64 avalanche. The
-  // constants are xxHash64's primes; byte order is the host's (the hash never leaves the host).
+  // (they run in parallel), one more with qpn|direction, then the avalanche. The constants are
+  // xxHash64's primes; byte order is the host's (the hash never leaves the host).
   const uint64_t a =
       Mum(Load64(key.src_ip.data()) ^ kPrime1, Load64(key.src_ip.data() + 8) ^ kPrime2);
   const uint64_t b =
       Mum(Load64(key.dst_ip.data()) ^ kPrime3, Load64(key.dst_ip.data() + 8) ^ kPrime4);
-  uint64_t h =
-      Mum(a ^ b ^ kPrime5, (static_cast<uint64_t>(QpTable::QpnDir(key)) << 32 | 36) ^ kPrime1);
-  h ^= h >> 33;
-  h *= kPrime2;
-  h ^= h >> 29;
-  h *= kPrime3;
-  h ^= h >> 32;
-  return h == 0 ? 1 : h;  // 0 marks an empty slot
+  return Finish(
+      Mum(a ^ b ^ kPrime5, (static_cast<uint64_t>(QpTable::QpnDir(key)) << 32 | 36) ^ kPrime1));
 }
 
 QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction direction) {
@@ -155,17 +156,8 @@ QpEntry* QpTable::FindOrInsert(const QpKey& key, uint32_t now_ms, InsertResult* 
   return FindOrInsertHashed(HashKey(key), QpnDir(key), now_ms, result);
 }
 
-QpEntry* QpTable::FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
-                                     InsertResult* result) {
-  const uint32_t guess = LookAhead(hash);
-  if (guess != kNoSlot) {
-    QpEntry& g = entries_[guess];
-    if (g.key_hash == hash && g.qpn_dir == qpn_dir) {
-      g.last_seen = now_ms;
-      if (result) *result = InsertResult::kFound;
-      return &g;
-    }
-  }
+QpEntry* QpTable::FindOrInsertSlow(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
+                                   InsertResult* result) {
   const uint16_t tag = Tag(hash);
   const size_t left = LeftBucket(hash), right = RightBucket(hash);
   QpEntry* e = FindIn(left, right, hash, qpn_dir, tag);
@@ -189,8 +181,9 @@ QpEntry* QpTable::FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t n
     QpEntry* victim = OldestIdle(left, now_ms);
     if (right != left) {
       QpEntry* v = OldestIdle(right, now_ms);
-      if (v != nullptr && (victim == nullptr || static_cast<uint32_t>(now_ms - v->last_seen) >
-                                                    static_cast<uint32_t>(now_ms - victim->last_seen))) {
+      if (v != nullptr &&
+          (victim == nullptr || static_cast<uint32_t>(now_ms - v->last_seen) >
+                                    static_cast<uint32_t>(now_ms - victim->last_seen))) {
         victim = v;
       }
     }
@@ -210,11 +203,6 @@ QpEntry* QpTable::FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t n
 }
 
 const QpEntry* QpTable::FindHashed(uint64_t hash, uint32_t qpn_dir) const {
-  const uint32_t guess = LookAhead(hash);
-  if (guess != kNoSlot) {
-    const QpEntry& g = entries_[guess];
-    if (g.key_hash == hash && g.qpn_dir == qpn_dir) return &g;
-  }
   const uint16_t tag = Tag(hash);
   const size_t left = LeftBucket(hash), right = RightBucket(hash);
   return FindIn(left, right, hash, qpn_dir, tag);

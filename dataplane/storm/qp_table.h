@@ -30,9 +30,8 @@
 // QP from one scan to the next while it lives.
 //
 // Threading: a QpTable belongs to one worker (lcore). FindOrInsert/Find/SweepIdle and the counters
-// are not thread-safe (the const Find*() too: lookups advance Prefetch()'s look-ahead); the
-// control thread's sweep must run on the owning worker (or with the worker quiescent). The one
-// field another worker may write is acked_psn (see QpEntry).
+// are not thread-safe; the control thread's sweep must run on the owning worker (or with the worker
+// quiescent). The one field another worker may write is acked_psn (see QpEntry).
 #pragma once
 
 #include <algorithm>
@@ -42,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #if defined(__SSE2__)
@@ -134,9 +134,48 @@ struct QpKey {
 QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction direction);
 
 // 64-bit hash of the key, never 0. A fixed mix — wyhash-style folded 128-bit multiplies over the
-// four address words and qpn|direction, then xxHash64's avalanche — deterministic across runs and
-// builds, unlike absl::Hash, whose seed changes per process.
+// address words and qpn|direction, then xxHash64's avalanche — deterministic across runs and
+// builds, unlike absl::Hash, whose seed changes per process. When both addresses are IPv4 (mapped)
+// only their 4-byte forms are mixed: one multiply, and the per-packet HashPacket() reads them
+// straight from the IPv4 header without building a key.
 uint64_t HashKey(const QpKey& key);
+
+namespace hash_internal {
+inline constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
+inline constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;
+inline constexpr uint64_t kPrime3 = 0x165667B19E3779F9ull;
+// 64x64 -> 128-bit multiply folded to 64 bits (wyhash's "mum"): one multiply mixes every input
+// bit into the middle of the product, and the fold brings the high half back down.
+inline uint64_t Mum(uint64_t a, uint64_t b) {
+  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+// xxHash64's avalanche; 0 maps to 1 (0 marks an empty slot).
+inline uint64_t Finish(uint64_t h) {
+  h ^= h >> 33;
+  h *= kPrime2;
+  h ^= h >> 29;
+  h *= kPrime3;
+  h ^= h >> 32;
+  return h == 0 ? 1 : h;
+}
+// src and dst are the addresses' 4 bytes as in memory (network order, loaded as host words).
+inline uint64_t HashV4(uint32_t src, uint32_t dst, uint32_t qpn_dir) {
+  return Finish(Mum((uint64_t{src} << 32 | dst) ^ kPrime1, (uint64_t{qpn_dir} << 32 | 8) ^ kPrime2));
+}
+}  // namespace hash_internal
+
+// HashKey(KeyFromPacket(frame, desc, direction)), without building the key for IPv4.
+inline uint64_t HashPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction direction) {
+  if (desc.l3 == pkt::L3::kIpv4) {
+    uint32_t src, dst;
+    std::memcpy(&src, frame + desc.l3_off + 12, 4);
+    std::memcpy(&dst, frame + desc.l3_off + 16, 4);
+    return hash_internal::HashV4(
+        src, dst, (desc.dest_qp & kQpnMask) | static_cast<uint32_t>(direction) << 24);
+  }
+  return HashKey(KeyFromPacket(frame, desc, direction));
+}
 
 enum class InsertResult : uint8_t {
   kFound,        // an existing entry
@@ -180,26 +219,52 @@ class QpTable {
   // both buckets are full: then their entries are read to find an idle one, and a bucket that has
   // none is not read again until its oldest entry can have idled.
   QpEntry* FindOrInsert(const QpKey& key, uint32_t now_ms, InsertResult* result);
+  // `hint`: Probe()'s answer for this hash (below); checked first, inline.
   QpEntry* FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
-                              InsertResult* result);
+                              InsertResult* result, uint32_t hint = kNoSlot) {
+    if (hint < capacity_) [[likely]] {
+      QpEntry& g = entries_[hint];
+      if (g.key_hash == hash && g.qpn_dir == qpn_dir) [[likely]] {
+        g.last_seen = now_ms;
+        if (result) *result = InsertResult::kFound;
+        return &g;
+      }
+    }
+    return FindOrInsertSlow(hash, qpn_dir, now_ms, result);
+  }
 
-  // Starts loading what FindOrInsertHashed(hash, ...) will read. On a burst, hash every packet's
-  // key and prefetch first, then look the keys up in the same order:
+  // A burst's lookups in three passes, so that its cache misses overlap instead of being paid one
+  // after another:
   //
-  //   for (i = 0; i < n; ++i) { hash[i] = HashKey(key[i]); table.Prefetch(hash[i]); }
-  //   for (i = 0; i < n; ++i) e = table.FindOrInsertHashed(hash[i], qpn_dir[i], now_ms, &r);
+  //   for (i = 0; i < n; ++i) { hash[i] = HashPacket(...); table.Prefetch(hash[i]); }
+  //   for (i = 0; i < n; ++i) hint[i] = table.Probe(hash[i]);
+  //   for (i = 0; i < n; ++i) e = table.FindOrInsertHashed(hash[i], qpn_dir[i], now_ms, &r, hint[i]);
   //
-  // Prefetch() prefetches the key's two tag lines and records the hash (it never waits for
-  // memory). Which entry line to fetch is known only from the tags, so the lookups look ahead:
-  // each one reads the tags of the key kLookahead places further in the recorded burst — in cache
-  // by then — and prefetches that key's entry line. The misses of a burst still overlap, and a
-  // lookup touches one entry line. Lookups in another order (or without Prefetch) are just as
-  // correct, only not prefetched; a Prefetch() after a lookup starts a new burst.
+  // Prefetch() starts loading the key's two tag lines. Probe() reads them (in cache by then),
+  // prefetches the entry line whose tag matches and returns that slot (kNoSlot: no tag matches,
+  // a new QP). The lookup checks the hinted entry first; entries never move, so if it holds the
+  // key it is the key's entry, and a stale or wrong hint only costs the full two-bucket lookup.
+  // Neither call changes anything: they are cache hints, and a lookup without them is as correct.
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
   void Prefetch(uint64_t hash) const {
     __builtin_prefetch(Tags(LeftBucket(hash)), 0, 3);
     __builtin_prefetch(Tags(RightBucket(hash)), 0, 3);
-    if (next_lookup_ != 0) pending_n_ = next_lookup_ = resolved_ = 0;  // a new burst
-    if (pending_n_ < kMaxPending) pending_[pending_n_++] = hash;
+  }
+  // Branch-free: which bucket holds the QP is a coin toss, and a mispredicted branch on a tag load
+  // would serialize the loads.
+  uint32_t Probe(uint64_t hash) const {
+    const uint16_t tag = Tag(hash);
+    const size_t left = LeftBucket(hash), right = RightBucket(hash);
+    const uint32_t ml = MatchMask(Tags(left), tag);
+    const uint32_t mr = MatchMask(Tags(right), tag);
+    const size_t slot = ml != 0 ? left * kBucketEntries + std::countr_zero(ml)
+                                : right * kBucketEntries + (std::countr_zero(mr) & 31);
+    const bool found = (ml | mr) != 0;
+    // No match (a new QP, which the insert only writes): the right tag line, already cached.
+    __builtin_prefetch(found ? static_cast<const void*>(&entries_[slot])
+                             : static_cast<const void*>(Tags(right)),
+                       1, 3);
+    return found ? static_cast<uint32_t>(slot) : kNoSlot;
   }
 
   // The entry for `key` (or hash and qpn_dir) or nullptr. Does not touch last_seen.
@@ -259,42 +324,10 @@ class QpTable {
 #endif
   }
 
-  static constexpr uint32_t kNoSlot = ~uint32_t{0};
-
-  // The burst look-ahead of Prefetch(), called by every lookup with its hash: prefetches the entry
-  // of the key kLookahead places further, and returns the slot this key's tags named when its own
-  // entry was prefetched (kNoSlot: none, or not the recorded burst). The lookup checks that entry
-  // first; entries never move, so if it holds the key it is the key's entry.
-  uint32_t LookAhead(uint64_t hash) const {
-    if (next_lookup_ >= pending_n_ || pending_[next_lookup_] != hash) {
-      pending_n_ = next_lookup_ = resolved_ = 0;  // not the recorded burst (or past its end)
-      return kNoSlot;
-    }
-    const uint32_t until = std::min<uint32_t>(next_lookup_ + kLookahead + 1, pending_n_);
-    for (; resolved_ < until; ++resolved_) guess_[resolved_] = PrefetchEntry(pending_[resolved_]);
-    return guess_[next_lookup_++];
-  }
-  // Prefetches the entry line of `hash` if its tags name one, and returns that slot (kNoSlot if
-  // none). Branch-free: which bucket holds the QP is a coin toss, and a mispredicted branch on a
-  // tag load would serialize the loads.
-  uint32_t PrefetchEntry(uint64_t hash) const {
-    const uint16_t tag = Tag(hash);
-    const size_t left = LeftBucket(hash), right = RightBucket(hash);
-    const uint32_t ml = MatchMask(Tags(left), tag);
-    const uint32_t mr = MatchMask(Tags(right), tag);
-    const size_t slot = ml != 0 ? left * kBucketEntries + std::countr_zero(ml)
-                                : right * kBucketEntries + (std::countr_zero(mr) & 31);
-    const bool found = (ml | mr) != 0;
-    // No match (a new QP, which the insert only writes): the right tag line, already cached.
-    __builtin_prefetch(found ? static_cast<const void*>(&entries_[slot])
-                             : static_cast<const void*>(Tags(right)),
-                       1, 3);
-    return found ? static_cast<uint32_t>(slot) : kNoSlot;
-  }
-
   bool Idle(const QpEntry& e, uint32_t now_ms) const {
     return e.egress_queued == 0 && static_cast<uint32_t>(now_ms - e.last_seen) > idle_ms_;
   }
+  QpEntry* FindOrInsertSlow(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms, InsertResult* result);
   QpEntry* FindIn(size_t left, size_t right, uint64_t hash, uint32_t qpn_dir, uint16_t tag) const;
   // The least recently seen idle entry of `bucket`, or nullptr (then notes when one may be).
   QpEntry* OldestIdle(size_t bucket, uint32_t now_ms);
@@ -320,18 +353,6 @@ class QpTable {
   // the table refuses.
   std::unique_ptr<uint32_t[], Free> no_idle_before_;
   QpTableCounters counters_;
-
-  // Prefetch() look-ahead state (a cache hint: mutable, never affects a result). A burst is at
-  // most 256 packets (pipeline::kMaxBurst); later keys of a longer one are not prefetched.
-  static constexpr uint32_t kMaxPending = 256;
-  // Entries prefetched ahead of the lookup: 4 stage iterations (~200 ns) cover a DRAM miss;
-  // deeper or resolving the whole burst at its first lookup measured no better.
-  static constexpr uint32_t kLookahead = 4;
-  mutable uint32_t pending_n_ = 0;    // hashes recorded by Prefetch()
-  mutable uint32_t next_lookup_ = 0;  // index of the next lookup in pending_
-  mutable uint32_t resolved_ = 0;     // entries of pending_[0, resolved_) prefetched
-  mutable std::array<uint64_t, kMaxPending> pending_;
-  mutable std::array<uint32_t, kMaxPending> guess_;  // slot named by pending_[i]'s tags
 };
 
 }  // namespace heddle::storm

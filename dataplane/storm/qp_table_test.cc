@@ -112,7 +112,7 @@ TEST(KeyFromPacketTest, CopiesIpv6Addresses) {
 TEST(HashKeyTest, DeterministicAndSensitiveToEveryField) {
   // A fixed value: the hash must not depend on the process (absl::Hash does).
   EXPECT_EQ(HashKey(Key(1)), HashKey(Key(1)));
-  EXPECT_EQ(HashKey(Key(0x123456)), 0x40a0e1b4295ae3feull);
+  EXPECT_EQ(HashKey(Key(0x123456)), 0x5192c26e70356d66ull);
   std::set<uint64_t> seen;
   seen.insert(HashKey(Key(1)));
   seen.insert(HashKey(Key(2)));
@@ -571,28 +571,34 @@ TEST(QpTableTest, EntriesNeverMove) {
   for (const auto& [k, e] : first) EXPECT_EQ(t.Find(k), e);
 }
 
-TEST(QpTableTest, PrefetchNeverChangesAResult) {
-  // Two tables fed the same operations, one with bursts prefetched — in order, out of order,
-  // partly, with inserts and sweeps between — return the same entries.
+TEST(QpTableTest, PrefetchAndProbeNeverChangeAResult) {
+  // Two tables fed the same operations, one with bursts prefetched and probed — hints in order,
+  // shuffled, stale (probed before inserts and sweeps), or naming another key's slot — return the
+  // same entries.
   QpTable a({.capacity = 1 << 10, .idle_ms = 100});
   QpTable b({.capacity = 1 << 10, .idle_ms = 100});
   std::mt19937_64 rng(5);
   std::vector<QpKey> pool;
   for (int i = 0; i < 4000; ++i) pool.push_back(RandomKey(rng));
+  size_t hinted = 0;
   for (uint32_t now = 0; now < 400; ++now) {
     std::vector<QpKey> burst;
     for (size_t i = rng() % 64; i > 0; --i) burst.push_back(pool[rng() % pool.size()]);
     for (const QpKey& k : burst) b.Prefetch(HashKey(k));
+    std::vector<uint32_t> hint;
+    for (const QpKey& k : burst) hint.push_back(b.Probe(HashKey(k)));
     switch (rng() % 4) {
-      case 0: std::shuffle(burst.begin(), burst.end(), rng); break;
-      case 1: burst.resize(burst.size() / 2); break;
-      case 2: b.Prefetch(HashKey(pool[0])); break;  // a stray prefetch
+      case 0: std::shuffle(hint.begin(), hint.end(), rng); break;
+      case 1: std::fill(hint.begin(), hint.end(), QpTable::kNoSlot); break;
+      case 2: for (uint32_t& h : hint) h = static_cast<uint32_t>(rng() % 2048); break;  // even out of range
       default: break;
     }
-    for (const QpKey& k : burst) {
+    for (size_t i = 0; i < burst.size(); ++i) {
+      const QpKey& k = burst[i];
       InsertResult ra, rb;
       QpEntry* ea = a.FindOrInsert(k, now, &ra);
-      QpEntry* eb = b.FindOrInsert(k, now, &rb);
+      QpEntry* eb = b.FindOrInsertHashed(HashKey(k), QpTable::QpnDir(k), now, &rb, hint[i]);
+      hinted += hint[i] != QpTable::kNoSlot;
       ASSERT_EQ(ea == nullptr, eb == nullptr);
       if (ea != nullptr) {
         ASSERT_EQ(Slot(a, ea), Slot(b, eb));
@@ -603,11 +609,37 @@ TEST(QpTableTest, PrefetchNeverChangesAResult) {
     a.SweepIdleRange(now % 16 * 64, 64, now);
     b.SweepIdleRange(now % 16 * 64, 64, now);
   }
+  EXPECT_GT(hinted, 1000u);
   EXPECT_EQ(a.size(), b.size());
   EXPECT_GT(a.counters().table_full, 0u);
   EXPECT_GT(a.counters().evicted_on_insert, 0u);
   EXPECT_EQ(a.counters().evicted_on_insert, b.counters().evicted_on_insert);
   EXPECT_TRUE(QpTablePeer::Consistent(b));
+}
+
+TEST(QpTableTest, HashPacketIsHashKeyOfThePacketsKey) {
+  // IPv4 takes the 4-byte path in both; an IPv6 packet (even one with v4-mapped addresses) the
+  // key's.
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    for (bool v6 : {false, true}) {
+      std::vector<uint8_t> f(128, 0);
+      pkt::PacketDesc d{};
+      d.l3_off = 14;
+      d.l3 = v6 ? pkt::L3::kIpv6 : pkt::L3::kIpv4;
+      d.dest_qp = static_cast<uint32_t>(rng());
+      for (auto& byte : f) byte = static_cast<uint8_t>(rng());
+      if (v6 && i % 2 == 0) {  // ::ffff:a.b.c.d in both addresses
+        for (int a : {14 + 8, 14 + 24}) {
+          std::fill_n(&f[a], 10, 0);
+          f[a + 10] = f[a + 11] = 0xff;
+        }
+      }
+      for (Direction dir : {Direction::kRequest, Direction::kResponse}) {
+        EXPECT_EQ(HashPacket(f.data(), d, dir), HashKey(KeyFromPacket(f.data(), d, dir)));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -60,8 +60,9 @@ class LegacyQpTable {
     }
     return nullptr;
   }
+  uint32_t Probe(uint64_t) const { return QpTable::kNoSlot; }  // its Prefetch() loads it all
   [[gnu::noinline]] QpEntry* FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
-                                                InsertResult* result) {
+                                                InsertResult* result, uint32_t = 0) {
     QpEntry* bucket = Bucket(hash);
     QpEntry* empty = nullptr;
     QpEntry* oldest_idle = nullptr;
@@ -229,8 +230,8 @@ struct Stage {
     RunHashed(frame, d, HashKey(key), QpTable::QpnDir(key), now_ms);
   }
   void RunHashed(uint8_t* frame, const pkt::PacketDesc& d, uint64_t hash, uint32_t qpn_dir,
-                 uint32_t now_ms) {
-    QpEntry* e = table.FindOrInsertHashed(hash, qpn_dir, now_ms, nullptr);
+                 uint32_t now_ms, uint32_t hint = QpTable::kNoSlot) {
+    QpEntry* e = table.FindOrInsertHashed(hash, qpn_dir, now_ms, nullptr, hint);
     TrackResult track;
     if (e != nullptr) track = tracker.OnRequestPacket(*e, d);
     const uint64_t backlog = e ? BacklogBytes(*e, BacklogSource::kEgressQueue, kMtu) : 0;
@@ -313,20 +314,20 @@ void BM_ParseThenStormBurst(benchmark::State& state) {
   uint32_t pass = 0, tick = 0;
   pkt::PacketDesc d[kBurst];
   uint64_t hash[kBurst];
-  uint32_t qpn_dir[kBurst];
+  uint32_t qpn_dir[kBurst], hint[kBurst];
   for (auto _ : state) {
     for (size_t k = 0; k < kBurst; ++k) {
       auto& f = frames[i + k];
       pkt::Parse(f.data(), f.size(), t.frame_len[i + k], &d[k]);
       d[k].psn = (d[k].psn + pass * t.psn_stride[i + k]) & kPsnMask;
-      const QpKey key = KeyFromPacket(f.data(), d[k], Direction::kRequest);
-      hash[k] = HashKey(key);
-      qpn_dir[k] = QpTable::QpnDir(key);
+      hash[k] = HashPacket(f.data(), d[k], Direction::kRequest);
+      qpn_dir[k] = (d[k].dest_qp & kQpnMask) | static_cast<uint32_t>(Direction::kRequest) << 24;
       stage.table.Prefetch(hash[k]);
     }
+    for (size_t k = 0; k < kBurst; ++k) hint[k] = stage.table.Probe(hash[k]);
     const uint32_t now_ms = (tick += kBurst) >> 12;
     for (size_t k = 0; k < kBurst; ++k) {
-      stage.RunHashed(frames[i + k].data(), d[k], hash[k], qpn_dir[k], now_ms);
+      stage.RunHashed(frames[i + k].data(), d[k], hash[k], qpn_dir[k], now_ms, hint[k]);
     }
     benchmark::DoNotOptimize(frames[i][d[0].l3_off + 1]);
     if ((i += kBurst) == n) {
@@ -412,8 +413,8 @@ FilledTable<Table>& Filled(size_t capacity, int load_pct) {
   return f;
 }
 
-// ns per lookup in bursts of 32 as the stage runs them: Prefetch() every key of the burst, then
-// look each up. A hit is FindOrInsertHashed() of a QP in the table (it writes last_seen), a miss
+// ns per lookup in bursts of 32 as the stage runs them: Prefetch() every key of the burst, Probe()
+// each, then look each up. A hit is FindOrInsertHashed() of a QP in the table (it writes last_seen), a miss
 // FindHashed() of one that is not (the search an insert does before it writes). The keys are
 // visited in random order, so the table is as cold as the cache makes it.
 template <typename Table>
@@ -427,10 +428,13 @@ void BM_QpLookup(benchmark::State& state) {
   size_t i = 0, found = 0;
   for (auto _ : state) {
     const HashedKey* k = &keys[i];
+    uint32_t hint[kBurst];
     for (size_t j = 0; j < kBurst; ++j) table.Prefetch(k[j].hash);
+    for (size_t j = 0; j < kBurst; ++j) hint[j] = table.Probe(k[j].hash);
     for (size_t j = 0; j < kBurst; ++j) {
-      const QpEntry* e = hit ? table.FindOrInsertHashed(k[j].hash, k[j].qpn_dir, kNowMs, nullptr)
-                             : table.FindHashed(k[j].hash, k[j].qpn_dir);
+      const QpEntry* e =
+          hit ? table.FindOrInsertHashed(k[j].hash, k[j].qpn_dir, kNowMs, nullptr, hint[j])
+              : table.FindHashed(k[j].hash, k[j].qpn_dir);
       benchmark::DoNotOptimize(e);
       found += e != nullptr;
     }
@@ -460,9 +464,12 @@ void BM_QpInsertRefused(benchmark::State& state) {
   size_t i = 0;
   for (auto _ : state) {
     const HashedKey* k = &f.absent[i];
+    uint32_t hint[kBurst];
     for (size_t j = 0; j < kBurst; ++j) table.Prefetch(k[j].hash);
+    for (size_t j = 0; j < kBurst; ++j) hint[j] = table.Probe(k[j].hash);
     for (size_t j = 0; j < kBurst; ++j) {
-      benchmark::DoNotOptimize(table.FindOrInsertHashed(k[j].hash, k[j].qpn_dir, kNowMs, nullptr));
+      benchmark::DoNotOptimize(
+          table.FindOrInsertHashed(k[j].hash, k[j].qpn_dir, kNowMs, nullptr, hint[j]));
     }
     if ((i += kBurst) == n) i = 0;
   }

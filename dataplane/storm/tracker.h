@@ -17,6 +17,7 @@
 // QpEntry. Hot path: no allocation, no locks, no exceptions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "dataplane/pkt/parse.h"
@@ -75,6 +76,7 @@ class RequestTracker {
 
   // A packet of the request direction (host -> uplink) on the entry of its QP. Updates kind,
   // size, sent, first/next/end PSN, completed, flags. Never touches level (TagPacket does).
+  // Inline: it runs for every request packet.
   TrackResult OnRequestPacket(QpEntry& entry, const pkt::PacketDesc& desc);
 
   // A packet of the response direction. ACKs (and READ responses / atomic ACKs, which acknowledge
@@ -87,8 +89,6 @@ class RequestTracker {
   uint32_t mtu() const { return mtu_; }
 
  private:
-  void StartRequest(QpEntry& e, const pkt::PacketDesc& desc, RequestKind kind, TrackResult* r);
-
   uint32_t mtu_;
   TrackerCounters counters_;
 };
@@ -96,6 +96,133 @@ class RequestTracker {
 // Data bytes of a packet: payload minus the BTH pad bytes.
 inline uint32_t DataBytes(const pkt::PacketDesc& d) {
   return d.payload_len > d.pad_count ? d.payload_len - d.pad_count : 0;
+}
+
+// ---- Inline definitions (the per-packet path) ----
+
+namespace tracker_internal {
+constexpr RequestKind KindOf(pkt::RoceClass c) {
+  switch (c) {
+    case pkt::RoceClass::kWrite:
+      return RequestKind::kWrite;
+    case pkt::RoceClass::kReadRequest:
+      return RequestKind::kRead;
+    case pkt::RoceClass::kSend:
+      return RequestKind::kSend;
+    case pkt::RoceClass::kAtomic:
+      return RequestKind::kAtomic;
+    default:
+      return RequestKind::kNone;
+  }
+}
+inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
+  const uint32_t s = a + b;
+  return s < a ? UINT32_MAX : s;
+}
+}  // namespace tracker_internal
+
+// The entry's fields are read into locals and written back once: QpEntry's uint8_t fields may
+// alias anything, so stores through the entry would make the compiler reload everything else.
+[[gnu::always_inline]] inline TrackResult RequestTracker::OnRequestPacket(
+    QpEntry& e, const pkt::PacketDesc& desc) {
+  TrackResult r;
+  const RequestKind kind = tracker_internal::KindOf(desc.roce_class);
+  if (kind == RequestKind::kNone) return r;
+  const uint32_t psn = desc.psn & kPsnMask;
+  uint8_t flags = e.flags;
+  uint32_t size = e.size;
+  uint32_t sent = e.sent;
+
+  if (flags & kEntryPsnValid) {
+    const uint32_t next = e.next_psn;
+    if (!PsnAfter(psn, (next - 1) & kPsnMask)) [[unlikely]] {
+      ++counters_.duplicates;
+      r.outcome = TrackOutcome::kDuplicate;
+      r.sent_before = sent;
+      return r;
+    }
+    if (psn != next) [[unlikely]]
+      ++counters_.psn_jumps;
+  }
+
+  const bool first = desc.flags & pkt::kFlagFirst;
+  const bool in_progress = flags & kEntryInProgress;
+  const bool last =
+      kind == RequestKind::kRead || kind == RequestKind::kAtomic || (desc.flags & pkt::kFlagLast);
+  if (first || !in_progress || static_cast<RequestKind>(e.kind) != kind) {
+    // A new request: at its first packet, or picked up mid-message (an orphan: a middle or last
+    // packet with nothing in progress, or of another kind after a lost first/last), whose size is
+    // unknown from here, even for a WRITE whose RETH was missed.
+    if (in_progress) ++counters_.abandoned;
+    flags = static_cast<uint8_t>((flags & kEntryPsnValid) | kEntryInProgress);
+    size = 0;
+    sent = 0;
+    e.kind = static_cast<uint8_t>(kind);
+    e.first_psn = psn;
+    uint32_t end = psn;
+    const bool reth = (kind == RequestKind::kWrite || kind == RequestKind::kRead) &&
+                      (desc.flags & pkt::kFlagReth);
+    if (reth && desc.dma_length > kMaxMessageBytes) [[unlikely]]
+      ++counters_.bogus_length;
+    if (first) {
+      if (reth) {
+        size = desc.dma_length;
+        flags |= kEntrySizeKnown;
+        r.size_sample = size;
+      } else if (kind == RequestKind::kAtomic) {
+        size = 8;
+        flags |= kEntrySizeKnown;
+        r.size_sample = 8;
+      }
+      // A WRITE's last PSN follows from its size; beyond 2^23 packets a 24-bit PSN cannot say
+      // it. (A READ request is one packet on this direction; its responses consume the PSN
+      // range.)
+      if (kind == RequestKind::kWrite && (flags & kEntrySizeKnown)) {
+        const uint64_t packets = std::max<uint64_t>(1, (uint64_t{size} + mtu_ - 1) / mtu_);
+        if (packets < (1u << 23)) {
+          end = PsnAdd(psn, static_cast<uint32_t>(packets - 1));
+          flags |= kEntryEndPsnValid;
+        }
+      } else if (last) {
+        flags |= kEntryEndPsnValid;
+      }
+      ++counters_.requests_started;
+      r.outcome = TrackOutcome::kStart;
+    } else {
+      ++counters_.orphans;
+      r.outcome = TrackOutcome::kOrphan;
+    }
+    e.end_psn = end;
+  } else {
+    r.outcome = TrackOutcome::kContinue;
+  }
+
+  r.sent_before = sent;
+  // A READ request carries no data on this direction; its RETH length is its size.
+  if (kind != RequestKind::kRead) sent = tracker_internal::SaturatingAdd(sent, DataBytes(desc));
+  if ((flags & kEntrySizeKnown) && kind != RequestKind::kAtomic && sent > size &&
+      r.sent_before <= size) [[unlikely]] {
+    ++counters_.overrun;
+  }
+  e.next_psn = PsnAdd(psn, 1);
+  flags |= kEntryPsnValid;
+
+  if (last) {
+    if (kind == RequestKind::kSend && !(flags & kEntrySizeKnown)) {
+      size = sent;
+      flags |= kEntrySizeKnown;
+      if (r.outcome != TrackOutcome::kOrphan) r.size_sample = sent;
+    }
+    e.end_psn = psn;
+    flags = static_cast<uint8_t>((flags | kEntryEndPsnValid) & ~kEntryInProgress);
+    ++e.completed;
+    ++counters_.requests_completed;
+    r.completed = true;
+  }
+  e.flags = flags;
+  e.size = size;
+  e.sent = sent;
+  return r;
 }
 
 }  // namespace heddle::storm
