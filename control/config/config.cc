@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -69,7 +70,7 @@ constexpr absl::string_view kStormKeys[] = {
     "enabled",     "levels",      "cutoffs",    "mode",           "dscp",          "pcp",
     "control_level", "beta",      "backlog_max", "qp_capacity",   "qp_idle_ms",    "mtu",
     "auto_interval_ms", "auto_keep", "backlog_source", "host_backlog_dir", "host_poll_ms",
-    "queue_packets"};
+    "queue_packets", "qps_per_host"};
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinStormMtu = 256;
@@ -592,8 +593,13 @@ class Parser {
     if (auto v = Child(n, "backlog_max")) {
       Uint(*v, "storm.backlog_max", 0, UINT32_MAX, &l.backlog_max);
     }
-    if (auto v = Child(n, "qp_capacity")) {
+    if (auto v = Child(n, "qp_capacity"); v && v->IsScalar() && v->Scalar() == "auto") {
+      s->qp_capacity = 0;
+    } else if (v) {
       Uint(*v, "storm.qp_capacity", kMinQpCapacity, kMaxQpCapacity, &s->qp_capacity);
+    }
+    if (auto v = Child(n, "qps_per_host")) {
+      Uint(*v, "storm.qps_per_host", kMinQpCapacity, kMaxQpCapacity, &s->qps_per_host);
     }
     if (auto v = Child(n, "qp_idle_ms")) {
       Uint(*v, "storm.qp_idle_ms", 1, UINT32_MAX / 2, &s->qp_idle_ms);
@@ -975,11 +981,16 @@ absl::Status Validate(const Config& c) {
     p.Add(std::string(s.message()));
   }
   auto power_of_two = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };
-  if (c.storm.qp_capacity < kMinQpCapacity || c.storm.qp_capacity > kMaxQpCapacity ||
-      !power_of_two(c.storm.qp_capacity)) {
+  if (c.storm.qp_capacity != 0 &&
+      (c.storm.qp_capacity < kMinQpCapacity || c.storm.qp_capacity > kMaxQpCapacity ||
+       !power_of_two(c.storm.qp_capacity))) {
     p.Add(absl::StrCat("storm.qp_capacity: ", c.storm.qp_capacity, " is not a power of two in ",
                        kMinQpCapacity, "..", kMaxQpCapacity,
-                       "; use e.g. 65536 (64 B per entry per worker)"));
+                       "; use e.g. 65536 (66 B per entry per worker), or auto"));
+  }
+  if (c.storm.qps_per_host < kMinQpCapacity || c.storm.qps_per_host > kMaxQpCapacity) {
+    p.Add(absl::StrCat("storm.qps_per_host: ", c.storm.qps_per_host, " is not in ",
+                       kMinQpCapacity, "..", kMaxQpCapacity, "; use e.g. 1048576"));
   }
   if (c.storm.qp_idle_ms == 0) {
     p.Add("storm.qp_idle_ms: 0; an entry must be idle a while before eviction, e.g. 10000");
@@ -1050,6 +1061,15 @@ absl::Status SyntaxError(const std::string& source, const YAML::Mark& mark,
 }
 
 }  // namespace
+
+uint32_t QpCapacityPerWorker(const Config& c) {
+  if (c.storm.qp_capacity != 0) return c.storm.qp_capacity;
+  const uint64_t workers = std::max<size_t>(c.worker_lcores.size(), 1);
+  const uint64_t per_worker = (c.storm.qps_per_host + workers - 1) / workers;
+  const uint64_t slots = (per_worker * 10 + 8) / 9;  // at most 90 % full
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(std::bit_ceil(slots), kMinQpCapacity, kMaxQpCapacity));
+}
 
 absl::StatusOr<Config> LoadString(const std::string& yaml, const std::string& source) {
   Config c;
@@ -1188,7 +1208,13 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "control_level" << YAML::Value << static_cast<unsigned>(l.control_level);
   out << YAML::Key << "beta" << YAML::Value << l.beta;
   out << YAML::Key << "backlog_max" << YAML::Value << l.backlog_max;
-  out << YAML::Key << "qp_capacity" << YAML::Value << c.storm.qp_capacity;
+  if (c.storm.qp_capacity == 0) {
+    out << YAML::Key << "qp_capacity" << YAML::Value << "auto"
+        << YAML::Comment(absl::StrCat(QpCapacityPerWorker(c), " entries per worker"));
+  } else {
+    out << YAML::Key << "qp_capacity" << YAML::Value << c.storm.qp_capacity;
+  }
+  out << YAML::Key << "qps_per_host" << YAML::Value << c.storm.qps_per_host;
   out << YAML::Key << "qp_idle_ms" << YAML::Value << c.storm.qp_idle_ms;
   out << YAML::Key << "mtu" << YAML::Value << c.storm.mtu;
   out << YAML::Key << "auto_interval_ms" << YAML::Value << c.storm.auto_interval_ms;

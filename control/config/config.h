@@ -42,7 +42,10 @@ struct PortConfig {
 struct StormConfig {
   bool enabled = false;
   storm::LevelConfig levels;     // levels, cutoffs, mode, dscp, pcp, control_level, beta, ...
-  uint32_t qp_capacity = 65536;  // QP table entries per worker; power of two, 1024..16M
+  // QP table entries per worker; power of two, 1024..16M. 0 (`qp_capacity: auto`, the default):
+  // sized so the workers together hold qps_per_host entries (QpCapacityPerWorker()).
+  uint32_t qp_capacity = 0;
+  uint32_t qps_per_host = 1u << 20;  // QP entries the auto capacity is sized for; 1024..16M
   uint32_t qp_idle_ms = 10000;   // a QP idle this long may be evicted
   uint32_t mtu = 4096;           // RoCE path MTU for PSN/backlog math; power of two, 256..4096
   // Cutoffs derived at run time from the observed request sizes (storm.cutoffs: auto); the static
@@ -104,6 +107,11 @@ absl::Status Validate(const Config& c);
 // `mbufs` >= this): the sum over ports of rx_queues*rx_desc + workers*tx_desc, plus
 // workers*burst_size*2 in flight, plus mbuf_cache*(workers+1) parked in per-lcore caches.
 uint64_t MbufsNeeded(const Config& c);
+// The QP table entries each worker allocates: storm.qp_capacity, or for auto the power of two
+// that holds storm.qps_per_host / workers entries at 90 % load (the table holds that much, see
+// dataplane/storm/qp_table.h), at least 1024. 1 M QPs: 2 M entries on one worker, 1 M each on
+// two, 512 Ki each on four (66 bytes per entry with its tag).
+uint32_t QpCapacityPerWorker(const Config& c);
 // The effective config rendered back to YAML (defaults filled in): `heddlectl show config`.
 std::string ToYaml(const Config& c);
 

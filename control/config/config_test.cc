@@ -678,10 +678,39 @@ TEST(StormConfigTest, FullExample) {
   EXPECT_EQ(s.mtu, 1024u);
 }
 
+TEST(StormConfigTest, AutoQpCapacityHoldsQpsPerHostAcrossTheWorkers) {
+  // 1 M QPs at <= 90 % load: 2 M entries on one worker, 1 M on each of two, 512 Ki on four.
+  Config c = Minimal();
+  for (auto [workers, expect] : {std::pair{1, 1u << 21}, {2, 1u << 20}, {3, 1u << 19},
+                                 {4, 1u << 19}, {8, 1u << 18}}) {
+    c.worker_lcores.clear();
+    for (int w = 0; w < workers; ++w) c.worker_lcores.push_back(static_cast<unsigned>(w + 1));
+    const uint32_t cap = QpCapacityPerWorker(c);
+    EXPECT_EQ(cap, expect) << workers << " workers";
+    EXPECT_GE(uint64_t{cap} * workers * 9 / 10, c.storm.qps_per_host / workers * workers)
+        << workers << " workers";
+  }
+  c.storm.qps_per_host = 1000;  // never below the minimum table
+  EXPECT_EQ(QpCapacityPerWorker(c), 1024u);
+  c.storm.qp_capacity = 4096;  // an explicit size wins
+  EXPECT_EQ(QpCapacityPerWorker(c), 4096u);
+
+  absl::StatusOr<Config> a = LoadString(std::string(kMinimal) +
+                                        "storm: { enabled: true, qp_capacity: auto, "
+                                        "qps_per_host: 100000 }\n");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->storm.qp_capacity, 0u);
+  EXPECT_EQ(QpCapacityPerWorker(*a), 131072u);
+  // Round-trips as auto; the size in force is in a comment.
+  EXPECT_NE(ToYaml(*a).find("qp_capacity: auto  # 131072 entries per worker"), std::string::npos)
+      << ToYaml(*a);
+}
+
 TEST(StormConfigTest, DefaultsAreOffAndValid) {
   Config c = Minimal();
   EXPECT_FALSE(c.storm.enabled);
-  EXPECT_EQ(c.storm.qp_capacity, 65536u);
+  EXPECT_EQ(c.storm.qp_capacity, 0u);  // auto
+  EXPECT_EQ(c.storm.qps_per_host, 1u << 20);
   EXPECT_EQ(c.storm.qp_idle_ms, 10000u);
   EXPECT_EQ(c.storm.mtu, 4096u);
   EXPECT_EQ(c.storm.levels, storm::LevelConfig{});
@@ -716,6 +745,8 @@ TEST(StormConfigTest, BadValuesNameKeyAndFix) {
   EXPECT_TRUE(HasError(bad("{ beta: nan }"), "storm.beta", "finite"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 5000 }"), "storm.qp_capacity", "power of two"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 512 }"), "storm.qp_capacity", "1024.."));
+  EXPECT_TRUE(HasError(bad("{ qp_capacity: automatic }"), "storm.qp_capacity", ""));
+  EXPECT_TRUE(HasError(bad("{ qps_per_host: 100 }"), "storm.qps_per_host", "1024.."));
   EXPECT_TRUE(HasError(bad("{ qp_idle_ms: 0 }"), "storm.qp_idle_ms", "out of range"));
   EXPECT_TRUE(HasError(bad("{ mtu: 1500 }"), "storm.mtu", "256, 512, 1024"));
   EXPECT_TRUE(HasError(bad("{ mtu: 9000 }"), "storm.mtu", "256..4096"));
@@ -795,7 +826,7 @@ TEST(ToYamlTest, RoundTripDefaultsAreSpelledOut) {
   std::string yaml = ToYaml(c);
   for (const char* key :
        {"main: 0", "mbufs: 8191", "data_room: 2176", "burst_size: 32", "rx_desc: 1024",
-        "promiscuous: true", "verify_icrc: false", "qp_capacity: 65536", "mode: per-message",
+        "promiscuous: true", "verify_icrc: false", "qp_capacity: auto", "mode: per-message",
         "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
     EXPECT_THAT(yaml, HasSubstr(key));
   }

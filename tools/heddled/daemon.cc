@@ -307,8 +307,8 @@ absl::Status Daemon::Impl::Start() {
                "storm-tag: %d levels, %s, %s cutoffs, QP table of %u entries per worker (%u MiB)",
                cfg.storm.levels.levels,
                cfg.storm.levels.mode == storm::Mode::kPerPacket ? "per-packet" : "per-message",
-               cfg.storm.auto_cutoffs ? "auto" : "static", cfg.storm.qp_capacity,
-               (cfg.storm.qp_capacity * 64u) >> 20);
+               cfg.storm.auto_cutoffs ? "auto" : "static", config::QpCapacityPerWorker(cfg),
+               static_cast<unsigned>((uint64_t{config::QpCapacityPerWorker(cfg)} * 66) >> 20));
     storm_svc = std::make_unique<StormService>(cfg.storm, num_workers);
   }
 
@@ -336,7 +336,7 @@ absl::Status Daemon::Impl::Start() {
     if (cfg.storm.enabled) {
       // One QP table per worker, allocated here: per-lcore state, off the hot path.
       s.stages.push_back(std::make_unique<pipeline::StormTagStage>(pipeline::StormTagStage::Options{
-          .table = {.capacity = cfg.storm.qp_capacity, .idle_ms = cfg.storm.qp_idle_ms},
+          .table = {.capacity = config::QpCapacityPerWorker(cfg), .idle_ms = cfg.storm.qp_idle_ms},
           .mtu = cfg.storm.mtu,
           .host_ports = host_ports,
           .backlog_source = cfg.storm.backlog_source,
