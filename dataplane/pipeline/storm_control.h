@@ -97,6 +97,10 @@ struct StormWorkerCounters {
            resp_ring_full = 0, resp_malformed = 0;
   // What the joined acknowledgements did to acked_psn (RequestTracker::ApplyAck).
   uint64_t acks_advanced = 0, acks_old = 0, acks_ahead = 0;
+  // Requests started while their QP had packets unacknowledged in the fabric: their level was
+  // capped at those packets' level by the fabric ordering guard (docs/storm.md §6.5), which
+  // lowered it only if it was higher.
+  uint64_t fabric_guarded = 0;
 };
 
 class StormControl {

@@ -1,8 +1,9 @@
-// The storm-tag stage's response join (docs/storm.md §6.1):
+// The storm-tag stage's response join (docs/storm.md §6.1) and the fabric ordering guard (§6.5):
 // acknowledgements towards the host paired through a fake host index with their QP's request
 // entry, on the worker that holds it or across two stages sharing one StormControl (the rings);
 // NAK, duplicate, old, ahead and wrapping PSNs; READ responses; hostile input (unknown QPNs,
-// malformed or truncated acknowledgements); full rings.
+// malformed or truncated acknowledgements); full rings; the guard capping a request behind
+// unacknowledged packets, and not once they are acknowledged or without a join.
 #include <rte_mbuf.h>
 
 #include <atomic>
@@ -161,6 +162,7 @@ class StormJoinTest : public ::testing::Test {
     int workers = 1;
     storm::Mode mode = storm::Mode::kPerMessage;
     storm::BacklogSource source = storm::BacklogSource::kHostShim;
+    bool fabric_guard = true;
     size_t ring_slots = StormControl::kDefaultAckRingSlots;
     bool publish_index = true;
   };
@@ -181,7 +183,8 @@ class StormJoinTest : public ::testing::Test {
                                  .control = control_.get(),
                                  .worker = i,
                                  .clock = [this] { return now_ms_; },
-                                 .housekeep_every = 1});
+                                 .housekeep_every = 1,
+                                 .fabric_guard = s.fabric_guard});
     }
     if (s.publish_index) Publish();
   }
@@ -442,6 +445,116 @@ TEST_F(StormJoinTest, TwoWorkersEachJoinTheirOwnQpsConcurrently) {
   EXPECT_EQ(c.acks_ahead, 0u);
   EXPECT_EQ(c.resp_ring_full, 0u);
   EXPECT_EQ(c.resp_joined_local, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fabric ordering guard (§6.5).
+
+// A 2 MiB WRITE (level 0) goes out and leaves heddled; its data is then in the fabric. A 64-byte
+// SEND on the same QP alone is level 3: a strict-priority switch would deliver it before the
+// WRITE's last packets, and the responder would NAK it (go-back-N).
+constexpr uint32_t kBigWrite = 2u << 20;
+std::vector<std::vector<uint8_t>> BigWrite(uint32_t peer_qp, uint32_t first_psn) {
+  return {Request(pkt::op::kWriteFirst, peer_qp, first_psn, kBigWrite, 1024),
+          Request(pkt::op::kWriteMiddle, peer_qp, first_psn + 1, 0, 1024),
+          Request(pkt::op::kWriteLast, peer_qp, first_psn + 2, 0, 1024)};
+}
+
+TEST_F(StormJoinTest, FabricGuardCapsARequestBehindUnacknowledgedPackets) {
+  Make({});
+  TestWorker& w = w_[0];
+  EXPECT_EQ(w.Run(BigWrite(kPeerQp, 1), kHostPort), (std::vector<int>{0, 0, 0}));
+  w.Release();  // nothing held in heddled: the in-order guard no longer applies
+  // The peer acknowledged the first packet only: PSNs 2 and 3 are in the fabric at level 0.
+  w.Run({Ack(kLocalQp, 1)}, kUplinkPort);
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendOnly, kPeerQp, 4, 0, 64)}, kHostPort),
+            std::vector<int>{0});
+  // So is a READ request (the control level otherwise).
+  w.Release();
+  EXPECT_EQ(w.Run({Request(pkt::op::kReadRequest, kPeerQp, 5, 0, 64)}, kHostPort),
+            std::vector<int>{0});
+  w.Release();
+  // Everything acknowledged (the READ's one response at 5): the next SEND takes its own level.
+  w.Run({Response(pkt::op::kReadResponseOnly, kLocalQp, 5, 0, 64)}, kUplinkPort);
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendOnly, kPeerQp, 6, 0, 64)}, kHostPort),
+            std::vector<int>{3});
+  w.Release();
+  // The cap holds for every packet of a capped request (per-message: one level per message),
+  // and a later request behind it is capped at its level in turn.
+  w.Run(BigWrite(kPeerQp, 7), kHostPort);
+  w.Release();
+  w.Run({Ack(kLocalQp, 8)}, kUplinkPort);
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendFirst, kPeerQp, 10, 0, 1024)}, kHostPort),
+            std::vector<int>{0});
+  w.Release();
+  w.Run({Ack(kLocalQp, 10)}, kUplinkPort);  // all but the SEND's last packet acknowledged
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendLast, kPeerQp, 11, 0, 64)}, kHostPort),
+            std::vector<int>{0});
+  // Requests started behind unacknowledged packets: the SEND at 4, the READ, the WRITE at 7
+  // (behind the SEND at 6, whose level 3 did not lower it) and the SEND at 10.
+  EXPECT_EQ(Counters().fabric_guarded, 4u);
+}
+
+TEST_F(StormJoinTest, FabricGuardWorksAcrossWorkers) {
+  // The QP's acknowledgements reach another worker: the owner learns of them through its ring.
+  Make({.workers = 2});
+  TestWorker& requests = w_[0];
+  TestWorker& responses = w_[1];
+  requests.Run(BigWrite(kPeerQp, 1), kHostPort);
+  requests.Release();
+  responses.Run({Ack(kLocalQp, 2)}, kUplinkPort);
+  requests.stage->Poll(requests.ctx);
+  EXPECT_EQ(requests.Run({Request(pkt::op::kSendOnly, kPeerQp, 4, 0, 64)}, kHostPort),
+            std::vector<int>{0});
+  requests.Release();
+  responses.Run({Ack(kLocalQp, 4)}, kUplinkPort);
+  requests.stage->Poll(requests.ctx);
+  EXPECT_EQ(requests.Run({Request(pkt::op::kSendOnly, kPeerQp, 5, 0, 64)}, kHostPort),
+            std::vector<int>{3});
+}
+
+TEST_F(StormJoinTest, WithoutAJoinOrWithTheGuardOffNothingIsCapped) {
+  auto scenario = [&](uint32_t peer_qp, uint32_t local_qp) {
+    TestWorker& w = w_[0];
+    w.Run(BigWrite(peer_qp, 1), kHostPort);
+    w.Release();
+    w.Run({Ack(local_qp, 1)}, kUplinkPort);
+    const std::vector<int> l = w.Run({Request(pkt::op::kSendOnly, peer_qp, 4, 0, 64)}, kHostPort);
+    w.Release();
+    return l;
+  };
+  // storm.fabric_guard: false.
+  Make({.fabric_guard = false});
+  EXPECT_EQ(scenario(kPeerQp, kLocalQp), std::vector<int>{3});
+  EXPECT_EQ(w_[0].Acked(kPeerQp), 1u);  // still joined
+  // A QP the shim has no pair for (QP 9): never acknowledged, never capped.
+  Make({});
+  EXPECT_EQ(scenario(9, 0x77), std::vector<int>{3});
+  // No shim at all (egress backlog source).
+  Make({.source = storm::BacklogSource::kEgressQueue, .publish_index = false});
+  EXPECT_EQ(scenario(kPeerQp, kLocalQp), std::vector<int>{3});
+  // Per-packet mode (reordering-tolerant transports) is never capped.
+  Make({.mode = storm::Mode::kPerPacket});
+  EXPECT_EQ(scenario(kPeerQp, kLocalQp), std::vector<int>{3});
+  EXPECT_EQ(Counters().fabric_guarded, 0u);
+}
+
+TEST_F(StormJoinTest, FabricGuardLetsGoOfAQpWhoseAcknowledgementsStopped) {
+  // An acked_psn frozen far behind (acknowledgements lost to the join): beyond
+  // kMaxGuardedUnacked packets the guard assumes it lost track and stops capping.
+  Make({});
+  TestWorker& w = w_[0];
+  w.Run(BigWrite(kPeerQp, 1), kHostPort);
+  w.Release();
+  w.Run({Ack(kLocalQp, 1)}, kUplinkPort);
+  const uint32_t far = 2 + StormTagStage::kMaxGuardedUnacked;
+  w.Run({Request(pkt::op::kWriteLast, kPeerQp, far - 1, 0, 1024)}, kHostPort);  // a PSN jump
+  w.Release();
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendOnly, kPeerQp, far, 0, 64)}, kHostPort),
+            std::vector<int>{0});  // kMaxGuardedUnacked unacknowledged: still capped
+  w.Release();
+  EXPECT_EQ(w.Run({Request(pkt::op::kSendOnly, kPeerQp, far + 1, 0, 64)}, kHostPort),
+            std::vector<int>{3});
 }
 
 }  // namespace

@@ -143,6 +143,26 @@ void StormTagStage::DrainJoins() {
   }
 }
 
+// The fabric ordering guard (docs/storm.md §6.5): at the first packet of a request, the level of
+// the QP's packets sent and not yet acknowledged, if there are any; else no cap. The in-order
+// guard keeps each new request at or below the newest packet's level while older ones are
+// unacknowledged, so the newest packet (held_level) carries the lowest level of the window.
+uint8_t StormTagStage::FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined) {
+  constexpr uint8_t kNoCap = storm::kMaxLevels - 1;
+  if (!joined || !o_.fabric_guard) return kNoCap;
+  if (t.outcome != storm::TrackOutcome::kStart && t.outcome != storm::TrackOutcome::kOrphan) {
+    return kNoCap;  // later packets keep the level their request started with
+  }
+  const uint32_t acked = storm::LoadAckedPsn(e);
+  if (acked == storm::kNoPsn) return kNoCap;  // nothing joined for this QP: no cap (§6.5)
+  // Packets before this request's first one that are not acknowledged. An acknowledgement ahead
+  // of them (READ responses) gives 2^24 - k, beyond the bound.
+  const uint32_t unacked = ((e.first_psn - 1) - acked) & storm::kPsnMask;
+  if (unacked == 0 || unacked > kMaxGuardedUnacked) return kNoCap;
+  ++join_.fabric_guarded;
+  return e.held_level;
+}
+
 uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   const storm::LevelConfig& L = o_.control->levels();
   const uint32_t now_ms = NowMs();
@@ -251,8 +271,8 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       // In-order guard: a QP's packet never takes a higher level than its packets still held in
       // heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
       // excepted).
-      const uint8_t ceiling =
-          per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
+      uint8_t ceiling = per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
+      ceiling = std::min(ceiling, FabricCeiling(*e, t, per_message && host != nullptr));  // §6.5
       level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
       ++e->egress_queued;
       e->held_level = level;
@@ -328,6 +348,7 @@ StormWorkerCounters StormTagStage::Counters() const {
   c.acks_advanced = r.acks;
   c.acks_old = r.acks_old;
   c.acks_ahead = r.acks_ahead;
+  c.fabric_guarded = join_.fabric_guarded;
   return c;
 }
 

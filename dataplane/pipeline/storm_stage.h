@@ -19,7 +19,8 @@
 // local QPN, to the request's destination QPN). If this worker holds the entry it applies the
 // acknowledgement (RequestTracker::ApplyAck); otherwise it posts it to every other worker's ring
 // (StormControl::ack_ring), and the worker that holds the entry applies it when it drains its
-// rings in Poll(). No worker writes another's table.
+// rings in Poll(). No worker writes another's table. In per-message mode the joined acked_psn
+// feeds the fabric ordering guard (§6.5, Options::fabric_guard).
 //
 // One instance per worker: the QP table (allocated here, off the hot path), the tracker and the
 // size histogram are per-lcore state, written only by the worker that runs the stage. Poll()
@@ -59,8 +60,15 @@ class StormTagStage final : public Stage {
     uint32_t sweep_slice = 64;
     uint32_t housekeep_every = 8;
     uint32_t query_slice = 4096;  // entries scanned per poll while a `show qp` query is pending
+    // Per-message mode with a response join: a request never takes a higher level than its QP's
+    // packets still unacknowledged in the fabric (storm.fabric_guard, docs/storm.md §6.5).
+    bool fabric_guard = true;
     uint32_t drain_budget = 256;  // messages taken from each inbound join ring per poll
   };
+
+  // Unacknowledged packets beyond which the fabric guard assumes the join lost track of the QP
+  // (acknowledgements not seen, e.g. taking another path) and stops capping it.
+  static constexpr uint32_t kMaxGuardedUnacked = 1u << 15;
 
   explicit StormTagStage(const Options& options);
 
@@ -80,6 +88,7 @@ class StormTagStage final : public Stage {
                     const verbs::HostBacklogIndex& host);
   void FlushJoins();
   void DrainJoins();
+  uint8_t FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined);
   void Housekeep(uint32_t now_ms);
   void CountTableFull(LcoreStats& stats);
   void ScanForQuery(uint32_t now_ms);
@@ -94,7 +103,7 @@ class StormTagStage final : public Stage {
   uint64_t host_hits_ = 0;
   struct JoinCounters {
     uint64_t joined_local = 0, joined_remote = 0, no_pair = 0, no_entry = 0, ring_full = 0,
-             malformed = 0;
+             malformed = 0, fabric_guarded = 0;
   };
   JoinCounters join_;
   // The last response joined in the current towards-host burst (a READ response stream is one QP

@@ -341,7 +341,8 @@ absl::Status Daemon::Impl::Start() {
           .host_ports = host_ports,
           .backlog_source = cfg.storm.backlog_source,
           .control = storm_svc->control(),
-          .worker = w}));
+          .worker = w,
+          .fabric_guard = cfg.storm.fabric_guard}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
