@@ -136,6 +136,10 @@ struct QpView {
   uint64_t host_backlog = 0;   // bytes, verbs shim
   uint64_t completed = 0;      // requests completed on the QP
   uint32_t idle_ms = 0;
+  // Response join (docs/storm.md §6.1): set when a response was joined to the QP.
+  bool acked = false;
+  uint32_t acked_psn = 0;  // highest PSN acknowledged (ACK/NAK, READ responses)
+  uint32_t unacked = 0;    // packets sent, or READ responses expected, after acked_psn
 };
 
 // A change to the STORM settings, applied as one batch (all of it or nothing). Fields not set are

@@ -157,6 +157,10 @@ void ToProto(const QpView& in, v1::Qp* out) {
   out->set_host_backlog(in.host_backlog);
   out->set_completed(in.completed);
   out->set_idle_ms(in.idle_ms);
+  if (in.acked) {
+    out->set_acked_psn(in.acked_psn);
+    out->set_unacked(in.unacked);
+  }
 }
 
 // Checks what needs no daemon state and turns the request into the view's StormUpdate.

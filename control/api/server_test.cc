@@ -434,6 +434,9 @@ TEST_F(ApiServerTest, ListQpsPassesTopAndSortAndMapsRows) {
   EXPECT_EQ(q.host_backlog(), 0u);
   EXPECT_EQ(q.completed(), 31u);
   EXPECT_EQ(q.idle_ms(), 3u);
+  ASSERT_TRUE(q.has_acked_psn());
+  EXPECT_EQ(q.acked_psn(), 1000u);
+  EXPECT_EQ(q.unacked(), 4u);
 
   r = client->ListQps(1000, "idle");
   ASSERT_TRUE(r.ok()) << r.status();

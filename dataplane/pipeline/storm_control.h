@@ -65,6 +65,11 @@ struct QpRow {
   uint32_t completed = 0;
   uint32_t idle_ms = 0;
   uint64_t key_hash = 0;
+  // From the response join (docs/storm.md §6.1): the highest PSN acknowledged, and the packets
+  // sent (or READ responses expected at the path MTU) after it. storm::kNoPsn when no response
+  // was joined to the QP (no shim, no pair, a response-direction entry).
+  uint32_t acked_psn = 0xffffffff;
+  uint32_t unacked = 0xffffffff;
 };
 
 // An acknowledgement joined to a request entry this worker does not hold (docs/storm.md §6.1):

@@ -447,6 +447,53 @@ TEST_F(StormJoinTest, TwoWorkersEachJoinTheirOwnQpsConcurrently) {
   EXPECT_EQ(c.resp_joined_local, 0u);
 }
 
+TEST_F(StormJoinTest, ShowQpReportsAcknowledgedPsnAndUnacknowledgedPackets) {
+  Make({});
+  TestWorker& w = w_[0];
+  // QP 7: a 4-packet WRITE at 1..4, acknowledged up to 2. QP 8: an 8 KiB READ at 20 (eight 1 KiB
+  // responses, 20..27), three of them received. QP 9: not paired, never acknowledged.
+  w.Run({Request(pkt::op::kWriteFirst, kPeerQp, 1, 4096, 1024),
+         Request(pkt::op::kWriteMiddle, kPeerQp, 2, 0, 1024),
+         Request(pkt::op::kWriteMiddle, kPeerQp, 3, 0, 1024),
+         Request(pkt::op::kWriteLast, kPeerQp, 4, 0, 1024),
+         Request(pkt::op::kReadRequest, kPeerQp2, 20, 8192, 0),
+         Request(pkt::op::kSendOnly, 9, 1, 0, 64)},
+        kHostPort);
+  w.Run({Ack(kLocalQp, 2), Response(pkt::op::kReadResponseFirst, kLocalQp2, 20, 0, 1024),
+         Response(pkt::op::kReadResponseMiddle, kLocalQp2, 21, 0, 1024),
+         Response(pkt::op::kReadResponseMiddle, kLocalQp2, 22, 0, 1024)},
+        kUplinkPort);
+  std::atomic<bool> done{false};
+  absl::StatusOr<std::vector<QpRow>> rows;
+  std::thread t([&] {
+    rows = control_->TopQps(10, QpSort::kIdle, absl::Seconds(5));
+    done = true;
+  });
+  while (!done) PollAll();
+  t.join();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  int seen = 0;
+  for (const QpRow& r : *rows) {
+    if (r.direction != static_cast<uint8_t>(storm::Direction::kRequest)) {
+      EXPECT_EQ(r.acked_psn, storm::kNoPsn);  // the ACKs' own entries
+      continue;
+    }
+    ++seen;
+    if (r.qpn == kPeerQp) {
+      EXPECT_EQ(r.acked_psn, 2u);
+      EXPECT_EQ(r.unacked, 2u);
+    } else if (r.qpn == kPeerQp2) {
+      EXPECT_EQ(r.acked_psn, 22u);
+      EXPECT_EQ(r.unacked, 5u);  // 23..27 at the 1 KiB path MTU
+    } else {
+      EXPECT_EQ(r.qpn, 9u);
+      EXPECT_EQ(r.acked_psn, storm::kNoPsn);
+      EXPECT_EQ(r.unacked, storm::kNoPsn);
+    }
+  }
+  EXPECT_EQ(seen, 3);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fabric ordering guard (§6.5).
 

@@ -388,6 +388,8 @@ void StormTagStage::ScanForQuery(uint32_t now_ms) {
     r.completed = e.completed;
     r.idle_ms = now_ms - e.last_seen;
     r.key_hash = e.key_hash;
+    r.acked_psn = e.acked_psn;  // this worker is its only writer
+    r.unacked = storm::UnacknowledgedPackets(e, o_.mtu);
     if (rows_.size() < static_cast<size_t>(scan_n_)) {
       rows_.push_back(r);
       std::push_heap(rows_.begin(), rows_.end(), worse_first);

@@ -159,16 +159,23 @@ AckKind DecodeAck(const pkt::PacketDesc& desc, uint32_t* acked_psn) {
   }
 }
 
-uint32_t LastAnswerablePsn(const QpEntry& e) {
+uint32_t LastAnswerablePsn(const QpEntry& e, uint32_t mtu) {
   uint32_t last = (e.next_psn - 1) & kPsnMask;
   if (static_cast<RequestKind>(e.kind) == RequestKind::kRead && (e.flags & kEntrySizeKnown)) {
     // At most 2^22 responses: the span stays well inside the 2^23 comparison window.
+    mtu = std::max(mtu, kMinRoceMtu);
     const uint64_t responses =
-        std::clamp<uint64_t>((uint64_t{e.size} + 255) / 256, 1, uint64_t{1} << 22);
+        std::clamp<uint64_t>((uint64_t{e.size} + mtu - 1) / mtu, 1, uint64_t{1} << 22);
     const uint32_t read_last = PsnAdd(e.first_psn, static_cast<uint32_t>(responses - 1));
     if (PsnAfter(read_last, last)) last = read_last;
   }
   return last;
+}
+
+uint32_t UnacknowledgedPackets(const QpEntry& e, uint32_t mtu) {
+  if (e.acked_psn == kNoPsn || !(e.flags & kEntryPsnValid)) return kNoPsn;
+  const uint32_t d = (LastAnswerablePsn(e, mtu) - e.acked_psn) & kPsnMask;
+  return d < (1u << 23) ? d : 0;  // acknowledged beyond it: nothing outstanding
 }
 
 bool RequestTracker::OnResponsePacket(QpEntry& e, const pkt::PacketDesc& desc) {

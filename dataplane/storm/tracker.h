@@ -89,10 +89,19 @@ enum class AckOutcome : uint8_t {
   kAhead,     // after every PSN the QP sent: not a response to it (ignored)
 };
 
+// The smallest RoCE path MTU: the most packets a message can take.
+inline constexpr uint32_t kMinRoceMtu = 256;
+
 // The last PSN a response to the QP's requests so far may carry: next_psn - 1, or for a READ in
-// the current request the last of its responses, at most ceil(size / 256) of them (the smallest
-// RoCE MTU: the responder's MTU is not seen on the request side). Needs kEntryPsnValid.
-uint32_t LastAnswerablePsn(const QpEntry& e);
+// the current request the last of its responses, ceil(size / mtu) of them (the responder's MTU
+// is not seen on the request side: the default, the smallest MTU, gives an upper bound). Needs
+// kEntryPsnValid.
+uint32_t LastAnswerablePsn(const QpEntry& e, uint32_t mtu = kMinRoceMtu);
+
+// Packets of the QP not yet acknowledged: request packets sent, and READ responses expected at
+// `mtu`, after acked_psn. 0 when everything is acknowledged; kNoPsn when nothing was ever
+// acknowledged (no response joined) or no request was seen. Owner only (plain reads).
+uint32_t UnacknowledgedPackets(const QpEntry& e, uint32_t mtu);
 
 class RequestTracker {
  public:

@@ -336,13 +336,20 @@ TEST_F(TrackerTest, ReadResponsesMayRunPastTheReadRequestsPsn) {
   Feed(kReadRequest, 200, 0, 8192);
   EXPECT_EQ(e_.next_psn, 201u);
   EXPECT_EQ(LastAnswerablePsn(e_), 231u);
+  EXPECT_EQ(LastAnswerablePsn(e_, 4096), 201u);        // two responses at a 4 KiB MTU
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), kNoPsn);  // nothing acknowledged yet
   EXPECT_EQ(tracker_.ApplyAck(e_, 200), AckOutcome::kAdvanced);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 1u);  // the second response
+  EXPECT_EQ(UnacknowledgedPackets(e_, 1024), 7u);
   EXPECT_EQ(tracker_.ApplyAck(e_, 201), AckOutcome::kAdvanced);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 0u);
   EXPECT_EQ(tracker_.ApplyAck(e_, 231), AckOutcome::kAdvanced);
   EXPECT_EQ(tracker_.ApplyAck(e_, 232), AckOutcome::kAhead);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 0u);  // acknowledged beyond it
   // The next request follows the responses: a counted PSN jump, after which the window is its own.
-  Feed(kSendOnly, 202, 64);
-  EXPECT_EQ(LastAnswerablePsn(e_), 202u);
+  Feed(kSendOnly, 232, 64);
+  EXPECT_EQ(LastAnswerablePsn(e_), 232u);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 1u);
 }
 
 TEST_F(TrackerTest, AnAckedPsnBeyondWhatTheQpSentIsReplaced) {

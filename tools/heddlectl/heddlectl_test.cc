@@ -433,13 +433,13 @@ TEST_F(HeddlectlTest, ShowQpTableDefaultsToTop20ByBacklog) {
   EXPECT_EQ(view_.last_sort, "backlog");
   EXPECT_EQ(r.out,
             "WORKER       QPN  DIR       KIND   LEVEL  DST        SIZE   SENT  REMAINING  BACKLOG  "
-            "HELD  HOST-BACKLOG  COMPLETED  IDLE-MS\n"
+            "HELD  HOST-BACKLOG  COMPLETED  ACKED  UNACKED  IDLE-MS\n"
             "     1        42  request   send       3  10.0.0.3      ?   2048          ?  1048576  "
-            "   0       1048576          9        0\n"
+            "   0       1048576          9      -        -        0\n"
             "     0        17  request   write      2  10.0.0.2  65536  16384      49152     8192  "
-            "   2             0         31        3\n"
+            "   2             0         31   1000        4        3\n"
             "     0  11259375  response  -          0  ipv6          -      -          -        0  "
-            "   0             0          0     9000\n");
+            "   0             0          0      -        -     9000\n");
 }
 
 TEST_F(HeddlectlTest, ShowQpTopAndSort) {

@@ -152,6 +152,8 @@ absl::Status ShowQp(CommandContext& ctx, const QpArgs& args) {
            {"HELD", Table::kRight},
            {"HOST-BACKLOG", Table::kRight},
            {"COMPLETED", Table::kRight},
+           {"ACKED", Table::kRight},
+           {"UNACKED", Table::kRight},
            {"IDLE-MS", Table::kRight}});
   for (const v1::Qp& q : r.qps()) {
     // No request in progress: nothing to size. In progress with an unknown size (a SEND before
@@ -160,7 +162,9 @@ absl::Status ShowQp(CommandContext& ctx, const QpArgs& args) {
     t.AddRow({Num(q.worker()), Num(q.qpn()), q.direction(), q.kind(), Num(q.level()), q.dst(),
               q.size_known() ? Num(q.size()) : unknown, q.in_progress() ? Num(q.sent()) : "-",
               q.size_known() ? Num(q.remaining()) : unknown, Num(q.backlog_bytes()),
-              Num(q.egress_held()), Num(q.host_backlog()), Num(q.completed()), Num(q.idle_ms())});
+              Num(q.egress_held()), Num(q.host_backlog()), Num(q.completed()),
+              q.has_acked_psn() ? Num(q.acked_psn()) : "-",
+              q.has_unacked() ? Num(q.unacked()) : "-", Num(q.idle_ms())});
   }
   ctx.out << t.Render();
   return absl::OkStatus();

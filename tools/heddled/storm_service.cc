@@ -242,6 +242,11 @@ absl::StatusOr<std::vector<api::QpView>> StormService::ListQps(uint32_t top,
     q.host_backlog = r.host_backlog;
     q.completed = r.completed;
     q.idle_ms = r.idle_ms;
+    if (r.acked_psn != storm::kNoPsn && r.unacked != storm::kNoPsn) {
+      q.acked = true;
+      q.acked_psn = r.acked_psn;
+      q.unacked = r.unacked;
+    }
     out.push_back(std::move(q));
   }
   return out;

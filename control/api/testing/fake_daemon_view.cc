@@ -144,6 +144,9 @@ FakeDaemonView::FakeDaemonView() {
   a.host_backlog = 0;
   a.completed = 31;
   a.idle_ms = 3;
+  a.acked = true;
+  a.acked_psn = 1000;
+  a.unacked = 4;
   QpView b;
   b.worker = 1;
   b.qpn = 0x2a;
