@@ -119,7 +119,12 @@ struct StormView {
   uint64_t requests_started = 0, requests_completed = 0, orphans = 0, abandoned = 0, duplicates = 0,
            psn_jumps = 0, bogus_length = 0, overrun = 0;
   uint64_t host_tables = 0, host_qps = 0, host_backlog_hits = 0;
+  uint64_t host_pairs = 0, host_ambiguous_pairs = 0;  // (peer, local QPN) keys; of which unpaired
   std::vector<std::string> host_errors;  // one line per shim table refused
+  // Response join and fabric guard (docs/storm.md §6.1, §6.5), summed over workers.
+  uint64_t resp_joined_local = 0, resp_joined_remote = 0, resp_no_pair = 0, resp_no_entry = 0,
+           resp_ring_full = 0, resp_malformed = 0;
+  uint64_t acks_advanced = 0, acks_old = 0, acks_ahead = 0, fabric_guarded = 0;
 };
 
 // One tracked QP (an entry of a worker's QpTable, docs/storm.md §2).
@@ -136,6 +141,10 @@ struct QpView {
   uint64_t host_backlog = 0;   // bytes, verbs shim
   uint64_t completed = 0;      // requests completed on the QP
   uint32_t idle_ms = 0;
+  // Response join (docs/storm.md §6.1): set when a response was joined to the QP.
+  bool acked = false;
+  uint32_t acked_psn = 0;  // highest PSN acknowledged (ACK/NAK, READ responses)
+  uint32_t unacked = 0;    // packets sent, or READ responses expected, after acked_psn
 };
 
 // A change to the STORM settings, applied as one batch (all of it or nothing). Fields not set are

@@ -138,6 +138,19 @@ void ToProto(const StormView& in, v1::Storm* out) {
   host->set_qps(in.host_qps);
   host->set_backlog_hits(in.host_backlog_hits);
   for (const std::string& e : in.host_errors) host->add_errors(e);
+  host->set_pairs(in.host_pairs);
+  host->set_ambiguous_pairs(in.host_ambiguous_pairs);
+  v1::StormJoin* join = out->mutable_join();
+  join->set_joined_local(in.resp_joined_local);
+  join->set_joined_remote(in.resp_joined_remote);
+  join->set_no_pair(in.resp_no_pair);
+  join->set_no_entry(in.resp_no_entry);
+  join->set_ring_full(in.resp_ring_full);
+  join->set_malformed(in.resp_malformed);
+  join->set_acks_advanced(in.acks_advanced);
+  join->set_acks_old(in.acks_old);
+  join->set_acks_ahead(in.acks_ahead);
+  join->set_fabric_guarded(in.fabric_guarded);
 }
 
 void ToProto(const QpView& in, v1::Qp* out) {
@@ -157,6 +170,10 @@ void ToProto(const QpView& in, v1::Qp* out) {
   out->set_host_backlog(in.host_backlog);
   out->set_completed(in.completed);
   out->set_idle_ms(in.idle_ms);
+  if (in.acked) {
+    out->set_acked_psn(in.acked_psn);
+    out->set_unacked(in.unacked);
+  }
 }
 
 // Checks what needs no daemon state and turns the request into the view's StormUpdate.

@@ -401,6 +401,18 @@ TEST_F(ApiServerTest, GetStormMapsEveryField) {
   EXPECT_EQ(s.host().tables(), 2u);
   EXPECT_EQ(s.host().qps(), 48u);
   EXPECT_EQ(s.host().backlog_hits(), 777u);
+  EXPECT_EQ(s.host().pairs(), 46u);
+  EXPECT_EQ(s.host().ambiguous_pairs(), 1u);
+  EXPECT_EQ(s.join().joined_local(), 900u);
+  EXPECT_EQ(s.join().joined_remote(), 300u);
+  EXPECT_EQ(s.join().no_pair(), 12u);
+  EXPECT_EQ(s.join().no_entry(), 5u);
+  EXPECT_EQ(s.join().ring_full(), 0u);
+  EXPECT_EQ(s.join().malformed(), 1u);
+  EXPECT_EQ(s.join().acks_advanced(), 1100u);
+  EXPECT_EQ(s.join().acks_old(), 95u);
+  EXPECT_EQ(s.join().acks_ahead(), 5u);
+  EXPECT_EQ(s.join().fabric_guarded(), 42u);
   EXPECT_THAT(s.host().errors(),
               ElementsAre("/dev/shm/heddle-verbs-77: layout version 9, expected 1"));
 }
@@ -434,6 +446,9 @@ TEST_F(ApiServerTest, ListQpsPassesTopAndSortAndMapsRows) {
   EXPECT_EQ(q.host_backlog(), 0u);
   EXPECT_EQ(q.completed(), 31u);
   EXPECT_EQ(q.idle_ms(), 3u);
+  ASSERT_TRUE(q.has_acked_psn());
+  EXPECT_EQ(q.acked_psn(), 1000u);
+  EXPECT_EQ(q.unacked(), 4u);
 
   r = client->ListQps(1000, "idle");
   ASSERT_TRUE(r.ok()) << r.status();

@@ -70,7 +70,7 @@ constexpr absl::string_view kStormKeys[] = {
     "enabled",     "levels",      "cutoffs",    "mode",           "dscp",          "pcp",
     "control_level", "beta",      "backlog_max", "qp_capacity",   "qp_idle_ms",    "mtu",
     "auto_interval_ms", "auto_keep", "backlog_source", "host_backlog_dir", "host_poll_ms",
-    "queue_packets", "qps_per_host"};
+    "queue_packets", "qps_per_host", "fabric_guard"};
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinStormMtu = 256;
@@ -642,6 +642,7 @@ class Parser {
     if (auto v = Child(n, "queue_packets")) {
       Uint(*v, "storm.queue_packets", 16, 65'536, &s->queue_packets);
     }
+    if (auto v = Child(n, "fabric_guard")) Bool(*v, "storm.fabric_guard", &s->fabric_guard);
   }
 
   void Lcores(const YAML::Node& n, Config* c) {
@@ -1226,6 +1227,7 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "host_backlog_dir" << YAML::Value << c.storm.host_backlog_dir;
   out << YAML::Key << "host_poll_ms" << YAML::Value << c.storm.host_poll_ms;
   out << YAML::Key << "queue_packets" << YAML::Value << c.storm.queue_packets;
+  out << YAML::Key << "fabric_guard" << YAML::Value << c.storm.fabric_guard;
   out << YAML::EndMap;
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;

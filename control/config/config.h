@@ -57,6 +57,9 @@ struct StormConfig {
   storm::BacklogSource backlog_source = storm::BacklogSource::kEgressQueue;
   std::string host_backlog_dir = "/dev/shm";  // where the shim's heddle-verbs-<pid> tables live
   uint32_t host_poll_ms = 10;                 // how often those tables are read; 1..10000
+  // Per-message mode with the response join (backlog_source host): a request never takes a
+  // higher level than its QP's packets still unacknowledged in the fabric (docs/storm.md §6.5).
+  bool fabric_guard = true;
   // Strict-priority egress: packets held per egress port per worker under backpressure, shared by
   // the levels (a full port drops the newest packet of its lowest level); 16..65536.
   uint32_t queue_packets = 512;

@@ -758,7 +758,7 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
                                         "storm: { enabled: true, cutoffs: auto, auto_interval_ms: "
                                         "250, auto_keep: 0.25, backlog_source: host, "
                                         "host_backlog_dir: /run/shm, host_poll_ms: 5, "
-                                        "queue_packets: 1024 }\n");
+                                        "queue_packets: 1024, fabric_guard: false }\n");
   ASSERT_TRUE(c.ok()) << c.status();
   const StormConfig& s = c->storm;
   EXPECT_TRUE(s.auto_cutoffs);
@@ -769,17 +769,21 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
   EXPECT_EQ(s.host_backlog_dir, "/run/shm");
   EXPECT_EQ(s.host_poll_ms, 5u);
   EXPECT_EQ(s.queue_packets, 1024u);
+  EXPECT_FALSE(s.fabric_guard);
   // Defaults.
   Config d = Minimal();
   EXPECT_FALSE(d.storm.auto_cutoffs);
   EXPECT_EQ(d.storm.backlog_source, storm::BacklogSource::kEgressQueue);
   EXPECT_EQ(d.storm.queue_packets, 512u);
+  EXPECT_TRUE(d.storm.fabric_guard);
+  EXPECT_THAT(ToYaml(d), HasSubstr("fabric_guard: true"));
   // Round trip keeps `auto` and the source.
   absl::StatusOr<Config> back = LoadString(ToYaml(*c));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->storm, c->storm);
   EXPECT_THAT(ToYaml(*c), HasSubstr("cutoffs: auto"));
   EXPECT_THAT(ToYaml(*c), HasSubstr("backlog_source: host"));
+  EXPECT_THAT(ToYaml(*c), HasSubstr("fabric_guard: false"));
 
   auto bad = [](const std::string& storm) {
     return Fails(std::string(kMinimal) + "storm: " + storm + "\n");
@@ -790,6 +794,9 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
   EXPECT_TRUE(HasError(bad("{ auto_interval_ms: 5 }"), "storm.auto_interval_ms", "10.."));
   EXPECT_TRUE(HasError(bad("{ queue_packets: 8 }"), "storm.queue_packets", "16.."));
   EXPECT_TRUE(HasError(bad("{ host_poll_ms: 0 }"), "storm.host_poll_ms", "1.."));
+  EXPECT_TRUE(HasError(bad("{ fabric_guard: maybe }"), "storm.fabric_guard", "true or false"));
+  EXPECT_TRUE(HasError(bad("{ fabric_gaurd: true }"), "storm.fabric_gaurd",
+                       "did you mean \"fabric_guard\""));
 }
 
 TEST(StormConfigTest, EgressQueuesCountInTheMbufMinimum) {

@@ -319,6 +319,41 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
     out.push_back(std::move(eg_tx));
     out.push_back(std::move(eg_drops));
     out.push_back(std::move(eg_depth));
+
+    if (sources_.storm_join) {
+      const StormJoinCounters j = sources_.storm_join();
+      MetricFamily join = NewFamily(
+          "heddle_storm_join_total",
+          "STORM's join of acknowledgements towards the host to their QP's request entry "
+          "(storm.backlog_source host). Per acknowledging response packet: joined_local, no_pair "
+          "(the verbs shim pairs no QP with it) or malformed; per message another worker posted: "
+          "joined_remote or no_entry; per message refused by a full ring: ring_full.",
+          MetricType::Counter);
+      const std::pair<const char*, uint64_t> results[] = {
+          {"joined_local", j.joined_local}, {"joined_remote", j.joined_remote},
+          {"no_pair", j.no_pair},           {"no_entry", j.no_entry},
+          {"ring_full", j.ring_full},       {"malformed", j.malformed}};
+      for (const auto& [name, v] : results) {
+        AddSample(join, {{"result", name}}, static_cast<double>(v));
+      }
+      out.push_back(std::move(join));
+      MetricFamily acks = NewFamily(
+          "heddle_storm_acks_total",
+          "Joined acknowledgements by their effect on the QP's acknowledged PSN: advanced, old (at "
+          "or before it) or ahead (after every PSN the QP sent; ignored).",
+          MetricType::Counter);
+      AddSample(acks, {{"result", "advanced"}}, static_cast<double>(j.acks_advanced));
+      AddSample(acks, {{"result", "old"}}, static_cast<double>(j.acks_old));
+      AddSample(acks, {{"result", "ahead"}}, static_cast<double>(j.acks_ahead));
+      out.push_back(std::move(acks));
+      MetricFamily guarded = NewFamily(
+          "heddle_storm_fabric_guarded_total",
+          "Requests started while their QP had packets unacknowledged in the fabric: their level "
+          "was capped at those packets' level (storm.fabric_guard).",
+          MetricType::Counter);
+      AddSample(guarded, {}, static_cast<double>(j.fabric_guarded));
+      out.push_back(std::move(guarded));
+    }
   }
 
   MetricFamily build =

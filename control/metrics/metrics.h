@@ -22,6 +22,8 @@
 //   heddle_storm_level_{packets,bytes}_total{level}, heddle_storm_qp_table_full_total,
 //   heddle_storm_egress_{tx_packets,drops}_total{level}, heddle_storm_egress_queue_depth{level}
 //                                             (if storm_levels > 0; levels 0..storm_levels-1)
+//   heddle_storm_join_total{result}, heddle_storm_acks_total{result},
+//   heddle_storm_fabric_guarded_total         (if storm_levels > 0 and storm_join is set)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once
 
@@ -55,6 +57,14 @@ struct HwPortStats {
   uint64_t rx_missed = 0, rx_errors = 0, tx_errors = 0, rx_nombuf = 0;
 };
 
+// STORM's response join and fabric guard (docs/storm.md §6.1, §6.5), summed over workers.
+struct StormJoinCounters {
+  uint64_t joined_local = 0, joined_remote = 0, no_pair = 0, no_entry = 0, ring_full = 0,
+           malformed = 0;
+  uint64_t acks_advanced = 0, acks_old = 0, acks_ahead = 0;
+  uint64_t fabric_guarded = 0;
+};
+
 // Where a scrape reads from. The callbacks run on the HTTP server's threads, one scrape at a time
 // (DataplaneCollectable serializes them), never on a worker lcore.
 struct MetricsSources {
@@ -68,6 +78,8 @@ struct MetricsSources {
   // Optional: the number of levels to export now, when it can change at run time (set storm
   // levels). The daemon returns the most levels ever in force, so no series disappears.
   std::function<int()> storm_levels_now;
+  // Optional: the response join's counters (the workers publish them once per housekeeping slice).
+  std::function<StormJoinCounters()> storm_join;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

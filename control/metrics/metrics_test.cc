@@ -193,6 +193,20 @@ class MetricsTest : public ::testing::Test {
     s.ports = {{"host0", "host"}, {"uplink0", "uplink"}};
     s.version = "1.2.3-test";
     s.storm_levels = 4;
+    s.storm_join = [] {
+      StormJoinCounters j;
+      j.joined_local = 10;
+      j.joined_remote = 20;
+      j.no_pair = 3;
+      j.no_entry = 4;
+      j.ring_full = 5;
+      j.malformed = 6;
+      j.acks_advanced = 25;
+      j.acks_old = 4;
+      j.acks_ahead = 1;
+      j.fabric_guarded = 7;
+      return j;
+    };
     return s;
   }
 
@@ -299,7 +313,7 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       for (const auto& l : m.label) {
         EXPECT_TRUE(l.name == "port" || l.name == "role" || l.name == "reason" ||
                     l.name == "class" || l.name == "lcore" || l.name == "state" ||
-                    l.name == "version" || l.name == "level")
+                    l.name == "version" || l.name == "level" || l.name == "result")
             << f.name << " has an unexpected label " << l.name;
       }
     }
@@ -314,7 +328,8 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       "heddle_uptime_seconds",          "heddle_storm_level_packets_total",
       "heddle_storm_level_bytes_total", "heddle_storm_qp_table_full_total"};
   want.insert({"heddle_storm_egress_tx_packets_total", "heddle_storm_egress_drops_total",
-               "heddle_storm_egress_queue_depth"});
+               "heddle_storm_egress_queue_depth", "heddle_storm_join_total",
+               "heddle_storm_acks_total", "heddle_storm_fabric_guarded_total"});
   EXPECT_EQ(names, want);
 
   Exposition e = Parse(Serialize(c));
@@ -376,6 +391,34 @@ TEST_F(MetricsTest, StormEgressFamiliesSumLcoresPerConfiguredLevel) {
   Exposition e_off = Parse(Serialize(c_off));
   EXPECT_EQ(e_off.samples.count("heddle_storm_egress_tx_packets_total"), 0u);
   EXPECT_EQ(e_off.samples.count("heddle_storm_egress_queue_depth"), 0u);
+}
+
+TEST_F(MetricsTest, StormJoinFamiliesByResult) {
+  DataplaneCollectable c(Sources());
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "joined_local"}}), 10);
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "joined_remote"}}), 20);
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "no_pair"}}), 3);
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "no_entry"}}), 4);
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "ring_full"}}), 5);
+  EXPECT_EQ(e.Get("heddle_storm_join_total", {{"result", "malformed"}}), 6);
+  EXPECT_EQ(e.samples["heddle_storm_join_total"].size(), 6u);
+  EXPECT_EQ(e.Get("heddle_storm_acks_total", {{"result", "advanced"}}), 25);
+  EXPECT_EQ(e.Get("heddle_storm_acks_total", {{"result", "old"}}), 4);
+  EXPECT_EQ(e.Get("heddle_storm_acks_total", {{"result", "ahead"}}), 1);
+  EXPECT_EQ(e.Get("heddle_storm_fabric_guarded_total", {}), 7);
+  EXPECT_EQ(e.type["heddle_storm_join_total"], "counter");
+  // Optional: without the source (or without storm) the families are not exported.
+  MetricsSources none = Sources();
+  none.storm_join = nullptr;
+  DataplaneCollectable c_none(std::move(none));
+  Exposition e_none = Parse(Serialize(c_none));
+  EXPECT_EQ(e_none.samples.count("heddle_storm_join_total"), 0u);
+  EXPECT_EQ(e_none.samples.count("heddle_storm_fabric_guarded_total"), 0u);
+  MetricsSources off = Sources();
+  off.storm_levels = 0;
+  DataplaneCollectable c_off(std::move(off));
+  EXPECT_EQ(Parse(Serialize(c_off)).samples.count("heddle_storm_acks_total"), 0u);
 }
 
 TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {

@@ -46,8 +46,19 @@ bool QpRowBefore(const QpRow& a, const QpRow& b, QpSort sort) {
   }
 }
 
-StormControl::StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs)
-    : num_workers_(std::max(num_workers, 1)), workers_(new WorkerBlock[std::max(num_workers, 1)]) {
+StormControl::StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs,
+                           size_t ack_ring_slots)
+    : num_workers_(std::max(num_workers, 1)),
+      workers_(new WorkerBlock[std::max(num_workers, 1)]),
+      ack_rings_(new std::unique_ptr<AckRing>[static_cast<size_t>(num_workers_) * num_workers_]) {
+  for (int from = 0; from < num_workers_; ++from) {
+    for (int to = 0; to < num_workers_; ++to) {
+      if (from != to) {
+        ack_rings_[static_cast<size_t>(from) * num_workers_ + to] =
+            std::make_unique<AckRing>(ack_ring_slots);
+      }
+    }
+  }
   const size_t sz = rte_rcu_qsbr_get_memsize(num_workers_);
   const size_t rounded = (sz + RTE_CACHE_LINE_SIZE - 1) / RTE_CACHE_LINE_SIZE * RTE_CACHE_LINE_SIZE;
   void* mem = std::aligned_alloc(RTE_CACHE_LINE_SIZE, rounded);

@@ -11,7 +11,12 @@
 //     (storm.cutoffs: auto);
 //   * per-worker counters the stage publishes (QP table and tracker), and the `show qp` query:
 //     the control thread posts a request, each worker answers it from its own table a slice per
-//     poll loop, so the table is only ever read by the thread that writes it.
+//     poll loop, so the table is only ever read by the thread that writes it;
+//   * the response join's rings (docs/storm.md §6.1): one bounded single-producer/single-consumer
+//     ring per ordered pair of workers, allocated here, at setup. A worker that receives an
+//     acknowledgement for a QP whose request entry is not in its own table posts it to every other
+//     worker's ring; each worker drains its inbound rings in its poll loop and applies what it
+//     finds in its own table. No worker ever writes another worker's table.
 //
 //   StormControl ctl(cfg.storm.levels, /*num_workers=*/2);
 //   ...worker i, once per poll loop:  ctl.Quiescent(i);
@@ -31,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dataplane/pipeline/spsc_ring.h"
 #include "dataplane/storm/levels.h"
 
 struct rte_rcu_qsbr;
@@ -59,7 +65,22 @@ struct QpRow {
   uint32_t completed = 0;
   uint32_t idle_ms = 0;
   uint64_t key_hash = 0;
+  // From the response join (docs/storm.md §6.1): the highest PSN acknowledged, and the packets
+  // sent (or READ responses expected at the path MTU) after it. storm::kNoPsn when no response
+  // was joined to the QP (no shim, no pair, a response-direction entry).
+  uint32_t acked_psn = 0xffffffff;
+  uint32_t unacked = 0xffffffff;
 };
+
+// An acknowledgement joined to a request entry this worker does not hold (docs/storm.md §6.1):
+// the request-direction key's hash and QPN/direction word, and the PSN it acknowledges
+// (storm::DecodeAck: a NAK's PSN - 1 already).
+struct AckMessage {
+  uint64_t key_hash;
+  uint32_t qpn_dir;
+  uint32_t acked_psn;
+};
+using AckRing = SpscRing<AckMessage>;
 
 enum class QpSort : uint8_t { kBacklog, kRemaining, kIdle };
 // True if `a` ranks before `b` in `show qp` order.
@@ -69,18 +90,35 @@ bool QpRowBefore(const QpRow& a, const QpRow& b, QpSort sort);
 struct StormWorkerCounters {
   uint64_t qp_live = 0, qp_capacity = 0, qp_inserted = 0, qp_table_full = 0, qp_evicted_idle = 0,
            qp_evicted_on_insert = 0;
-  uint64_t requests_started = 0, requests_completed = 0, orphans = 0, abandoned = 0,
-           duplicates = 0, psn_jumps = 0, bogus_length = 0, overrun = 0;
+  uint64_t requests_started = 0, requests_completed = 0, orphans = 0, abandoned = 0, duplicates = 0,
+           psn_jumps = 0, bogus_length = 0, overrun = 0;
   uint64_t host_backlog_hits = 0;  // requests that found a host backlog entry
+  // The response join (docs/storm.md §6.1). Per acknowledging response packet towards the host
+  // (ACK/NAK, atomic ACK, READ response) while a host index is published: joined in this worker's
+  // table, malformed (no AETH, reserved syndrome), or no pair in the host index. Per message
+  // drained from another worker: applied (joined remotely) or not found here (no entry; a
+  // single-worker miss is counted there too). Per message refused by a full ring: ring full.
+  uint64_t resp_joined_local = 0, resp_joined_remote = 0, resp_no_pair = 0, resp_no_entry = 0,
+           resp_ring_full = 0, resp_malformed = 0;
+  // What the joined acknowledgements did to acked_psn (RequestTracker::ApplyAck).
+  uint64_t acks_advanced = 0, acks_old = 0, acks_ahead = 0;
+  // Requests started while their QP had packets unacknowledged in the fabric: their level was
+  // capped at those packets' level by the fabric ordering guard (docs/storm.md §6.5), which
+  // lowered it only if it was higher.
+  uint64_t fabric_guarded = 0;
 };
 
 class StormControl {
  public:
   static constexpr int kMaxTopQps = 1000;
+  // Slots of each response-join ring (16 bytes each).
+  static constexpr size_t kDefaultAckRingSlots = 1024;
 
   // `levels` must pass storm::ValidateLevelConfig(). Workers 0..num_workers-1 start online: the
-  // first grace period waits for each of them to poll once.
-  StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs = false);
+  // first grace period waits for each of them to poll once. With more than one worker, allocates
+  // num_workers * (num_workers - 1) response-join rings of `ack_ring_slots` slots.
+  StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs = false,
+               size_t ack_ring_slots = kDefaultAckRingSlots);
   ~StormControl();
   StormControl(const StormControl&) = delete;
   StormControl& operator=(const StormControl&) = delete;
@@ -107,6 +145,14 @@ class StormControl {
   void Online(int w);
   storm::SizeHistogram* histogram(int w) { return &workers_[w].hist; }
   void PublishCounters(int w, const StormWorkerCounters& c);
+  // The response-join ring from worker `from` (its only producer) to worker `to` (its only
+  // consumer); nullptr when from == to or either is out of range.
+  AckRing* ack_ring(int from, int to) {
+    if (from == to || from < 0 || to < 0 || from >= num_workers_ || to >= num_workers_) {
+      return nullptr;
+    }
+    return ack_rings_[static_cast<size_t>(from) * num_workers_ + to].get();
+  }
 
   // The pending `show qp` request of worker `w`: a sequence number different from the last one
   // the worker answered means "scan your table and Answer()".
@@ -188,6 +234,7 @@ class StormControl {
   const int num_workers_;
   rte_rcu_qsbr* qsbr_ = nullptr;  // aligned heap block
   std::unique_ptr<WorkerBlock[]> workers_;
+  std::unique_ptr<std::unique_ptr<AckRing>[]> ack_rings_;  // [from * num_workers_ + to]
   std::atomic<const Params*> params_{nullptr};
   std::atomic<const verbs::HostBacklogIndex*> host_{nullptr};
   std::atomic<bool> auto_{false};

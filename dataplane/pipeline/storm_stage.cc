@@ -47,6 +47,122 @@ uint64_t StormTagStage::HostBacklog(storm::QpEntry& e, const uint8_t* frame,
   return b;
 }
 
+namespace {
+// Response classes that acknowledge the requests of their QP (storm::DecodeAck).
+constexpr bool Acknowledges(pkt::RoceClass c) {
+  return c == pkt::RoceClass::kAck || c == pkt::RoceClass::kAtomicAck ||
+         c == pkt::RoceClass::kReadResponse;
+}
+}  // namespace
+
+// The response join (docs/storm.md §6.1), for one acknowledging packet towards the host. `key` is
+// its response-direction key: source = the peer, BTH QPN = the requester's local QPN.
+void StormTagStage::JoinResponse(const storm::QpKey& key, const pkt::PacketDesc& d,
+                                 const verbs::HostBacklogIndex& host) {
+  uint32_t acked;
+  if (storm::DecodeAck(d, &acked) != storm::AckKind::kAck) {
+    ++join_.malformed;
+    return;
+  }
+  if (!join_memo_valid_ || !(key == join_memo_key_)) {
+    join_memo_valid_ = true;
+    join_memo_key_ = key;
+    const uint32_t dest_qpn = host.PairedDestQpn(key.src_ip, key.dest_qpn);
+    join_memo_paired_ = dest_qpn != verbs::HostBacklogIndex::kNoPair;
+    if (join_memo_paired_) {
+      // The request direction of the same QP: from us to the peer, to the peer's QPN.
+      storm::QpKey req;
+      req.direction = storm::Direction::kRequest;
+      req.src_ip = key.dst_ip;
+      req.dst_ip = key.src_ip;
+      req.dest_qpn = dest_qpn;
+      join_memo_hash_ = storm::HashKey(req);
+      join_memo_qpn_dir_ = storm::QpTable::QpnDir(req);
+      join_memo_entry_ = table_.FindHashed(join_memo_hash_, join_memo_qpn_dir_);
+    }
+  }
+  if (!join_memo_paired_) {
+    ++join_.no_pair;
+    return;
+  }
+  storm::QpEntry* e = join_memo_entry_;
+  // The response-direction inserts of this burst may have reused an idle slot: check it still
+  // holds the QP (the key check is on the line the store below writes anyway).
+  if (e != nullptr && e->key_hash == join_memo_hash_ && e->qpn_dir == join_memo_qpn_dir_) {
+    ++join_.joined_local;
+    tracker_.ApplyAck(*e, acked);
+    return;
+  }
+  join_memo_entry_ = nullptr;
+  if (o_.control->num_workers() == 1) {
+    ++join_.no_entry;
+    return;
+  }
+  // Another worker's, maybe (RSS put the QP's requests there). Consecutive acknowledgements of
+  // one QP become one message carrying the latest PSN.
+  if (n_pending_joins_ > 0) {
+    AckMessage& last = pending_joins_[n_pending_joins_ - 1];
+    if (last.key_hash == join_memo_hash_ && last.qpn_dir == join_memo_qpn_dir_) {
+      if (storm::PsnAfter(acked, last.acked_psn)) last.acked_psn = acked;
+      return;
+    }
+  }
+  pending_joins_[n_pending_joins_++] = AckMessage{join_memo_hash_, join_memo_qpn_dir_, acked};
+}
+
+// Posts the burst's acknowledgements for other workers to each of them: which one holds the
+// request entry is not known here (the requests' RSS hash is not the responses').
+void StormTagStage::FlushJoins() {
+  const int n = o_.control->num_workers();
+  for (uint16_t j = 0; j < n_pending_joins_; ++j) {
+    for (int w = 0; w < n; ++w) {
+      if (w == o_.worker) continue;
+      if (!o_.control->ack_ring(o_.worker, w)->TryPush(pending_joins_[j])) ++join_.ring_full;
+    }
+  }
+  n_pending_joins_ = 0;
+}
+
+// Applies what other workers joined to entries of this worker's table (from Poll(), outside any
+// burst).
+void StormTagStage::DrainJoins() {
+  const int n = o_.control->num_workers();
+  for (int w = 0; w < n; ++w) {
+    if (w == o_.worker) continue;
+    AckRing* ring = o_.control->ack_ring(w, o_.worker);
+    AckMessage m;
+    for (uint32_t k = 0; k < o_.drain_budget && ring->TryPop(&m); ++k) {
+      storm::QpEntry* e = table_.FindHashed(m.key_hash, m.qpn_dir);
+      if (e == nullptr) {
+        ++join_.no_entry;  // not ours (or no longer tracked)
+        continue;
+      }
+      ++join_.joined_remote;
+      tracker_.ApplyAck(*e, m.acked_psn);
+    }
+  }
+}
+
+// The fabric ordering guard (docs/storm.md §6.5): at the first packet of a request, the level of
+// the QP's packets sent and not yet acknowledged, if there are any; else no cap. The in-order
+// guard keeps each new request at or below the newest packet's level while older ones are
+// unacknowledged, so the newest packet (held_level) carries the lowest level of the window.
+uint8_t StormTagStage::FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined) {
+  constexpr uint8_t kNoCap = storm::kMaxLevels - 1;
+  if (!joined || !o_.fabric_guard) return kNoCap;
+  if (t.outcome != storm::TrackOutcome::kStart && t.outcome != storm::TrackOutcome::kOrphan) {
+    return kNoCap;  // later packets keep the level their request started with
+  }
+  const uint32_t acked = storm::LoadAckedPsn(e);
+  if (acked == storm::kNoPsn) return kNoCap;  // nothing joined for this QP: no cap (§6.5)
+  // Packets before this request's first one that are not acknowledged. An acknowledgement ahead
+  // of them (READ responses) gives 2^24 - k, beyond the bound.
+  const uint32_t unacked = ((e.first_psn - 1) - acked) & storm::kPsnMask;
+  if (unacked == 0 || unacked > kMaxGuardedUnacked) return kNoCap;
+  ++join_.fabric_guarded;
+  return e.held_level;
+}
+
 uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   const storm::LevelConfig& L = o_.control->levels();
   const uint32_t now_ms = NowMs();
@@ -54,7 +170,10 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     // Towards the host: no rewrite, no request tracking. Control classes leave first, but the
     // in-order guard holds here too: a remote READ request must not overtake its QP's WRITE
     // packets queued for the host, nor an ACK the READ responses before it (implied NAK). CNPs
-    // are not PSN-ordered and are never capped.
+    // are not PSN-ordered and are never capped. Acknowledgements are joined to their requests.
+    const verbs::HostBacklogIndex* host =
+        o_.backlog_source == storm::BacklogSource::kHostShim ? o_.control->host_backlog() : nullptr;
+    join_memo_valid_ = false;
     for (uint16_t i = 0; i < b.n; ++i) {
       const pkt::PacketDesc& d = b.desc[i];
       if (!(d.flags & pkt::kFlagRoce)) continue;
@@ -64,6 +183,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       }
       const storm::QpKey key = storm::KeyFromPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
                                                     storm::Direction::kResponse);
+      if (host != nullptr && Acknowledges(d.roce_class)) JoinResponse(key, d, *host);
       storm::QpEntry* e = table_.FindOrInsertHashed(storm::HashKey(key),
                                                     storm::QpTable::QpnDir(key), now_ms, nullptr);
       if (e == nullptr) {
@@ -79,6 +199,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       b.held[i] = &e->egress_queued;
       b.level[i] = level;
     }
+    if (n_pending_joins_ > 0) FlushJoins();
     CountTableFull(ctx.stats());
     return b.n;
   }
@@ -153,8 +274,9 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         // In-order guard: a QP's packet never takes a higher level than its packets still held
         // in heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
         // excepted).
-        const uint8_t ceiling =
+        uint8_t ceiling =
             per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
+        ceiling = std::min(ceiling, FabricCeiling(*e, t, per_message && host != nullptr));  // §6.5
         level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
         ++e->egress_queued;
         e->held_level = level;
@@ -195,6 +317,7 @@ void StormTagStage::CountTableFull(LcoreStats& stats) {
 void StormTagStage::Poll(WorkerContext& ctx) {
   // Outside any burst: nothing read from the control object is held past this point.
   o_.control->Quiescent(o_.worker);
+  if (o_.control->num_workers() > 1) DrainJoins();
   if (++polls_ % o_.housekeep_every != 0) return;
   const uint32_t now_ms = NowMs();
   Housekeep(now_ms);
@@ -227,6 +350,16 @@ StormWorkerCounters StormTagStage::Counters() const {
   c.bogus_length = r.bogus_length;
   c.overrun = r.overrun;
   c.host_backlog_hits = host_hits_;
+  c.resp_joined_local = join_.joined_local;
+  c.resp_joined_remote = join_.joined_remote;
+  c.resp_no_pair = join_.no_pair;
+  c.resp_no_entry = join_.no_entry;
+  c.resp_ring_full = join_.ring_full;
+  c.resp_malformed = join_.malformed;
+  c.acks_advanced = r.acks;
+  c.acks_old = r.acks_old;
+  c.acks_ahead = r.acks_ahead;
+  c.fabric_guarded = join_.fabric_guarded;
   return c;
 }
 
@@ -266,6 +399,8 @@ void StormTagStage::ScanForQuery(uint32_t now_ms) {
     r.completed = e.completed;
     r.idle_ms = now_ms - e.last_seen;
     r.key_hash = e.key_hash;
+    r.acked_psn = e.acked_psn;  // this worker is its only writer
+    r.unacked = storm::UnacknowledgedPackets(e, o_.mtu);
     if (rows_.size() < static_cast<size_t>(scan_n_)) {
       rows_.push_back(r);
       std::push_heap(rows_.begin(), rows_.end(), worse_first);

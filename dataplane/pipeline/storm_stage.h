@@ -13,10 +13,19 @@
 //                        .control = &ctl, .worker = 0});
 //   stages.push_back(&stage);   // before "port-fwd"
 //
+// Response join (docs/storm.md §6.1): with the host backlog source and a published host index,
+// every ACK/NAK, atomic ACK and READ response towards the host is paired through the index with
+// its QP's request entry (the index maps the response's source IP and BTH QPN, the requester's
+// local QPN, to the request's destination QPN). If this worker holds the entry it applies the
+// acknowledgement (RequestTracker::ApplyAck); otherwise it posts it to every other worker's ring
+// (StormControl::ack_ring), and the worker that holds the entry applies it when it drains its
+// rings in Poll(). No worker writes another's table. In per-message mode the joined acked_psn
+// feeds the fabric ordering guard (§6.5, Options::fabric_guard).
+//
 // One instance per worker: the QP table (allocated here, off the hot path), the tracker and the
 // size histogram are per-lcore state, written only by the worker that runs the stage. Poll()
-// reports the worker's RCU quiescent state, sweeps idle QPs a slice at a time, answers `show qp`
-// queries and publishes the table and tracker counters.
+// reports the worker's RCU quiescent state, drains the response-join rings, sweeps idle QPs a
+// slice at a time, answers `show qp` queries and publishes the table and tracker counters.
 #pragma once
 
 #include <bitset>
@@ -41,17 +50,25 @@ class StormTagStage final : public Stage {
 
   struct Options {
     storm::QpTableOptions table;
-    uint32_t mtu = 4096;                 // RoCE path MTU (payload bytes per packet)
-    std::bitset<kMaxPorts> host_ports;   // bit i set for every port index with role host
+    uint32_t mtu = 4096;                // RoCE path MTU (payload bytes per packet)
+    std::bitset<kMaxPorts> host_ports;  // bit i set for every port index with role host
     storm::BacklogSource backlog_source = storm::BacklogSource::kEgressQueue;
-    StormControl* control = nullptr;     // required; outlives the stage
-    int worker = 0;                      // this worker's index in `control`
-    ClockMs clock;                       // defaults to the TSC
+    StormControl* control = nullptr;  // required; outlives the stage
+    int worker = 0;                   // this worker's index in `control`
+    ClockMs clock;                    // defaults to the TSC
     // Poll(): entries swept per housekeeping slice, and slices run every `housekeep_every` polls.
     uint32_t sweep_slice = 64;
     uint32_t housekeep_every = 8;
     uint32_t query_slice = 4096;  // entries scanned per poll while a `show qp` query is pending
+    // Per-message mode with a response join: a request never takes a higher level than its QP's
+    // packets still unacknowledged in the fabric (storm.fabric_guard, docs/storm.md §6.5).
+    bool fabric_guard = true;
+    uint32_t drain_budget = 256;  // messages taken from each inbound join ring per poll
   };
+
+  // Unacknowledged packets beyond which the fabric guard assumes the join lost track of the QP
+  // (acknowledgements not seen, e.g. taking another path) and stops capping it.
+  static constexpr uint32_t kMaxGuardedUnacked = 1u << 15;
 
   explicit StormTagStage(const Options& options);
 
@@ -67,6 +84,11 @@ class StormTagStage final : public Stage {
   uint64_t HostBacklog(storm::QpEntry& e, const uint8_t* frame, const pkt::PacketDesc& d,
                        const storm::TrackResult& t, const verbs::HostBacklogIndex* host,
                        bool every_packet);
+  void JoinResponse(const storm::QpKey& key, const pkt::PacketDesc& d,
+                    const verbs::HostBacklogIndex& host);
+  void FlushJoins();
+  void DrainJoins();
+  uint8_t FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined);
   void Housekeep(uint32_t now_ms);
   void CountTableFull(LcoreStats& stats);
   void ScanForQuery(uint32_t now_ms);
@@ -79,6 +101,23 @@ class StormTagStage final : public Stage {
   uint64_t tsc_per_ms_ = 1;
   uint64_t table_full_seen_ = 0;  // table_.counters().table_full already added to the stats
   uint64_t host_hits_ = 0;
+  struct JoinCounters {
+    uint64_t joined_local = 0, joined_remote = 0, no_pair = 0, no_entry = 0, ring_full = 0,
+             malformed = 0, fabric_guarded = 0;
+  };
+  JoinCounters join_;
+  // The last response joined in the current towards-host burst (a READ response stream is one QP
+  // for many packets in a row): its key and what it joined to. Valid while join_memo_valid_.
+  bool join_memo_valid_ = false;
+  storm::QpKey join_memo_key_;
+  uint64_t join_memo_hash_ = 0;
+  uint32_t join_memo_qpn_dir_ = 0;
+  storm::QpEntry* join_memo_entry_ = nullptr;  // nullptr: not in this worker's table
+  bool join_memo_paired_ = false;
+  // Acknowledgements for other workers, gathered over a burst (consecutive ones of one QP merged)
+  // and posted to the rings at its end.
+  AckMessage pending_joins_[kMaxBurst];
+  uint16_t n_pending_joins_ = 0;
   uint32_t polls_ = 0;
   // Bursts seen on host ports (wraps, skipping 0; QpEntry::burst_mark). Marks are cleared at the
   // end of each burst, so a wrapped number never matches a mark left by an old burst.

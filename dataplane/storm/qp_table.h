@@ -85,7 +85,8 @@ struct alignas(64) QpEntry {
   uint8_t kind;        // RequestKind of the current request
   uint8_t level;       // level recorded for the current request
   uint8_t flags;       // EntryFlag bits
-  uint8_t held_level;  // level of the newest packet held in heddled (valid if egress_queued > 0)
+  uint8_t held_level;  // level of the newest packet tagged: the in-order guard's cap while
+                       // egress_queued > 0, the fabric guard's while packets are unacknowledged
   uint32_t size;           // request size S in bytes (meaningful if kEntrySizeKnown)
   uint32_t sent;           // payload bytes of the current request seen so far
   uint32_t first_psn;      // PSN of the current request's first packet

@@ -68,7 +68,41 @@ struct TrackerCounters {
   uint64_t bogus_length = 0;  // RETH DMA length > 2^31
   uint64_t overrun = 0;       // payload beyond a known request size
   uint64_t acks = 0;          // response packets that advanced acked_psn
+  uint64_t acks_old = 0;      // ApplyAck: at or before acked_psn (duplicate, reordered, older)
+  uint64_t acks_ahead = 0;    // ApplyAck: after every PSN the QP sent (not its response)
 };
+
+// What a response-direction packet acknowledges (DecodeAck).
+enum class AckKind : uint8_t {
+  kNone,       // not an acknowledging class: request classes, CNP, other
+  kAck,        // acknowledges up to *acked_psn: ACK, NAK, atomic ACK, READ response
+  kMalformed,  // an ACK or atomic ACK without AETH, or with a reserved AETH syndrome
+};
+
+// The PSN up to which a response acknowledges its QP's requests: an ACK (AETH syndrome 000) or
+// an atomic ACK its PSN; a NAK (RNR 001, NAK 011) PSN - 1, the packets before the one refused; a
+// READ response (any of first/middle/last/only) its PSN, since the responder answers in order.
+AckKind DecodeAck(const pkt::PacketDesc& desc, uint32_t* acked_psn);
+
+enum class AckOutcome : uint8_t {
+  kAdvanced,  // acked_psn moved forward
+  kOld,       // at or before acked_psn (a duplicate, reordered or older ACK): nothing changed
+  kAhead,     // after every PSN the QP sent: not a response to it (ignored)
+};
+
+// The smallest RoCE path MTU: the most packets a message can take.
+inline constexpr uint32_t kMinRoceMtu = 256;
+
+// The last PSN a response to the QP's requests so far may carry: next_psn - 1, or for a READ in
+// the current request the last of its responses, ceil(size / mtu) of them (the responder's MTU
+// is not seen on the request side: the default, the smallest MTU, gives an upper bound). Needs
+// kEntryPsnValid.
+uint32_t LastAnswerablePsn(const QpEntry& e, uint32_t mtu = kMinRoceMtu);
+
+// Packets of the QP not yet acknowledged: request packets sent, and READ responses expected at
+// `mtu`, after acked_psn. 0 when everything is acknowledged; kNoPsn when nothing was ever
+// acknowledged (no response joined) or no request was seen. Owner only (plain reads).
+uint32_t UnacknowledgedPackets(const QpEntry& e, uint32_t mtu);
 
 class RequestTracker {
  public:
@@ -84,6 +118,14 @@ class RequestTracker {
   // store is a relaxed atomic one to acked_psn, so it may run on another worker than
   // OnRequestPacket for the same entry. Returns true if acked_psn advanced.
   bool OnResponsePacket(QpEntry& entry, const pkt::PacketDesc& desc);
+
+  // The response join (docs/storm.md §6.1): `acked_psn` (from DecodeAck) applied to the QP's
+  // request entry by the worker that owns it — the only writer of its request fields, so the
+  // acknowledgement can be checked against what the QP sent. It advances acked_psn when the PSN
+  // is after it and not after LastAnswerablePsn(); an acked_psn that is itself after that PSN
+  // (left by an earlier incarnation of the QP, whose PSNs started elsewhere) is replaced. PSNs
+  // compare modulo 2^24. Relaxed atomic store, like OnResponsePacket.
+  AckOutcome ApplyAck(QpEntry& entry, uint32_t acked_psn);
 
   const TrackerCounters& counters() const { return counters_; }
   uint32_t mtu() const { return mtu_; }

@@ -258,6 +258,111 @@ TEST_F(TrackerTest, AcksAdvanceAckedPsnMonotonically) {
   (void)kAcknowledge;
 }
 
+TEST_F(TrackerTest, DecodeAckNamesTheLastAcknowledgedPsn) {
+  uint32_t psn = 0;
+  EXPECT_EQ(DecodeAck(MakeAck(100).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(psn, 100u);
+  // NAK (sequence error 0x60) and RNR NAK (0x20 | timer): the packets before the refused one.
+  EXPECT_EQ(DecodeAck(MakeAck(120, 0x60).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(psn, 119u);
+  EXPECT_EQ(DecodeAck(MakeAck(130, 0x2e).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(psn, 129u);
+  EXPECT_EQ(DecodeAck(MakeAck(0, 0x60).desc, &psn), AckKind::kAck);  // across the wrap
+  EXPECT_EQ(psn, 0xffffffu);
+  // Every READ response acknowledges its PSN, AETH or not; an atomic ACK like an ACK.
+  EXPECT_EQ(DecodeAck(MakeAck(140, 0, kReadResponseMiddle).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(psn, 140u);
+  EXPECT_EQ(DecodeAck(MakeAck(150, 0, pkt::op::kAtomicAcknowledge).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(psn, 150u);
+  // Reserved syndrome (010) and an ACK whose AETH is missing: malformed, psn untouched.
+  psn = 7;
+  EXPECT_EQ(DecodeAck(MakeAck(160, 0x40).desc, &psn), AckKind::kMalformed);
+  pkt::PacketDesc no_aeth = MakeAck(170).desc;
+  no_aeth.flags &= static_cast<uint16_t>(~pkt::kFlagAeth);
+  EXPECT_EQ(DecodeAck(no_aeth, &psn), AckKind::kMalformed);
+  EXPECT_EQ(psn, 7u);
+  // Not acknowledgements.
+  EXPECT_EQ(DecodeAck(MakePacket(kWriteOnly, 9, 8, 8).desc, &psn), AckKind::kNone);
+  EXPECT_EQ(DecodeAck(MakePacket(kReadRequest, 9, 0, 8).desc, &psn), AckKind::kNone);
+  EXPECT_EQ(psn, 7u);
+}
+
+TEST_F(TrackerTest, ApplyAckMovesForwardWithinWhatTheQpSent) {
+  // Before any request: monotonic only.
+  EXPECT_EQ(tracker_.ApplyAck(e_, 50), AckOutcome::kAdvanced);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 40), AckOutcome::kOld);
+  EXPECT_EQ(LoadAckedPsn(e_), 50u);
+  // A 3-packet WRITE at PSNs 100..102, then a SEND at 103.
+  Feed(kWriteFirst, 100, 1024, 3000);
+  Feed(kWriteMiddle, 101, 1024);
+  Feed(kWriteLast, 102, 952);
+  Feed(kSendOnly, 103, 64);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 101), AckOutcome::kAdvanced);
+  EXPECT_EQ(LoadAckedPsn(e_), 101u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 101), AckOutcome::kOld);  // duplicate
+  EXPECT_EQ(tracker_.ApplyAck(e_, 100), AckOutcome::kOld);  // older, reordered
+  EXPECT_EQ(LoadAckedPsn(e_), 101u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 104), AckOutcome::kAhead);  // never sent
+  EXPECT_EQ(tracker_.ApplyAck(e_, 0x800000), AckOutcome::kAhead);
+  EXPECT_EQ(LoadAckedPsn(e_), 101u);
+  // A NAK at 103 (the SEND refused): 102 and before are acknowledged.
+  uint32_t psn = 0;
+  ASSERT_EQ(DecodeAck(MakeAck(103, 0x60).desc, &psn), AckKind::kAck);
+  EXPECT_EQ(tracker_.ApplyAck(e_, psn), AckOutcome::kAdvanced);
+  EXPECT_EQ(LoadAckedPsn(e_), 102u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 103), AckOutcome::kAdvanced);
+  EXPECT_EQ(tracker_.counters().acks, 4u);      // 50, 101, 102, 103
+  EXPECT_EQ(tracker_.counters().acks_old, 3u);  // 40, 101, 100
+  EXPECT_EQ(tracker_.counters().acks_ahead, 2u);
+}
+
+TEST_F(TrackerTest, ApplyAckAcrossThePsnWrap) {
+  Feed(kSendOnly, 0xfffffe, 64);
+  Feed(kSendOnly, 0xffffff, 64);
+  Feed(kSendOnly, 0, 64);
+  Feed(kSendOnly, 1, 64);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 0xffffff), AckOutcome::kAdvanced);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 0xfffffe), AckOutcome::kOld);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 1), AckOutcome::kAdvanced);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 0), AckOutcome::kOld);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 2), AckOutcome::kAhead);
+  EXPECT_EQ(LoadAckedPsn(e_), 1u);
+}
+
+TEST_F(TrackerTest, ReadResponsesMayRunPastTheReadRequestsPsn) {
+  // A READ request of 8 KiB at PSN 200 is one packet here; its responses take PSNs 200.. (two at
+  // a 4 KiB MTU, up to 32 at the smallest MTU). The request side cannot tell which.
+  Feed(kSendOnly, 199, 64);
+  Feed(kReadRequest, 200, 0, 8192);
+  EXPECT_EQ(e_.next_psn, 201u);
+  EXPECT_EQ(LastAnswerablePsn(e_), 231u);
+  EXPECT_EQ(LastAnswerablePsn(e_, 4096), 201u);        // two responses at a 4 KiB MTU
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), kNoPsn);  // nothing acknowledged yet
+  EXPECT_EQ(tracker_.ApplyAck(e_, 200), AckOutcome::kAdvanced);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 1u);  // the second response
+  EXPECT_EQ(UnacknowledgedPackets(e_, 1024), 7u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 201), AckOutcome::kAdvanced);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 0u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 231), AckOutcome::kAdvanced);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 232), AckOutcome::kAhead);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 0u);  // acknowledged beyond it
+  // The next request follows the responses: a counted PSN jump, after which the window is its own.
+  Feed(kSendOnly, 232, 64);
+  EXPECT_EQ(LastAnswerablePsn(e_), 232u);
+  EXPECT_EQ(UnacknowledgedPackets(e_, 4096), 1u);
+}
+
+TEST_F(TrackerTest, AnAckedPsnBeyondWhatTheQpSentIsReplaced) {
+  // acked_psn left ahead of every PSN the entry sent (an earlier incarnation of the QP): the first
+  // answerable acknowledgement replaces it, though it is not "after" it.
+  Feed(kSendOnly, 1000, 64);
+  Feed(kSendOnly, 1001, 64);
+  StoreAckedPsn(e_, 5000);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 1000), AckOutcome::kAdvanced);
+  EXPECT_EQ(LoadAckedPsn(e_), 1000u);
+  EXPECT_EQ(tracker_.ApplyAck(e_, 999), AckOutcome::kOld);
+}
+
 TEST(TrackerConcurrencyTest, RequestAndResponseWorkersWriteDisjointFields) {
   // docs/storm.md §2: with RSS the requests and the responses of a QP may reach different workers;
   // each has its own tracker, and they share only the entry. Run both at once (clean under TSan:

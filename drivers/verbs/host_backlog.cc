@@ -65,14 +65,20 @@ int64_t MtimeNs(const struct stat& st) {
 // ---------------------------------------------------------------------------------------------
 // Index.
 
-size_t HostBacklogIndex::Home(const std::array<uint8_t, 16>& peer_ip, uint32_t dest_qpn) const {
+// The backlog keys and the pair keys hash with different salts, so that one array's clusters are
+// not the other's.
+constexpr uint64_t kBacklogSalt = 0x8ebc6af09c88c6e3ULL;
+constexpr uint64_t kPairSalt = 0x1d8e4e27c47d124fULL;
+
+size_t HostBacklogIndex::Home(const std::array<uint8_t, 16>& peer_ip, uint32_t qpn,
+                              uint64_t salt) const {
   uint64_t lo, hi;
   Words(peer_ip, &lo, &hi);
   // wyhash-style: two folded 128-bit multiplies, keyed by the seed.
   uint64_t h = Mix(lo ^ seed_ ^ 0xa0761d6478bd642fULL, hi ^ 0xe7037ed1a0b428dbULL) ^
-               Mix(dest_qpn ^ seed_ ^ 0x8ebc6af09c88c6e3ULL, 0x589965cc75374cc3ULL);
+               Mix(qpn ^ seed_ ^ salt, 0x589965cc75374cc3ULL);
   h ^= h >> 29;
-  return static_cast<size_t>(h) & mask_;
+  return static_cast<size_t>(h);
 }
 
 std::unique_ptr<HostBacklogIndex> HostBacklogIndex::Build(absl::Span<const Entry> entries) {
@@ -81,11 +87,36 @@ std::unique_ptr<HostBacklogIndex> HostBacklogIndex::Build(absl::Span<const Entry
   index->slots_ = std::make_unique<Slot[]>(slots);
   index->mask_ = slots - 1;
   index->seed_ = ProcessSeed();
+  size_t with_local = 0;
+  for (const Entry& in : entries) with_local += in.local_qpn != kNoLocalQpn;
+  const size_t pair_slots = std::max(kMinSlots, std::bit_ceil(with_local * 2));
+  index->pair_slots_ = std::make_unique<PairSlot[]>(pair_slots);
+  index->pair_mask_ = pair_slots - 1;
   for (const Entry& in : entries) {
     const uint32_t qpn = in.dest_qpn & shim::kQpnMask;
     uint64_t lo, hi;
     Words(in.peer_ip, &lo, &hi);
-    for (size_t i = index->Home(in.peer_ip, qpn);; i = (i + 1) & index->mask_) {
+    if (in.local_qpn != kNoLocalQpn) {
+      const uint32_t local = in.local_qpn & shim::kQpnMask;
+      for (size_t i = index->Home(in.peer_ip, local, kPairSalt) & index->pair_mask_;;
+           i = (i + 1) & index->pair_mask_) {
+        PairSlot& s = index->pair_slots_[i];
+        if (s.used == 0) {
+          s = PairSlot{in.peer_ip, local, qpn, 1};
+          ++index->pairs_;
+          break;
+        }
+        if (s.local_qpn == local && s.peer_ip == in.peer_ip) {
+          if (s.dest_qpn != qpn && s.dest_qpn != kNoPair) {
+            s.dest_qpn = kNoPair;  // two QPs answer to this key: neither is named
+            ++index->ambiguous_pairs_;
+          }
+          break;
+        }
+      }
+    }
+    for (size_t i = index->Home(in.peer_ip, qpn, kBacklogSalt) & index->mask_;;
+         i = (i + 1) & index->mask_) {
       Slot& s = index->slots_[i];
       if (s.used == 0) {
         s.used = 1;
@@ -110,10 +141,26 @@ const HostBacklogIndex::Entry* HostBacklogIndex::Find(const std::array<uint8_t, 
   uint64_t lo, hi;
   Words(peer_ip, &lo, &hi);
   // Terminates: the array is at most half full, so an unused slot is always ahead.
-  for (size_t i = Home(peer_ip, dest_qpn);; i = (i + 1) & mask_) {
+  for (size_t i = Home(peer_ip, dest_qpn, kBacklogSalt) & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.used == 0) return nullptr;
     if (SameKey(s.entry, lo, hi, dest_qpn)) return &s.entry;
+  }
+}
+
+uint32_t HostBacklogIndex::PairedDestQpn(const std::array<uint8_t, 16>& peer_ip,
+                                         uint32_t local_qpn) const {
+  local_qpn &= shim::kQpnMask;
+  uint64_t lo, hi;
+  Words(peer_ip, &lo, &hi);
+  // Terminates like Find(): at most half full.
+  for (size_t i = Home(peer_ip, local_qpn, kPairSalt) & pair_mask_;; i = (i + 1) & pair_mask_) {
+    const PairSlot& s = pair_slots_[i];
+    if (s.used == 0) return kNoPair;
+    if (s.local_qpn != local_qpn) continue;
+    uint64_t slo, shi;
+    Words(s.peer_ip, &slo, &shi);
+    if (slo == lo && shi == hi) return s.dest_qpn;  // kNoPair when ambiguous
   }
 }
 
@@ -258,6 +305,7 @@ HostBacklogRead HostBacklogReader::Read() {
           .dest_qpn = q->dest_qpn,
           .backlog_bytes = q->backlog_bytes(),
           .backlog_wqes = q->backlog_wqes(),
+          .local_qpn = q->qpn,
       });
     }
     ++it;

@@ -17,6 +17,8 @@
 //
 //   // Worker, per request packet (no allocation, no lock):
 //   const uint64_t backlog = index->LookupBytes(key.dst_ip, key.dest_qpn);   // 0: unknown
+//   // Worker, per response packet (ACK/NAK, READ response): the request's destination QPN.
+//   const uint32_t dest_qpn = index->PairedDestQpn(key.src_ip, key.dest_qpn);  // kNoPair: unknown
 //
 // HostBacklogReader is not thread-safe: one control thread calls Read(). Each Read() re-lists the
 // directory, maps tables that appeared (or replaced an old file of the same name, e.g. a reused
@@ -24,6 +26,15 @@
 // list is rebuilt when a table's claim counter moves), so a steady host costs a directory listing,
 // two syscalls per table and two cache lines per QP. A HostBacklogIndex is immutable once built
 // and may be read by any number of threads.
+//
+// The pair index. Responses travel the other way: an ACK, NAK or READ response towards this host
+// comes from the peer (source IP = the peer's address) and carries the *local* QPN in BTH, never
+// the peer's. The same shim slot gives the local QPN beside (dgid, dest_qpn), so the index also
+// maps (peer address, local QPN) -> destination QPN, which names the request-direction QpKey of
+// the response's QP (docs/storm.md §6.1). A (peer, local QPN) claimed by two QPs with different
+// destination QPNs (two RDMA devices handing out the same QPN to QPs connected to one peer, or a
+// stale slot) cannot be told apart without the local address, which the shim does not record: such
+// a key is ambiguous and not paired (counted in ambiguous_pairs()).
 //
 // Which QPs are indexed: live QPs (not destroyed) whose peer GID and QPN are both known — on RoCE
 // every RC/UC QP once it reached RTR. UD QPs (the remote QPN is per WR), QPs not yet connected and
@@ -54,11 +65,17 @@ namespace heddle::verbs {
 // cannot predict keeps them from building long probe chains the workers would walk).
 class HostBacklogIndex {
  public:
+  // Local QPN of an entry whose local QP is not known (e.g. built by hand): not paired.
+  static constexpr uint32_t kNoLocalQpn = 0xffffffff;
+  // PairedDestQpn() of a response that names no single known QP.
+  static constexpr uint32_t kNoPair = 0xffffffff;
+
   struct Entry {
     std::array<uint8_t, 16> peer_ip{};
     uint32_t dest_qpn = 0;  // 24 bits; higher bits are ignored
     uint64_t backlog_bytes = 0;
     uint64_t backlog_wqes = 0;
+    uint32_t local_qpn = kNoLocalQpn;  // the local QP's number (24 bits), what responses carry
   };
 
   // Duplicate keys (two local QPs claiming the same peer: a stale one, or a QP the shim did not see
@@ -73,27 +90,47 @@ class HostBacklogIndex {
   // The (summed) entry of the key, or nullptr: tells "no backlog" from "unknown QP".
   const Entry* Find(const std::array<uint8_t, 16>& peer_ip, uint32_t dest_qpn) const;
 
-  size_t size() const { return size_; }  // distinct keys
+  // The request-direction destination QPN of the QP that a response from `peer_ip` to local QP
+  // `local_qpn` (its BTH destination QPN) belongs to; kNoPair when no indexed QP has that peer
+  // and local QPN, or two disagree. Hot path: no allocation, no locks; one probe sequence in an
+  // array at most half full.
+  uint32_t PairedDestQpn(const std::array<uint8_t, 16>& peer_ip, uint32_t local_qpn) const;
+
+  size_t size() const { return size_; }                        // distinct (peer, dest QPN) keys
+  size_t pairs() const { return pairs_; }                      // distinct (peer, local QPN) keys
+  size_t ambiguous_pairs() const { return ambiguous_pairs_; }  // of which not paired
 
  private:
   struct Slot {
     Entry entry;
     uint32_t used = 0;
   };
+  // (peer, local QPN) -> destination QPN (kNoPair once ambiguous).
+  struct PairSlot {
+    std::array<uint8_t, 16> peer_ip{};
+    uint32_t local_qpn = 0;
+    uint32_t dest_qpn = 0;
+    uint32_t used = 0;
+  };
   HostBacklogIndex() = default;
-  size_t Home(const std::array<uint8_t, 16>& peer_ip, uint32_t dest_qpn) const;
+  size_t Home(const std::array<uint8_t, 16>& peer_ip, uint32_t qpn, uint64_t salt) const;
 
   std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<PairSlot[]> pair_slots_;
   size_t mask_ = 0;
+  size_t pair_mask_ = 0;
   uint64_t seed_ = 0;
   size_t size_ = 0;
+  size_t pairs_ = 0;
+  size_t ambiguous_pairs_ = 0;
 };
 
 struct HostBacklogOptions {
   // Index the tables of processes that no longer exist (see the file comment).
   bool include_dead_writers = false;
   // Connected QPs indexed per Read(), over all tables; beyond it the rest are dropped and an error
-  // says so. Bounds the index (48 bytes per slot, at most half full) against hostile tables.
+  // says so. Bounds the index (a 56-byte slot and a 28-byte pair slot per QP, each array at most
+  // half full) against hostile tables.
   size_t max_qps = size_t{1} << 20;
 };
 

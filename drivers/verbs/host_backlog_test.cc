@@ -144,6 +144,95 @@ TEST(HostBacklogIndexTest, LargeRandomSetMatchesAStdMapOracle) {
   }
 }
 
+TEST(HostBacklogIndexTest, PairsNameTheRequestQpnOfAResponse) {
+  constexpr uint32_t kNoPair = HostBacklogIndex::kNoPair;
+  // Local QP 0x10 talks to 10.0.0.2's QP 0x500, local QP 0x11 to kV6's QP 0x501; local QP 0x12
+  // to 10.0.0.2's QP 0x502. The last entry has no local QPN: it has a backlog, not a pair.
+  const std::vector<HostBacklogIndex::Entry> entries = {
+      {V4(10, 0, 0, 2), 0x500, 4096, 2, 0x10},
+      {kV6, 0x501, 0, 0, 0x11},
+      {V4(10, 0, 0, 2), 0x502, 0, 0, 0x12},
+      {V4(10, 0, 0, 7), 0x503, 9, 1},
+  };
+  auto index = HostBacklogIndex::Build(entries);
+  EXPECT_EQ(index->size(), 4u);
+  EXPECT_EQ(index->pairs(), 3u);
+  EXPECT_EQ(index->ambiguous_pairs(), 0u);
+  // A response from the peer carries the local QPN.
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x10), 0x500u);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x12), 0x502u);
+  EXPECT_EQ(index->PairedDestQpn(kV6, 0x11), 0x501u);
+  // 24-bit, as a BTH field is.
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x7f000010), 0x500u);
+  // The request key is not the response key: the peer's QPN names no pair, nor does another
+  // peer, nor the local QPN of another peer's QP, nor a QP without a local QPN.
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x500), kNoPair);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 3), 0x10), kNoPair);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x11), kNoPair);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 7), HostBacklogIndex::kNoLocalQpn), kNoPair);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 7), 0xffffff), kNoPair);
+  // The pair lookups never disturb the backlog ones.
+  EXPECT_EQ(index->LookupBytes(V4(10, 0, 0, 2), 0x500), 4096u);
+  EXPECT_EQ(index->LookupBytes(V4(10, 0, 0, 7), 0x503), 9u);
+  // An empty index pairs nothing.
+  EXPECT_EQ(HostBacklogIndex::Build({})->PairedDestQpn(V4(10, 0, 0, 2), 0x10), kNoPair);
+}
+
+TEST(HostBacklogIndexTest, AmbiguousPairsAreNotPaired) {
+  // Two QPs with local QPN 0x10 (two devices) connected to one peer, to different remote QPs:
+  // a response to "0x10" cannot be told apart. The same key twice with the same remote QPN (a
+  // duplicate) is one pair.
+  auto index = HostBacklogIndex::Build(std::vector<HostBacklogIndex::Entry>{
+      {V4(10, 0, 0, 2), 0x500, 1, 1, 0x10},
+      {V4(10, 0, 0, 2), 0x600, 2, 1, 0x10},
+      {V4(10, 0, 0, 2), 0x700, 3, 1, 0x10},
+      {V4(10, 0, 0, 3), 0x800, 4, 1, 0x20},
+      {V4(10, 0, 0, 3), 0x800, 5, 1, 0x20},
+  });
+  EXPECT_EQ(index->pairs(), 2u);
+  EXPECT_EQ(index->ambiguous_pairs(), 1u);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 2), 0x10), HostBacklogIndex::kNoPair);
+  EXPECT_EQ(index->PairedDestQpn(V4(10, 0, 0, 3), 0x20), 0x800u);
+  // Their backlogs are still known, per remote QP.
+  EXPECT_EQ(index->LookupBytes(V4(10, 0, 0, 2), 0x600), 2u);
+  EXPECT_EQ(index->LookupBytes(V4(10, 0, 0, 3), 0x800), 9u);
+}
+
+TEST(HostBacklogIndexTest, PairsOfALargeRandomSetMatchAStdMapOracle) {
+  std::mt19937_64 rng(20240612);
+  std::vector<Ip> addresses;
+  for (int i = 0; i < 200; ++i) {
+    addresses.push_back(V4(10, static_cast<uint8_t>(rng()), static_cast<uint8_t>(rng()),
+                           static_cast<uint8_t>(rng())));
+  }
+  // (peer, local) -> dest, or kNoPair once two disagree.
+  std::map<std::pair<Ip, uint32_t>, uint32_t> oracle;
+  std::vector<HostBacklogIndex::Entry> entries;
+  for (int i = 0; i < 50000; ++i) {
+    HostBacklogIndex::Entry e{addresses[rng() % addresses.size()], static_cast<uint32_t>(rng() % 4),
+                              1, 1, static_cast<uint32_t>(rng() % 2000)};
+    entries.push_back(e);
+    auto [it, inserted] = oracle.emplace(std::make_pair(e.peer_ip, e.local_qpn), e.dest_qpn);
+    if (!inserted && it->second != e.dest_qpn) it->second = HostBacklogIndex::kNoPair;
+  }
+  auto index = HostBacklogIndex::Build(entries);
+  EXPECT_EQ(index->pairs(), oracle.size());
+  size_t ambiguous = 0;
+  for (const auto& [key, dest] : oracle) {
+    EXPECT_EQ(index->PairedDestQpn(key.first, key.second), dest);
+    ambiguous += dest == HostBacklogIndex::kNoPair;
+  }
+  EXPECT_GT(ambiguous, 0u);
+  EXPECT_EQ(index->ambiguous_pairs(), ambiguous);
+  for (int i = 0; i < 50000; ++i) {
+    const Ip& ip = addresses[rng() % addresses.size()];
+    const uint32_t local = static_cast<uint32_t>(rng() % 4000);
+    auto it = oracle.find({ip, local});
+    EXPECT_EQ(index->PairedDestQpn(ip, local),
+              it == oracle.end() ? HostBacklogIndex::kNoPair : it->second);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reader.
 
@@ -264,6 +353,13 @@ TEST_F(HostBacklogReaderTest, JoinsLiveTablesToWireKeys) {
   EXPECT_EQ(r.index->LookupBytes(kV6, 0x501), 0u);
   EXPECT_NE(r.index->Find(kV6, 0x501), nullptr);
   EXPECT_EQ(reader.mapped_tables(), 2u);
+  // Responses carry the local QPN: each slot pairs it with its peer's QPN. The two local QPs
+  // numbered 0x10 have different peers, so both are paired; the QP without a peer is not.
+  EXPECT_EQ(r.index->pairs(), 3u);
+  EXPECT_EQ(r.index->PairedDestQpn(V4(10, 0, 0, 2), 0x10), 0x500u);
+  EXPECT_EQ(r.index->PairedDestQpn(V4(10, 0, 0, 3), 0x10), 0x500u);
+  EXPECT_EQ(r.index->PairedDestQpn(kV6, 0x12), 0x501u);
+  EXPECT_EQ(r.index->PairedDestQpn(V4(10, 0, 0, 2), 0x11), HostBacklogIndex::kNoPair);
 }
 
 TEST_F(HostBacklogReaderTest, RepeatedReadsFollowCountersQpsAndTables) {

@@ -383,6 +383,7 @@ TEST_F(HeddlectlTest, ShowStormTable) {
                                "   5000       4990        4          1          12          6  "
                                "           0        2\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("refused")));
+  EXPECT_THAT(r.out, Not(HasSubstr("Responses joined")));  // egress source: no join
 }
 
 TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
@@ -396,6 +397,13 @@ TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
   EXPECT_THAT(r.out, HasSubstr("cutoffs:        auto: 6 KiB, 128 KiB, 3 MiB (every 1000 ms, 12 "
                                "published)\n"));
   EXPECT_THAT(r.out, HasSubstr("backlog:        host, capped at 16 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("host shim:      2 tables, 48 QPs, 777 backlog hits, 46 pairs (1 "
+                               "ambiguous)\n"));
+  EXPECT_THAT(r.out, HasSubstr("Responses joined to their requests\n"
+                               "LOCAL  REMOTE  NO-PAIR  NO-ENTRY  RING-FULL  MALFORMED  ADVANCED  "
+                               "OLD  AHEAD  FABRIC-GUARDED\n"
+                               "  900     300       12         5          0          1      1100  "
+                               " 95      5              42\n"));
   EXPECT_THAT(r.out, HasSubstr("host shim tables refused:\n"
                                "  /dev/shm/heddle-verbs-77: layout version 9, expected 1\n"
                                "  /dev/shm/heddle-verbs-78: not a heddle table\n"));
@@ -416,6 +424,8 @@ TEST_F(HeddlectlTest, ShowStormJson) {
   EXPECT_EQ(storm.per_level(1).pcp(), 5);
   EXPECT_EQ(storm.tracker().requests_completed(), 4990u);
   EXPECT_EQ(storm.host().backlog_hits(), 777u);
+  EXPECT_EQ(storm.join().joined_remote(), 300u);
+  EXPECT_EQ(storm.join().fabric_guarded(), 42u);
 }
 
 TEST_F(HeddlectlTest, ShowStormWhenDisabledIsTheDaemonsErrorAndExitsOne) {
@@ -433,13 +443,13 @@ TEST_F(HeddlectlTest, ShowQpTableDefaultsToTop20ByBacklog) {
   EXPECT_EQ(view_.last_sort, "backlog");
   EXPECT_EQ(r.out,
             "WORKER       QPN  DIR       KIND   LEVEL  DST        SIZE   SENT  REMAINING  BACKLOG  "
-            "HELD  HOST-BACKLOG  COMPLETED  IDLE-MS\n"
+            "HELD  HOST-BACKLOG  COMPLETED  ACKED  UNACKED  IDLE-MS\n"
             "     1        42  request   send       3  10.0.0.3      ?   2048          ?  1048576  "
-            "   0       1048576          9        0\n"
+            "   0       1048576          9      -        -        0\n"
             "     0        17  request   write      2  10.0.0.2  65536  16384      49152     8192  "
-            "   2             0         31        3\n"
+            "   2             0         31   1000        4        3\n"
             "     0  11259375  response  -          0  ipv6          -      -          -        0  "
-            "   0             0          0     9000\n");
+            "   0             0          0      -        -     9000\n");
 }
 
 TEST_F(HeddlectlTest, ShowQpTopAndSort) {

@@ -50,6 +50,18 @@ std::string Backlog(const v1::Storm& s) {
   return absl::StrCat(s.backlog_source(), ", capped at ", FormatSize(s.backlog_max()));
 }
 
+std::string HostShim(const v1::Storm& s) {
+  std::string out = absl::StrCat(s.host().tables(), " tables, ", s.host().qps(), " QPs, ",
+                                 s.host().backlog_hits(), " backlog hits");
+  if (s.backlog_source() == "host") {
+    absl::StrAppend(&out, ", ", s.host().pairs(), " pairs");
+    if (s.host().ambiguous_pairs() > 0) {
+      absl::StrAppend(&out, " (", s.host().ambiguous_pairs(), " ambiguous)");
+    }
+  }
+  return out;
+}
+
 // The settings, then one row per level, highest (served first) on top.
 std::string Summary(const v1::Storm& s) {
   if (!s.enabled()) return "storm: disabled\n";
@@ -60,8 +72,7 @@ std::string Summary(const v1::Storm& s) {
       {"control level", Num(s.control_level())},
       {"beta", absl::StrFormat("%g", s.beta())},
       {"backlog", Backlog(s)},
-      {"host shim", absl::StrCat(s.host().tables(), " tables, ", s.host().qps(), " QPs, ",
-                                 s.host().backlog_hits(), " backlog hits")},
+      {"host shim", HostShim(s)},
       {"generation", Num(s.generation())},
   });
   std::vector<const v1::StormLevel*> levels;
@@ -112,6 +123,24 @@ std::string Counters(const v1::Storm& s) {
                   Num(r.bogus_length()), Num(r.overrun())});
   std::string out = absl::StrCat("\nQP table, all workers\n", table.Render(),
                                  "\nRequests tracked\n", tracker.Render());
+  // The response join runs with the verbs shim only (docs/storm.md §6.1).
+  if (s.backlog_source() == "host") {
+    Table join({{"LOCAL", Table::kRight},
+                {"REMOTE", Table::kRight},
+                {"NO-PAIR", Table::kRight},
+                {"NO-ENTRY", Table::kRight},
+                {"RING-FULL", Table::kRight},
+                {"MALFORMED", Table::kRight},
+                {"ADVANCED", Table::kRight},
+                {"OLD", Table::kRight},
+                {"AHEAD", Table::kRight},
+                {"FABRIC-GUARDED", Table::kRight}});
+    const v1::StormJoin& j = s.join();
+    join.AddRow({Num(j.joined_local()), Num(j.joined_remote()), Num(j.no_pair()), Num(j.no_entry()),
+                 Num(j.ring_full()), Num(j.malformed()), Num(j.acks_advanced()), Num(j.acks_old()),
+                 Num(j.acks_ahead()), Num(j.fabric_guarded())});
+    absl::StrAppend(&out, "\nResponses joined to their requests\n", join.Render());
+  }
   if (!s.host().errors().empty()) {
     absl::StrAppend(&out, "\nhost shim tables refused:\n");
     for (const std::string& e : s.host().errors()) absl::StrAppend(&out, "  ", e, "\n");
@@ -152,6 +181,8 @@ absl::Status ShowQp(CommandContext& ctx, const QpArgs& args) {
            {"HELD", Table::kRight},
            {"HOST-BACKLOG", Table::kRight},
            {"COMPLETED", Table::kRight},
+           {"ACKED", Table::kRight},
+           {"UNACKED", Table::kRight},
            {"IDLE-MS", Table::kRight}});
   for (const v1::Qp& q : r.qps()) {
     // No request in progress: nothing to size. In progress with an unknown size (a SEND before
@@ -160,7 +191,9 @@ absl::Status ShowQp(CommandContext& ctx, const QpArgs& args) {
     t.AddRow({Num(q.worker()), Num(q.qpn()), q.direction(), q.kind(), Num(q.level()), q.dst(),
               q.size_known() ? Num(q.size()) : unknown, q.in_progress() ? Num(q.sent()) : "-",
               q.size_known() ? Num(q.remaining()) : unknown, Num(q.backlog_bytes()),
-              Num(q.egress_held()), Num(q.host_backlog()), Num(q.completed()), Num(q.idle_ms())});
+              Num(q.egress_held()), Num(q.host_backlog()), Num(q.completed()),
+              q.has_acked_psn() ? Num(q.acked_psn()) : "-",
+              q.has_unacked() ? Num(q.unacked()) : "-", Num(q.idle_ms())});
   }
   ctx.out << t.Render();
   return absl::OkStatus();

@@ -341,7 +341,8 @@ absl::Status Daemon::Impl::Start() {
           .host_ports = host_ports,
           .backlog_source = cfg.storm.backlog_source,
           .control = storm_svc->control(),
-          .worker = w}));
+          .worker = w,
+          .fabric_guard = cfg.storm.fabric_guard}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
@@ -379,6 +380,21 @@ absl::Status Daemon::Impl::Start() {
     if (cfg.storm.enabled) {
       src.storm_levels = cfg.storm.levels.levels;
       src.storm_levels_now = [this] { return storm_svc->max_levels(); };
+      src.storm_join = [this] {
+        const pipeline::StormWorkerCounters w = storm_svc->control()->counters();
+        metrics::StormJoinCounters j;
+        j.joined_local = w.resp_joined_local;
+        j.joined_remote = w.resp_joined_remote;
+        j.no_pair = w.resp_no_pair;
+        j.no_entry = w.resp_no_entry;
+        j.ring_full = w.resp_ring_full;
+        j.malformed = w.resp_malformed;
+        j.acks_advanced = w.acks_advanced;
+        j.acks_old = w.acks_old;
+        j.acks_ahead = w.acks_ahead;
+        j.fabric_guarded = w.fabric_guarded;
+        return j;
+      };
     }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());

@@ -139,6 +139,8 @@ void StormService::HostTick() {
     std::lock_guard<std::mutex> l(host_mu_);
     host_tables_ = r.tables;
     host_qps_ = r.qps;
+    host_pairs_ = r.index->pairs();
+    host_ambiguous_pairs_ = r.index->ambiguous_pairs();
     host_errors_ = r.errors;
   }
   control_->PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIndex>(std::move(r.index)));
@@ -192,10 +194,22 @@ api::StormView StormService::View(const pipeline::StatsSnapshot& snap) const {
   v.bogus_length = c.bogus_length;
   v.overrun = c.overrun;
   v.host_backlog_hits = c.host_backlog_hits;
+  v.resp_joined_local = c.resp_joined_local;
+  v.resp_joined_remote = c.resp_joined_remote;
+  v.resp_no_pair = c.resp_no_pair;
+  v.resp_no_entry = c.resp_no_entry;
+  v.resp_ring_full = c.resp_ring_full;
+  v.resp_malformed = c.resp_malformed;
+  v.acks_advanced = c.acks_advanced;
+  v.acks_old = c.acks_old;
+  v.acks_ahead = c.acks_ahead;
+  v.fabric_guarded = c.fabric_guarded;
   {
     std::lock_guard<std::mutex> g(host_mu_);
     v.host_tables = host_tables_;
     v.host_qps = host_qps_;
+    v.host_pairs = host_pairs_;
+    v.host_ambiguous_pairs = host_ambiguous_pairs_;
     v.host_errors = host_errors_;
   }
   return v;
@@ -242,6 +256,11 @@ absl::StatusOr<std::vector<api::QpView>> StormService::ListQps(uint32_t top,
     q.host_backlog = r.host_backlog;
     q.completed = r.completed;
     q.idle_ms = r.idle_ms;
+    if (r.acked_psn != storm::kNoPsn && r.unacked != storm::kNoPsn) {
+      q.acked = true;
+      q.acked_psn = r.acked_psn;
+      q.unacked = r.unacked;
+    }
     out.push_back(std::move(q));
   }
   return out;

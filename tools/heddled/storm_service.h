@@ -67,7 +67,7 @@ class StormService {
   std::unique_ptr<verbs::HostBacklogReader> host_reader_;  // storm thread only (keeps maps open)
 
   mutable std::mutex host_mu_;
-  uint64_t host_tables_ = 0, host_qps_ = 0;
+  uint64_t host_tables_ = 0, host_qps_ = 0, host_pairs_ = 0, host_ambiguous_pairs_ = 0;
   std::vector<std::string> host_errors_;
 
   std::mutex apply_mu_;  // one `set storm` at a time (read-modify-publish)

@@ -1,11 +1,18 @@
-// StormService::Apply against concurrent auto cutoffs, and the storm config keys it relies on.
+// StormService::Apply against concurrent auto cutoffs, the storm config keys it relies on, and the
+// host shim's pairs as `show storm` reports them.
 #include "tools/heddled/storm_service.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "control/config/config.h"
 #include "dataplane/pipeline/storm_control.h"
+#include "drivers/verbs/host_backlog.h"
+#include "drivers/verbs/shim/backlog_table.h"
 #include "gtest/gtest.h"
 
 namespace heddle::heddled {
@@ -85,5 +92,40 @@ TEST(StormServiceApply, EightLevelsWithAutoCutoffsBeforeAnyTraffic) {
   absl::Status s = svc.Apply(u, nullptr);
   EXPECT_TRUE(s.ok()) << s;
 }
+// The storm thread's HostTick publishes the index with its (peer, local QPN) pairs, and `show
+// storm` counts them, ambiguous ones apart.
+TEST(StormServiceHost, HostTickPublishesPairsAndShowStormCountsThem) {
+  char tmpl[] = "/tmp/heddle-storm-service-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto w =
+        verbs::shim::BacklogWriter::Create(verbs::shim::BacklogWriter::PathFor(dir, getpid()), 64);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const std::array<uint8_t, 16> peer = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+    ASSERT_TRUE((*w)->RecordPeer(0x10, {.dest_qpn = 0x500, .dgid = peer}));
+    ASSERT_TRUE((*w)->RecordPeer(0x11, {.dest_qpn = 0x501, .dgid = peer}));
+    // The same local QPN on a second device context, to another QP of the same peer: ambiguous.
+    ASSERT_TRUE(
+        (*w)->RecordPeer(verbs::shim::MakeQpId(1, 0x11), {.dest_qpn = 0x502, .dgid = peer}));
+    config::StormConfig cfg;
+    cfg.enabled = true;
+    cfg.backlog_source = storm::BacklogSource::kHostShim;
+    cfg.host_backlog_dir = dir;
+    StormService svc(cfg, 1);
+    svc.HostTick();
+    const verbs::HostBacklogIndex* index = svc.control()->host_backlog();
+    ASSERT_NE(index, nullptr);
+    EXPECT_EQ(index->PairedDestQpn(peer, 0x10), 0x500u);
+    EXPECT_EQ(index->PairedDestQpn(peer, 0x11), verbs::HostBacklogIndex::kNoPair);
+    const api::StormView v = svc.View(pipeline::StatsSnapshot{});
+    EXPECT_EQ(v.host_qps, 3u);
+    EXPECT_EQ(v.host_pairs, 2u);
+    EXPECT_EQ(v.host_ambiguous_pairs, 1u);
+    EXPECT_EQ(v.resp_joined_local, 0u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace heddle::heddled

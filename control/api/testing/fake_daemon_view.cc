@@ -126,6 +126,18 @@ FakeDaemonView::FakeDaemonView() {
   storm.host_tables = 2;
   storm.host_qps = 48;
   storm.host_backlog_hits = 777;
+  storm.host_pairs = 46;
+  storm.host_ambiguous_pairs = 1;
+  storm.resp_joined_local = 900;
+  storm.resp_joined_remote = 300;
+  storm.resp_no_pair = 12;
+  storm.resp_no_entry = 5;
+  storm.resp_ring_full = 0;
+  storm.resp_malformed = 1;
+  storm.acks_advanced = 1100;
+  storm.acks_old = 95;
+  storm.acks_ahead = 5;
+  storm.fabric_guarded = 42;
 
   QpView a;
   a.worker = 0;
@@ -144,6 +156,9 @@ FakeDaemonView::FakeDaemonView() {
   a.host_backlog = 0;
   a.completed = 31;
   a.idle_ms = 3;
+  a.acked = true;
+  a.acked_psn = 1000;
+  a.unacked = 4;
   QpView b;
   b.worker = 1;
   b.qpn = 0x2a;
