@@ -222,14 +222,18 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     table_.Prefetch(hash_[n_roce]);
     idx[n_roce++] = i;
   }
+  // A run of one QP's packets (a NIC sends a message's packets back to back) is probed once.
   uint32_t hint[kMaxBurst];
-  for (uint16_t j = 0; j < n_roce; ++j) hint[j] = table_.Probe(hash_[j]);
+  for (uint16_t j = 0; j < n_roce; ++j) {
+    hint[j] = j > 0 && hash_[j] == hash_[j - 1] ? hint[j - 1] : table_.Probe(hash_[j]);
+  }
 
   // The headers are in the first segment (the parser read them there), so the rewrite touches
   // only that one. Per-level packets and bytes are summed here and added once per burst.
   uint32_t level_packets[storm::kMaxLevels] = {};
   uint64_t level_bytes[storm::kMaxLevels] = {};
   const uint8_t default_level = storm::DefaultLevel(L, o_.mtu);
+  storm::QpEntry* prev_entry = nullptr;  // the entry of the previous RoCE packet (j - 1)
   for (uint16_t j = 0; j < n_roce; ++j) {
     const uint16_t i = idx[j];
     const pkt::PacketDesc& d = b.desc[i];
@@ -239,11 +243,21 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       // Congestion notifications are not PSN-ordered: never capped behind the QP's data, so the
       // sender's rate control hears of congestion at once.
       level = L.control_level;
+      prev_entry = nullptr;
     } else {
       const uint32_t qpn_dir =
           (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
       storm::InsertResult ir;
-      storm::QpEntry* e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
+      storm::QpEntry* e;
+      if (prev_entry != nullptr && hash_[j] == hash_[j - 1] && prev_entry->qpn_dir == qpn_dir) {
+        // The previous packet's QP: its entry holds that packet (egress_queued > 0), so nothing
+        // evicted it since, and its last_seen is now_ms already.
+        e = prev_entry;
+        ir = storm::InsertResult::kFound;
+      } else {
+        e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
+      }
+      prev_entry = e;
       if (e != nullptr) [[likely]] {
         if (ir != storm::InsertResult::kFound) [[unlikely]] {
           uint32_t ip4 = 0;

@@ -148,6 +148,36 @@ TEST_F(StormStageTest, HeldPacketsCapTheLevelOfTheirQpsLaterRequests) {
   EXPECT_EQ(Run({Frame(pkt::op::kSendOnly, 7, 5, 0, 64)}), std::vector<int>{3});
 }
 
+TEST_F(StormStageTest, RunsOfOneQpShareALookupButNeverAnotherQpsEntry) {
+  Make(storm::Mode::kPerMessage, storm::BacklogSource::kNone);
+  // QP 7 to 10.0.0.2: a 3-packet WRITE back to back (one lookup for the run); then a CNP whose key
+  // is QP 7 to 10.0.0.3, then a SEND on that key: the SEND must get its own entry, not the entry
+  // of the packet before the CNP (same QPN, another destination).
+  std::vector<std::vector<uint8_t>> burst;
+  burst.push_back(Frame(pkt::op::kWriteFirst, 7, 1, 3 * 1024, 1024));
+  burst.push_back(Frame(pkt::op::kWriteMiddle, 7, 2, 0, 1024));
+  burst.push_back(Frame(pkt::op::kWriteLast, 7, 3, 0, 1024));
+  burst.push_back(Frame(pkt::op::kCnp, 7, 0, 0, 0, 3));
+  burst.push_back(Frame(pkt::op::kSendOnly, 7, 40, 0, 64, 3));
+  burst.push_back(Frame(pkt::op::kSendOnly, 7, 41, 0, 64, 3));
+  EXPECT_EQ(Run(burst), (std::vector<int>{3, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(stage_->table().size(), 2u);
+  EXPECT_EQ(stage_->tracker().counters().requests_completed, 3u);
+  EXPECT_EQ(stage_->tracker().counters().psn_jumps, 0u);
+  storm::QpKey k2 = storm::KeyFromPacket(burst[0].data(), b_.desc[0], storm::Direction::kRequest);
+  storm::QpKey k3 = storm::KeyFromPacket(burst[4].data(), b_.desc[4], storm::Direction::kRequest);
+  const storm::QpEntry* e2 = stage_->table().Find(k2);
+  const storm::QpEntry* e3 = stage_->table().Find(k3);
+  ASSERT_NE(e2, nullptr);
+  ASSERT_NE(e3, nullptr);
+  EXPECT_EQ(e2->completed, 1u);
+  EXPECT_EQ(e2->next_psn, 4u);
+  EXPECT_EQ(e2->egress_queued, 3u);  // the CNP is not the QP's
+  EXPECT_EQ(e3->completed, 2u);
+  EXPECT_EQ(e3->next_psn, 42u);
+  EXPECT_EQ(e3->egress_queued, 2u);
+}
+
 TEST_F(StormStageTest, PerPacketModeIsNotCapped) {
   Make(storm::Mode::kPerPacket, storm::BacklogSource::kNone);
   Run({Frame(pkt::op::kWriteFirst, 7, 1, 2u << 20, 1024)});

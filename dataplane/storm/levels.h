@@ -168,6 +168,16 @@ inline uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::Packet
   const bool reuse = track.outcome == TrackOutcome::kDuplicate ||
                      (track.outcome == TrackOutcome::kContinue && c.mode == Mode::kPerMessage);
   if (reuse && (entry->flags & kEntryLevelValid)) return std::min(entry->level, ceiling);
+  if (backlog == 0 || c.beta == 0) {
+    // No backlog boost: R against the cutoffs, as ComputeLevel() does it, inline.
+    const uint64_t r = RemainingBytes(*entry, track.sent_before, c.unknown_floor);
+    int above = 0;
+    while (above < top && r > c.cutoffs[above]) ++above;
+    const uint8_t level = std::min(static_cast<uint8_t>(top - above), ceiling);
+    entry->level = level;
+    entry->flags |= kEntryLevelValid;
+    return level;
+  }
   return ComputeLevelCapped(c, entry, track, backlog, mtu, ceiling);
 }
 

@@ -19,7 +19,8 @@
 namespace heddle::storm {
 
 // Sets the DSCP (low 6 bits of `dscp`) of an IPv4 or IPv6 frame; no-op for other frames.
-void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp);
+// Inline: it runs for every tagged packet.
+inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp);
 
 // Sets the PCP (0..7) of the outermost VLAN tag; false (frame untouched) if the frame has no VLAN
 // tag or pcp is outside 0..7 (-1 means "keep").
@@ -34,6 +35,29 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   sum = (sum & 0xffff) + (sum >> 16);
   sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
+}
+
+inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp) {
+  dscp &= 0x3f;
+  uint8_t* ip = frame + desc.l3_off;
+  if (desc.l3 == pkt::L3::kIpv4) {
+    const uint8_t old_tos = ip[1];
+    const uint8_t new_tos = static_cast<uint8_t>(dscp << 2 | (old_tos & 0x3));
+    if (new_tos == old_tos) return;
+    // The TOS is the low byte of the header's first 16-bit word (version/IHL, TOS).
+    const uint16_t old_word = static_cast<uint16_t>(ip[0] << 8 | old_tos);
+    const uint16_t new_word = static_cast<uint16_t>(ip[0] << 8 | new_tos);
+    const uint16_t checksum = static_cast<uint16_t>(ip[10] << 8 | ip[11]);
+    const uint16_t updated = ChecksumUpdate16(checksum, old_word, new_word);
+    ip[1] = new_tos;
+    ip[10] = static_cast<uint8_t>(updated >> 8);
+    ip[11] = static_cast<uint8_t>(updated);
+  } else if (desc.l3 == pkt::L3::kIpv6) {
+    // Version (4) | traffic class (8) | flow label (20): DSCP is the class's top 6 bits, i.e. the
+    // low nibble of byte 0 and the top 2 bits of byte 1; ECN is bits 5-4 of byte 1.
+    ip[0] = static_cast<uint8_t>((ip[0] & 0xf0) | dscp >> 2);
+    ip[1] = static_cast<uint8_t>((ip[1] & 0x3f) | (dscp & 0x3) << 6);
+  }
 }
 
 }  // namespace heddle::storm
