@@ -234,6 +234,8 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   uint64_t level_bytes[storm::kMaxLevels] = {};
   const uint8_t default_level = storm::DefaultLevel(L, o_.mtu);
   storm::QpEntry* prev_entry = nullptr;  // the entry of the previous RoCE packet (j - 1)
+  // The fabric guard needs the response join, which needs the host index (§6.5).
+  const bool fabric_guard = per_message && host != nullptr && o_.fabric_guard;
   for (uint16_t j = 0; j < n_roce; ++j) {
     const uint16_t i = idx[j];
     const pkt::PacketDesc& d = b.desc[i];
@@ -290,7 +292,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         // excepted).
         uint8_t ceiling =
             per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
-        ceiling = std::min(ceiling, FabricCeiling(*e, t, per_message && host != nullptr));  // §6.5
+        if (fabric_guard) ceiling = std::min(ceiling, FabricCeiling(*e, t, true));  // §6.5
         level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
         ++e->egress_queued;
         e->held_level = level;

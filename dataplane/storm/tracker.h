@@ -193,6 +193,42 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
     e.next_psn = PsnAdd(psn, 1);
     return r;
   }
+  // A whole request in one packet (SEND or WRITE only, READ request, atomic), in order, with
+  // nothing in progress: the common case of small messages. Same accounting as below.
+  if (first && last && !(flags & kEntryInProgress) &&
+      (!(flags & kEntryPsnValid) || psn == e.next_psn)) {
+    const bool reth = (kind == RequestKind::kWrite || kind == RequestKind::kRead) &&
+                      (desc.flags & pkt::kFlagReth);
+    const uint32_t data = kind == RequestKind::kRead ? 0 : DataBytes(desc);
+    uint8_t f = kEntryPsnValid | kEntryEndPsnValid;
+    size = 0;
+    if (reth) {
+      size = desc.dma_length;
+      if (size > kMaxMessageBytes) [[unlikely]] ++counters_.bogus_length;
+      if (data > size) [[unlikely]] ++counters_.overrun;
+    } else if (kind == RequestKind::kAtomic) {
+      size = 8;
+    } else if (kind == RequestKind::kSend) {
+      size = data;
+    }
+    if (reth || kind == RequestKind::kAtomic || kind == RequestKind::kSend) {
+      f |= kEntrySizeKnown;
+      r.size_sample = size;
+    }
+    e.kind = static_cast<uint8_t>(kind);
+    e.flags = f;
+    e.size = size;
+    e.sent = data;
+    e.first_psn = psn;
+    e.end_psn = psn;
+    e.next_psn = PsnAdd(psn, 1);
+    ++e.completed;
+    ++counters_.requests_started;
+    ++counters_.requests_completed;
+    r.outcome = TrackOutcome::kStart;
+    r.completed = true;
+    return r;
+  }
 
   if (flags & kEntryPsnValid) {
     const uint32_t next = e.next_psn;

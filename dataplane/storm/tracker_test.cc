@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -361,6 +363,168 @@ TEST_F(TrackerTest, AnAckedPsnBeyondWhatTheQpSentIsReplaced) {
   EXPECT_EQ(tracker_.ApplyAck(e_, 1000), AckOutcome::kAdvanced);
   EXPECT_EQ(LoadAckedPsn(e_), 1000u);
   EXPECT_EQ(tracker_.ApplyAck(e_, 999), AckOutcome::kOld);
+}
+
+// The tracker as first written, one general path for every packet: the reference the inline fast
+// paths (in-order middle packets, whole requests in one packet) must match field for field.
+class ReferenceTracker {
+ public:
+  explicit ReferenceTracker(uint32_t mtu) : mtu_(mtu) {}
+  TrackerCounters counters;
+
+  TrackResult OnRequestPacket(QpEntry& e, const pkt::PacketDesc& desc) {
+    TrackResult r;
+    RequestKind kind = RequestKind::kNone;
+    switch (desc.roce_class) {
+      case pkt::RoceClass::kWrite: kind = RequestKind::kWrite; break;
+      case pkt::RoceClass::kReadRequest: kind = RequestKind::kRead; break;
+      case pkt::RoceClass::kSend: kind = RequestKind::kSend; break;
+      case pkt::RoceClass::kAtomic: kind = RequestKind::kAtomic; break;
+      default: return r;
+    }
+    const uint32_t psn = desc.psn & kPsnMask;
+    if ((e.flags & kEntryPsnValid) && !PsnAfter(psn, (e.next_psn - 1) & kPsnMask)) {
+      ++counters.duplicates;
+      r.outcome = TrackOutcome::kDuplicate;
+      r.sent_before = e.sent;
+      return r;
+    }
+    if ((e.flags & kEntryPsnValid) && psn != e.next_psn) ++counters.psn_jumps;
+    const bool first = desc.flags & pkt::kFlagFirst;
+    const bool in_progress = e.flags & kEntryInProgress;
+    if (first) {
+      if (in_progress) ++counters.abandoned;
+      Start(e, desc, kind, &r);
+      ++counters.requests_started;
+      r.outcome = TrackOutcome::kStart;
+    } else if (!in_progress || static_cast<RequestKind>(e.kind) != kind) {
+      if (in_progress) ++counters.abandoned;
+      Start(e, desc, kind, &r);
+      e.flags &= static_cast<uint8_t>(~(kEntrySizeKnown | kEntryEndPsnValid));
+      e.size = 0;
+      r.size_sample = 0;
+      ++counters.orphans;
+      r.outcome = TrackOutcome::kOrphan;
+    } else {
+      r.outcome = TrackOutcome::kContinue;
+    }
+    r.sent_before = e.sent;
+    if (kind != RequestKind::kRead) {
+      const uint32_t sum = e.sent + DataBytes(desc);
+      e.sent = sum < e.sent ? UINT32_MAX : sum;
+    }
+    if ((e.flags & kEntrySizeKnown) && kind != RequestKind::kAtomic && e.sent > e.size &&
+        r.sent_before <= e.size) {
+      ++counters.overrun;
+    }
+    e.next_psn = PsnAdd(psn, 1);
+    e.flags |= kEntryPsnValid;
+    const bool last =
+        kind == RequestKind::kRead || kind == RequestKind::kAtomic || (desc.flags & pkt::kFlagLast);
+    if (last) {
+      if (kind == RequestKind::kSend && !(e.flags & kEntrySizeKnown)) {
+        e.size = e.sent;
+        e.flags |= kEntrySizeKnown;
+        if (r.outcome != TrackOutcome::kOrphan) r.size_sample = e.sent;
+      }
+      e.end_psn = psn;
+      e.flags |= kEntryEndPsnValid;
+      e.flags &= static_cast<uint8_t>(~kEntryInProgress);
+      ++e.completed;
+      ++counters.requests_completed;
+      r.completed = true;
+    }
+    return r;
+  }
+
+ private:
+  void Start(QpEntry& e, const pkt::PacketDesc& desc, RequestKind kind, TrackResult* r) {
+    const uint32_t psn = desc.psn & kPsnMask;
+    e.kind = static_cast<uint8_t>(kind);
+    e.flags = static_cast<uint8_t>((e.flags & kEntryPsnValid) | kEntryInProgress);
+    e.size = 0;
+    e.sent = 0;
+    e.first_psn = psn;
+    e.end_psn = psn;
+    if ((kind == RequestKind::kWrite || kind == RequestKind::kRead) &&
+        (desc.flags & pkt::kFlagReth)) {
+      e.size = desc.dma_length;
+      e.flags |= kEntrySizeKnown;
+      if (desc.dma_length > kMaxMessageBytes) ++counters.bogus_length;
+      r->size_sample = desc.dma_length;
+    } else if (kind == RequestKind::kAtomic) {
+      e.size = 8;
+      e.flags |= kEntrySizeKnown;
+      r->size_sample = 8;
+    }
+    if (kind == RequestKind::kWrite && (e.flags & kEntrySizeKnown)) {
+      const uint64_t packets = std::max<uint64_t>(1, (uint64_t{e.size} + mtu_ - 1) / mtu_);
+      if (packets < (1u << 23)) {
+        e.end_psn = PsnAdd(psn, static_cast<uint32_t>(packets - 1));
+        e.flags |= kEntryEndPsnValid;
+      }
+    } else if (kind == RequestKind::kAtomic || kind == RequestKind::kRead ||
+               (desc.flags & pkt::kFlagLast)) {
+      e.flags |= kEntryEndPsnValid;
+    }
+  }
+  uint32_t mtu_;
+};
+
+TEST(TrackerEquivalenceTest, FastPathsMatchTheGeneralPathFieldForField) {
+  // Random request streams — mostly in order, with duplicates, jumps, lost firsts/lasts, kind
+  // changes, PSN wrap, bogus and missing RETHs, padding — through the tracker and the reference.
+  std::mt19937 rng(20261202);
+  constexpr pkt::RoceClass kClasses[] = {pkt::RoceClass::kWrite, pkt::RoceClass::kSend,
+                                         pkt::RoceClass::kReadRequest, pkt::RoceClass::kAtomic,
+                                         pkt::RoceClass::kAck};
+  size_t fast_like = 0;
+  for (int stream = 0; stream < 2000; ++stream) {
+    RequestTracker tracker({.mtu = 1024});
+    ReferenceTracker ref(1024);
+    QpEntry a{}, b{};
+    a.acked_psn = b.acked_psn = kNoPsn;
+    uint32_t psn = rng() % 16 == 0 ? kPsnMask - 20 : rng() & kPsnMask;
+    for (int i = 0; i < 60; ++i) {
+      pkt::PacketDesc d{};
+      d.flags = pkt::kFlagRoce;
+      const uint32_t shape = rng() % 16;
+      d.roce_class = shape < 12 ? (shape < 6 ? pkt::RoceClass::kWrite : pkt::RoceClass::kSend)
+                                : kClasses[rng() % 5];
+      const uint32_t pos = rng() % 4;  // only, first, middle, last
+      if (pos == 0 || pos == 1) d.flags |= pkt::kFlagFirst;
+      if (pos == 0 || pos == 3) d.flags |= pkt::kFlagLast;
+      if ((d.flags & pkt::kFlagFirst) && rng() % 8 != 0) {
+        d.flags |= pkt::kFlagReth;
+        d.dma_length = rng() % 32 == 0 ? 0xfffffff0u : rng() % 20000;
+      }
+      d.payload_len = static_cast<uint16_t>(rng() % 1100);
+      d.pad_count = rng() % 4;
+      const uint32_t step = rng() % 20;
+      psn = step < 15 ? psn : step < 18 ? psn - rng() % 4 : psn + 1 + rng() % 5;
+      d.psn = psn & kPsnMask;
+      psn = (psn + 1) & kPsnMask;
+      fast_like += (a.flags & kEntryPsnValid) && d.psn == a.next_psn;
+      const TrackResult ra = tracker.OnRequestPacket(a, d);
+      const TrackResult rb = ref.OnRequestPacket(b, d);
+      ASSERT_EQ(ra.outcome, rb.outcome) << stream << "/" << i;
+      ASSERT_EQ(ra.completed, rb.completed) << stream << "/" << i;
+      ASSERT_EQ(ra.sent_before, rb.sent_before) << stream << "/" << i;
+      ASSERT_EQ(ra.size_sample, rb.size_sample) << stream << "/" << i;
+      ASSERT_EQ(std::memcmp(&a, &b, sizeof(QpEntry)), 0) << stream << "/" << i;
+    }
+    const TrackerCounters& ca = tracker.counters();
+    const TrackerCounters& cb = ref.counters;
+    ASSERT_EQ(ca.requests_started, cb.requests_started);
+    ASSERT_EQ(ca.requests_completed, cb.requests_completed);
+    ASSERT_EQ(ca.orphans, cb.orphans);
+    ASSERT_EQ(ca.abandoned, cb.abandoned);
+    ASSERT_EQ(ca.duplicates, cb.duplicates);
+    ASSERT_EQ(ca.psn_jumps, cb.psn_jumps);
+    ASSERT_EQ(ca.bogus_length, cb.bogus_length);
+    ASSERT_EQ(ca.overrun, cb.overrun);
+  }
+  EXPECT_GT(fast_like, 30000u);  // most packets were in order: the fast paths ran
 }
 
 TEST(TrackerConcurrencyTest, RequestAndResponseWorkersWriteDisjointFields) {
