@@ -341,7 +341,9 @@ absl::Status Daemon::Impl::Start() {
           .backlog_source = cfg.storm.backlog_source,
           .control = storm_svc->control(),
           .worker = w,
-          .fabric_guard = cfg.storm.fabric_guard}));
+          .fabric_guard = cfg.storm.fabric_guard,
+          .read_streams = cfg.storm.read_stream_capacity,
+          .response_window_ms = cfg.storm.response_window_ms}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
