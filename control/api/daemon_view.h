@@ -120,11 +120,20 @@ struct StormView {
            psn_jumps = 0, bogus_length = 0, overrun = 0;
   uint64_t host_tables = 0, host_qps = 0, host_backlog_hits = 0;
   uint64_t host_pairs = 0, host_ambiguous_pairs = 0;  // (peer, local QPN) keys; of which unpaired
-  std::vector<std::string> host_errors;  // one line per shim table refused
+  std::vector<std::string> host_errors;               // one line per shim table refused
   // Response join and fabric guard (docs/storm.md §6.1, §6.5), summed over workers.
   uint64_t resp_joined_local = 0, resp_joined_remote = 0, resp_no_pair = 0, resp_no_entry = 0,
            resp_ring_full = 0, resp_malformed = 0;
   uint64_t acks_advanced = 0, acks_old = 0, acks_ahead = 0, fabric_guarded = 0;
+  // READ responses the host sends as responder (docs/storm.md §6.6), summed over workers: the
+  // streams, the side table, the response window and the READ join
+  // (pipeline::StormWorkerCounters has the meanings).
+  uint64_t read_sized = 0, read_unknown = 0, read_orphans = 0, read_late = 0, read_duplicates = 0,
+           read_psn_jumps = 0, read_abandoned = 0, read_overrun = 0, read_malformed = 0;
+  uint64_t read_live = 0, read_capacity = 0, read_table_full = 0, read_evicted = 0,
+           response_guarded = 0;
+  uint64_t rreq_local = 0, rreq_remote = 0, rreq_no_pair = 0, rreq_no_entry = 0, rreq_ring_full = 0,
+           rreq_malformed = 0, rreq_pending_full = 0, rreq_stale = 0, rreq_too_late = 0;
 };
 
 // One tracked QP (an entry of a worker's QpTable, docs/storm.md §2).

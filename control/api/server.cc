@@ -151,6 +151,30 @@ void ToProto(const StormView& in, v1::Storm* out) {
   join->set_acks_old(in.acks_old);
   join->set_acks_ahead(in.acks_ahead);
   join->set_fabric_guarded(in.fabric_guarded);
+  v1::StormReadResponses* rr = out->mutable_read_responses();
+  rr->set_sized(in.read_sized);
+  rr->set_unknown(in.read_unknown);
+  rr->set_orphans(in.read_orphans);
+  rr->set_late(in.read_late);
+  rr->set_duplicates(in.read_duplicates);
+  rr->set_psn_jumps(in.read_psn_jumps);
+  rr->set_abandoned(in.read_abandoned);
+  rr->set_overrun(in.read_overrun);
+  rr->set_malformed(in.read_malformed);
+  rr->set_live(in.read_live);
+  rr->set_capacity(in.read_capacity);
+  rr->set_table_full(in.read_table_full);
+  rr->set_evicted(in.read_evicted);
+  rr->set_window_guarded(in.response_guarded);
+  rr->set_requests_local(in.rreq_local);
+  rr->set_requests_remote(in.rreq_remote);
+  rr->set_requests_no_pair(in.rreq_no_pair);
+  rr->set_requests_no_entry(in.rreq_no_entry);
+  rr->set_requests_ring_full(in.rreq_ring_full);
+  rr->set_requests_malformed(in.rreq_malformed);
+  rr->set_requests_pending_full(in.rreq_pending_full);
+  rr->set_requests_stale(in.rreq_stale);
+  rr->set_requests_too_late(in.rreq_too_late);
 }
 
 void ToProto(const QpView& in, v1::Qp* out) {

@@ -413,6 +413,30 @@ TEST_F(ApiServerTest, GetStormMapsEveryField) {
   EXPECT_EQ(s.join().acks_old(), 95u);
   EXPECT_EQ(s.join().acks_ahead(), 5u);
   EXPECT_EQ(s.join().fabric_guarded(), 42u);
+  const v1::StormReadResponses& rr = s.read_responses();
+  EXPECT_EQ(rr.sized(), 60u);
+  EXPECT_EQ(rr.unknown(), 7u);
+  EXPECT_EQ(rr.orphans(), 2u);
+  EXPECT_EQ(rr.late(), 3u);
+  EXPECT_EQ(rr.duplicates(), 11u);
+  EXPECT_EQ(rr.psn_jumps(), 4u);
+  EXPECT_EQ(rr.abandoned(), 1u);
+  EXPECT_EQ(rr.overrun(), 0u);
+  EXPECT_EQ(rr.malformed(), 5u);
+  EXPECT_EQ(rr.live(), 9u);
+  EXPECT_EQ(rr.capacity(), 32768u);
+  EXPECT_EQ(rr.table_full(), 6u);
+  EXPECT_EQ(rr.evicted(), 8u);
+  EXPECT_EQ(rr.window_guarded(), 13u);
+  EXPECT_EQ(rr.requests_local(), 40u);
+  EXPECT_EQ(rr.requests_remote(), 23u);
+  EXPECT_EQ(rr.requests_no_pair(), 2u);
+  EXPECT_EQ(rr.requests_no_entry(), 21u);
+  EXPECT_EQ(rr.requests_ring_full(), 0u);
+  EXPECT_EQ(rr.requests_malformed(), 1u);
+  EXPECT_EQ(rr.requests_pending_full(), 14u);
+  EXPECT_EQ(rr.requests_stale(), 15u);
+  EXPECT_EQ(rr.requests_too_late(), 16u);
   EXPECT_THAT(s.host().errors(),
               ElementsAre("/dev/shm/heddle-verbs-77: layout version 9, expected 1"));
 }

@@ -66,13 +66,32 @@ constexpr absl::string_view kPortKeys[] = {"name",    "role",        "pci",     
                                            "devargs", "rx_queues",   "rx_desc", "tx_desc",
                                            "mtu",     "promiscuous", "peer"};
 constexpr absl::string_view kDataplaneKeys[] = {"burst_size", "verify_icrc"};
-constexpr absl::string_view kStormKeys[] = {
-    "enabled",     "levels",      "cutoffs",    "mode",           "dscp",          "pcp",
-    "control_level", "beta",      "backlog_max", "qp_capacity",   "qp_idle_ms",    "mtu",
-    "auto_interval_ms", "auto_keep", "backlog_source", "host_backlog_dir", "host_poll_ms",
-    "queue_packets", "qps_per_host", "fabric_guard"};
+constexpr absl::string_view kStormKeys[] = {"enabled",
+                                            "levels",
+                                            "cutoffs",
+                                            "mode",
+                                            "dscp",
+                                            "pcp",
+                                            "control_level",
+                                            "beta",
+                                            "backlog_max",
+                                            "qp_capacity",
+                                            "qp_idle_ms",
+                                            "mtu",
+                                            "auto_interval_ms",
+                                            "auto_keep",
+                                            "backlog_source",
+                                            "host_backlog_dir",
+                                            "host_poll_ms",
+                                            "queue_packets",
+                                            "qps_per_host",
+                                            "fabric_guard",
+                                            "read_stream_capacity",
+                                            "response_window_ms"};
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
+constexpr uint32_t kMinReadStreams = 64;
+constexpr uint32_t kMaxReadStreams = 4u << 20;
 constexpr uint32_t kMinStormMtu = 256;
 constexpr uint32_t kMaxStormMtu = 4096;
 constexpr absl::string_view kMetricsKeys[] = {"enabled", "listen"};
@@ -638,11 +657,19 @@ class Parser {
     if (auto v = Child(n, "host_backlog_dir")) {
       String(*v, "storm.host_backlog_dir", &s->host_backlog_dir);
     }
-    if (auto v = Child(n, "host_poll_ms")) Uint(*v, "storm.host_poll_ms", 1, 10'000, &s->host_poll_ms);
+    if (auto v = Child(n, "host_poll_ms"))
+      Uint(*v, "storm.host_poll_ms", 1, 10'000, &s->host_poll_ms);
     if (auto v = Child(n, "queue_packets")) {
       Uint(*v, "storm.queue_packets", 16, 65'536, &s->queue_packets);
     }
     if (auto v = Child(n, "fabric_guard")) Bool(*v, "storm.fabric_guard", &s->fabric_guard);
+    if (auto v = Child(n, "read_stream_capacity")) {
+      Uint(*v, "storm.read_stream_capacity", kMinReadStreams, kMaxReadStreams,
+           &s->read_stream_capacity);
+    }
+    if (auto v = Child(n, "response_window_ms")) {
+      Uint(*v, "storm.response_window_ms", 0, 1000, &s->response_window_ms);
+    }
   }
 
   void Lcores(const YAML::Node& n, Config* c) {
@@ -973,8 +1000,7 @@ absl::Status Validate(const Config& c) {
                        " are needed (sum over ports of rx_queues*rx_desc + workers*tx_desc, "
                        "+ workers*burst_size*2 + cache*(workers+1)",
                        c.storm.enabled ? " + workers*ports*storm.queue_packets" : "",
-                       "); set mbufs: ",
-                       SuggestedMbufs(need), " or shrink the rings"));
+                       "); set mbufs: ", SuggestedMbufs(need), " or shrink the rings"));
   }
 
   // storm: the level parameters are checked by the library, whose messages name storm.* keys.
@@ -989,9 +1015,20 @@ absl::Status Validate(const Config& c) {
                        kMinQpCapacity, "..", kMaxQpCapacity,
                        "; use e.g. 65536 (66 B per entry per worker), or auto"));
   }
+  if (c.storm.read_stream_capacity < kMinReadStreams ||
+      c.storm.read_stream_capacity > kMaxReadStreams ||
+      !power_of_two(c.storm.read_stream_capacity)) {
+    p.Add(absl::StrCat("storm.read_stream_capacity: ", c.storm.read_stream_capacity,
+                       " is not a power of two in ", kMinReadStreams, "..", kMaxReadStreams,
+                       "; use e.g. 16384 (128 B per entry per worker)"));
+  }
+  if (c.storm.response_window_ms > 1000) {
+    p.Add(absl::StrCat("storm.response_window_ms: ", c.storm.response_window_ms,
+                       " is not in 0..1000; use e.g. 2 (0 turns the response window off)"));
+  }
   if (c.storm.qps_per_host < kMinQpCapacity || c.storm.qps_per_host > kMaxQpCapacity) {
-    p.Add(absl::StrCat("storm.qps_per_host: ", c.storm.qps_per_host, " is not in ",
-                       kMinQpCapacity, "..", kMaxQpCapacity, "; use e.g. 1048576"));
+    p.Add(absl::StrCat("storm.qps_per_host: ", c.storm.qps_per_host, " is not in ", kMinQpCapacity,
+                       "..", kMaxQpCapacity, "; use e.g. 1048576"));
   }
   if (c.storm.qp_idle_ms == 0) {
     p.Add("storm.qp_idle_ms: 0; an entry must be idle a while before eviction, e.g. 10000");
@@ -1223,11 +1260,13 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "backlog_source" << YAML::Value
       << (c.storm.backlog_source == storm::BacklogSource::kNone       ? "none"
           : c.storm.backlog_source == storm::BacklogSource::kHostShim ? "host"
-                                                                        : "egress");
+                                                                      : "egress");
   out << YAML::Key << "host_backlog_dir" << YAML::Value << c.storm.host_backlog_dir;
   out << YAML::Key << "host_poll_ms" << YAML::Value << c.storm.host_poll_ms;
   out << YAML::Key << "queue_packets" << YAML::Value << c.storm.queue_packets;
   out << YAML::Key << "fabric_guard" << YAML::Value << c.storm.fabric_guard;
+  out << YAML::Key << "read_stream_capacity" << YAML::Value << c.storm.read_stream_capacity;
+  out << YAML::Key << "response_window_ms" << YAML::Value << c.storm.response_window_ms;
   out << YAML::EndMap;
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;

@@ -41,13 +41,13 @@ struct PortConfig {
 // library's own LevelConfig, validated by storm::ValidateLevelConfig().
 struct StormConfig {
   bool enabled = false;
-  storm::LevelConfig levels;     // levels, cutoffs, mode, dscp, pcp, control_level, beta, ...
+  storm::LevelConfig levels;  // levels, cutoffs, mode, dscp, pcp, control_level, beta, ...
   // QP table entries per worker; power of two, 1024..16M. 0 (`qp_capacity: auto`, the default):
   // sized so the workers together hold qps_per_host entries (QpCapacityPerWorker()).
   uint32_t qp_capacity = 0;
   uint32_t qps_per_host = 1u << 20;  // QP entries the auto capacity is sized for; 1024..16M
-  uint32_t qp_idle_ms = 10000;   // a QP idle this long may be evicted
-  uint32_t mtu = 4096;           // RoCE path MTU for PSN/backlog math; power of two, 256..4096
+  uint32_t qp_idle_ms = 10000;       // a QP idle this long may be evicted
+  uint32_t mtu = 4096;               // RoCE path MTU for PSN/backlog math; power of two, 256..4096
   // Cutoffs derived at run time from the observed request sizes (storm.cutoffs: auto); the static
   // `levels.cutoffs` are then only the starting point.
   bool auto_cutoffs = false;
@@ -60,6 +60,12 @@ struct StormConfig {
   // Per-message mode with the response join (backlog_source host): a request never takes a
   // higher level than its QP's packets still unacknowledged in the fabric (docs/storm.md §6.5).
   bool fabric_guard = true;
+  // READ responses the host sends as responder (docs/storm.md §6.6): entries of each worker's READ
+  // stream table (128 B each; power of two, 64..4M), and how long, in per-message mode with
+  // fabric_guard, a QP's later READ response streams and ACKs stay at or below the level of its
+  // last READ response (0..1000 ms; 0: not capped).
+  uint32_t read_stream_capacity = 16384;
+  uint32_t response_window_ms = 2;
   // Strict-priority egress: packets held per egress port per worker under backpressure, shared by
   // the levels (a full port drops the newest packet of its lowest level); 16..65536.
   uint32_t queue_packets = 512;

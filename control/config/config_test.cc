@@ -681,8 +681,8 @@ TEST(StormConfigTest, FullExample) {
 TEST(StormConfigTest, AutoQpCapacityHoldsQpsPerHostAcrossTheWorkers) {
   // 1 M QPs at <= 90 % load: 2 M entries on one worker, 1 M on each of two, 512 Ki on four.
   Config c = Minimal();
-  for (auto [workers, expect] : {std::pair{1, 1u << 21}, {2, 1u << 20}, {3, 1u << 19},
-                                 {4, 1u << 19}, {8, 1u << 18}}) {
+  for (auto [workers, expect] :
+       {std::pair{1, 1u << 21}, {2, 1u << 20}, {3, 1u << 19}, {4, 1u << 19}, {8, 1u << 18}}) {
     c.worker_lcores.clear();
     for (int w = 0; w < workers; ++w) c.worker_lcores.push_back(static_cast<unsigned>(w + 1));
     const uint32_t cap = QpCapacityPerWorker(c);
@@ -758,7 +758,8 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
                                         "storm: { enabled: true, cutoffs: auto, auto_interval_ms: "
                                         "250, auto_keep: 0.25, backlog_source: host, "
                                         "host_backlog_dir: /run/shm, host_poll_ms: 5, "
-                                        "queue_packets: 1024, fabric_guard: false }\n");
+                                        "queue_packets: 1024, fabric_guard: false, "
+                                        "read_stream_capacity: 1024, response_window_ms: 5 }\n");
   ASSERT_TRUE(c.ok()) << c.status();
   const StormConfig& s = c->storm;
   EXPECT_TRUE(s.auto_cutoffs);
@@ -770,12 +771,16 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
   EXPECT_EQ(s.host_poll_ms, 5u);
   EXPECT_EQ(s.queue_packets, 1024u);
   EXPECT_FALSE(s.fabric_guard);
+  EXPECT_EQ(s.read_stream_capacity, 1024u);
+  EXPECT_EQ(s.response_window_ms, 5u);
   // Defaults.
   Config d = Minimal();
   EXPECT_FALSE(d.storm.auto_cutoffs);
   EXPECT_EQ(d.storm.backlog_source, storm::BacklogSource::kEgressQueue);
   EXPECT_EQ(d.storm.queue_packets, 512u);
   EXPECT_TRUE(d.storm.fabric_guard);
+  EXPECT_EQ(d.storm.read_stream_capacity, 16384u);
+  EXPECT_EQ(d.storm.response_window_ms, 2u);
   EXPECT_THAT(ToYaml(d), HasSubstr("fabric_guard: true"));
   // Round trip keeps `auto` and the source.
   absl::StatusOr<Config> back = LoadString(ToYaml(*c));
@@ -795,6 +800,10 @@ TEST(StormConfigTest, AutoCutoffsBacklogSourceAndEgressQueue) {
   EXPECT_TRUE(HasError(bad("{ queue_packets: 8 }"), "storm.queue_packets", "16.."));
   EXPECT_TRUE(HasError(bad("{ host_poll_ms: 0 }"), "storm.host_poll_ms", "1.."));
   EXPECT_TRUE(HasError(bad("{ fabric_guard: maybe }"), "storm.fabric_guard", "true or false"));
+  EXPECT_TRUE(HasError(bad("{ read_stream_capacity: 1000 }"), "storm.read_stream_capacity",
+                       "power of two"));
+  EXPECT_TRUE(HasError(bad("{ read_stream_capacity: 32 }"), "storm.read_stream_capacity", "64.."));
+  EXPECT_TRUE(HasError(bad("{ response_window_ms: 5000 }"), "storm.response_window_ms", "0..1000"));
   EXPECT_TRUE(HasError(bad("{ fabric_gaurd: true }"), "storm.fabric_gaurd",
                        "did you mean \"fabric_guard\""));
 }

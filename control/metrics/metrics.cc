@@ -354,6 +354,66 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
       AddSample(guarded, {}, static_cast<double>(j.fabric_guarded));
       out.push_back(std::move(guarded));
     }
+
+    if (sources_.storm_reads) {
+      const StormReadCounters r = sources_.storm_reads();
+      MetricFamily streams = NewFamily(
+          "heddle_storm_read_streams_total",
+          "READ response streams the host sent as the responder, by how their size was known: "
+          "sized (a joined READ request), unknown (levelled like a SEND of unknown size), orphan "
+          "(picked up mid-way); late counts unknown ones sized by a READ joined after they "
+          "started.",
+          MetricType::Counter);
+      const std::pair<const char*, uint64_t> stream_results[] = {
+          {"sized", r.sized}, {"unknown", r.unknown}, {"orphan", r.orphans}, {"late", r.late}};
+      for (const auto& [name, v] : stream_results) {
+        AddSample(streams, {{"result", name}}, static_cast<double>(v));
+      }
+      out.push_back(std::move(streams));
+      MetricFamily odd = NewFamily(
+          "heddle_storm_read_responses_total",
+          "READ responses the host sent out of the ordinary: duplicate (old PSN), psn_jump, "
+          "abandoned (a stream's Last not seen), overrun (beyond the joined READ), malformed (no "
+          "AETH), table_full (the READ stream table refused the QP: default level).",
+          MetricType::Counter);
+      const std::pair<const char*, uint64_t> reasons[] = {
+          {"duplicate", r.duplicates}, {"psn_jump", r.psn_jumps},  {"abandoned", r.abandoned},
+          {"overrun", r.overrun},      {"malformed", r.malformed}, {"table_full", r.table_full}};
+      for (const auto& [name, v] : reasons) {
+        AddSample(odd, {{"reason", name}}, static_cast<double>(v));
+      }
+      out.push_back(std::move(odd));
+      MetricFamily window = NewFamily(
+          "heddle_storm_response_window_guarded_total",
+          "READ response streams and ACKs the host sent whose level the response window lowered "
+          "to its QP's last READ response's (storm.fabric_guard, per-message mode).",
+          MetricType::Counter);
+      AddSample(window, {}, static_cast<double>(r.window_guarded));
+      out.push_back(std::move(window));
+      if (r.join) {
+        MetricFamily joins = NewFamily(
+            "heddle_storm_read_joins_total",
+            "READ requests towards the host joined to the READ responses it will send "
+            "(storm.backlog_source host): local, remote (through another worker's ring), no_pair, "
+            "no_entry (drained by a worker not tracking the QP), ring_full, malformed (no RETH); "
+            "and of those queued: pending_full (dropped oldest), stale (never matched), too_late "
+            "(their stream was already sent).",
+            MetricType::Counter);
+        const std::pair<const char*, uint64_t> join_results[] = {{"local", r.local},
+                                                                 {"remote", r.remote},
+                                                                 {"no_pair", r.no_pair},
+                                                                 {"no_entry", r.no_entry},
+                                                                 {"ring_full", r.ring_full},
+                                                                 {"malformed", r.join_malformed},
+                                                                 {"pending_full", r.pending_full},
+                                                                 {"stale", r.stale},
+                                                                 {"too_late", r.too_late}};
+        for (const auto& [name, v] : join_results) {
+          AddSample(joins, {{"result", name}}, static_cast<double>(v));
+        }
+        out.push_back(std::move(joins));
+      }
+    }
   }
 
   MetricFamily build =

@@ -24,6 +24,9 @@
 //                                             (if storm_levels > 0; levels 0..storm_levels-1)
 //   heddle_storm_join_total{result}, heddle_storm_acks_total{result},
 //   heddle_storm_fabric_guarded_total         (if storm_levels > 0 and storm_join is set)
+//   heddle_storm_read_streams_total{result}, heddle_storm_read_responses_total{reason},
+//   heddle_storm_response_window_guarded_total (if storm_levels > 0 and storm_reads is set)
+//   heddle_storm_read_joins_total{result}     (also storm_reads().join: backlog source host)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once
 
@@ -65,6 +68,20 @@ struct StormJoinCounters {
   uint64_t fabric_guarded = 0;
 };
 
+// READ responses the host sends as responder (docs/storm.md §6.6), summed over workers.
+struct StormReadCounters {
+  // Streams by how their size was known; `late` counts unknown ones sized after they started.
+  uint64_t sized = 0, unknown = 0, orphans = 0, late = 0;
+  // Responses out of the ordinary: old PSN, jump, Last lost, beyond the READ, no AETH; and
+  // responses of QPs the READ stream table refused.
+  uint64_t duplicates = 0, psn_jumps = 0, abandoned = 0, overrun = 0, malformed = 0, table_full = 0;
+  uint64_t window_guarded = 0;  // streams and ACKs the response window lowered
+  // The READ join (backlog source host): exported only when `join` is set.
+  bool join = false;
+  uint64_t local = 0, remote = 0, no_pair = 0, no_entry = 0, ring_full = 0, join_malformed = 0,
+           pending_full = 0, stale = 0, too_late = 0;
+};
+
 // Where a scrape reads from. The callbacks run on the HTTP server's threads, one scrape at a time
 // (DataplaneCollectable serializes them), never on a worker lcore.
 struct MetricsSources {
@@ -80,6 +97,8 @@ struct MetricsSources {
   std::function<int()> storm_levels_now;
   // Optional: the response join's counters (the workers publish them once per housekeeping slice).
   std::function<StormJoinCounters()> storm_join;
+  // Optional: the READ responses the host sends as responder.
+  std::function<StormReadCounters()> storm_reads;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

@@ -207,6 +207,31 @@ class MetricsTest : public ::testing::Test {
       j.fabric_guarded = 7;
       return j;
     };
+    s.storm_reads = [] {
+      StormReadCounters r;
+      r.sized = 30;
+      r.unknown = 8;
+      r.orphans = 2;
+      r.late = 1;
+      r.duplicates = 9;
+      r.psn_jumps = 3;
+      r.abandoned = 4;
+      r.overrun = 5;
+      r.malformed = 6;
+      r.table_full = 11;
+      r.window_guarded = 12;
+      r.join = true;
+      r.local = 21;
+      r.remote = 22;
+      r.no_pair = 23;
+      r.no_entry = 24;
+      r.ring_full = 25;
+      r.join_malformed = 26;
+      r.pending_full = 27;
+      r.stale = 28;
+      r.too_late = 29;
+      return r;
+    };
     return s;
   }
 
@@ -329,7 +354,9 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       "heddle_storm_level_bytes_total", "heddle_storm_qp_table_full_total"};
   want.insert({"heddle_storm_egress_tx_packets_total", "heddle_storm_egress_drops_total",
                "heddle_storm_egress_queue_depth", "heddle_storm_join_total",
-               "heddle_storm_acks_total", "heddle_storm_fabric_guarded_total"});
+               "heddle_storm_acks_total", "heddle_storm_fabric_guarded_total",
+               "heddle_storm_read_streams_total", "heddle_storm_read_responses_total",
+               "heddle_storm_response_window_guarded_total", "heddle_storm_read_joins_total"});
   EXPECT_EQ(names, want);
 
   Exposition e = Parse(Serialize(c));
@@ -419,6 +446,48 @@ TEST_F(MetricsTest, StormJoinFamiliesByResult) {
   off.storm_levels = 0;
   DataplaneCollectable c_off(std::move(off));
   EXPECT_EQ(Parse(Serialize(c_off)).samples.count("heddle_storm_acks_total"), 0u);
+}
+
+TEST_F(MetricsTest, StormReadFamiliesByResultAndReason) {
+  DataplaneCollectable c(Sources());
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.Get("heddle_storm_read_streams_total", {{"result", "sized"}}), 30);
+  EXPECT_EQ(e.Get("heddle_storm_read_streams_total", {{"result", "unknown"}}), 8);
+  EXPECT_EQ(e.Get("heddle_storm_read_streams_total", {{"result", "orphan"}}), 2);
+  EXPECT_EQ(e.Get("heddle_storm_read_streams_total", {{"result", "late"}}), 1);
+  EXPECT_EQ(e.samples["heddle_storm_read_streams_total"].size(), 4u);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "duplicate"}}), 9);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "psn_jump"}}), 3);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "abandoned"}}), 4);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "overrun"}}), 5);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "malformed"}}), 6);
+  EXPECT_EQ(e.Get("heddle_storm_read_responses_total", {{"reason", "table_full"}}), 11);
+  EXPECT_EQ(e.Get("heddle_storm_response_window_guarded_total", {}), 12);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "local"}}), 21);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "remote"}}), 22);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "no_pair"}}), 23);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "no_entry"}}), 24);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "ring_full"}}), 25);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "malformed"}}), 26);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "pending_full"}}), 27);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "stale"}}), 28);
+  EXPECT_EQ(e.Get("heddle_storm_read_joins_total", {{"result", "too_late"}}), 29);
+  EXPECT_EQ(e.type["heddle_storm_read_joins_total"], "counter");
+  // Without the join (egress backlog source) the streams are still exported, the joins not.
+  MetricsSources no_join = Sources();
+  no_join.storm_reads = [] {
+    StormReadCounters r;
+    r.unknown = 5;
+    return r;
+  };
+  DataplaneCollectable c_no_join(std::move(no_join));
+  Exposition e_no_join = Parse(Serialize(c_no_join));
+  EXPECT_EQ(e_no_join.Get("heddle_storm_read_streams_total", {{"result", "unknown"}}), 5);
+  EXPECT_EQ(e_no_join.samples.count("heddle_storm_read_joins_total"), 0u);
+  MetricsSources off = Sources();
+  off.storm_levels = 0;
+  DataplaneCollectable c_off(std::move(off));
+  EXPECT_EQ(Parse(Serialize(c_off)).samples.count("heddle_storm_read_streams_total"), 0u);
 }
 
 TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {

@@ -50,12 +50,15 @@ StormControl::StormControl(const storm::LevelConfig& levels, int num_workers, bo
                            size_t ack_ring_slots)
     : num_workers_(std::max(num_workers, 1)),
       workers_(new WorkerBlock[std::max(num_workers, 1)]),
-      ack_rings_(new std::unique_ptr<AckRing>[static_cast<size_t>(num_workers_) * num_workers_]) {
+      ack_rings_(new std::unique_ptr<AckRing>[static_cast<size_t>(num_workers_) * num_workers_]),
+      read_rings_(new std::unique_ptr<ReadRing>[static_cast<size_t>(num_workers_) * num_workers_]) {
   for (int from = 0; from < num_workers_; ++from) {
     for (int to = 0; to < num_workers_; ++to) {
       if (from != to) {
         ack_rings_[static_cast<size_t>(from) * num_workers_ + to] =
             std::make_unique<AckRing>(ack_ring_slots);
+        read_rings_[static_cast<size_t>(from) * num_workers_ + to] =
+            std::make_unique<ReadRing>(ack_ring_slots);
       }
     }
   }

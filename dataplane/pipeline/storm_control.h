@@ -17,6 +17,10 @@
 //     acknowledgement for a QP whose request entry is not in its own table posts it to every other
 //     worker's ring; each worker drains its inbound rings in its poll loop and applies what it
 //     finds in its own table. No worker ever writes another worker's table.
+//   * the READ join's rings (docs/storm.md §6.6), one more per ordered pair of workers, the same
+//     way: a worker that receives a READ request towards the host for a QP whose responses it does
+//     not track posts (key hash, QPN/direction, PSN, size) to every other worker; the one that
+//     sees the QP's outgoing packets queues it for the READ response stream it will send.
 //
 //   StormControl ctl(cfg.storm.levels, /*num_workers=*/2);
 //   ...worker i, once per poll loop:  ctl.Quiescent(i);
@@ -82,6 +86,18 @@ struct AckMessage {
 };
 using AckRing = SpscRing<AckMessage>;
 
+// A READ request towards the host, joined to the request-direction key of the READ responses the
+// host will send (docs/storm.md §6.6): that key's hash and QPN/direction word, the READ's PSN (its
+// first response's) and its RETH DMA length.
+struct ReadMessage {
+  uint64_t key_hash;
+  uint32_t qpn_dir;
+  uint32_t psn;
+  uint32_t size;
+  uint32_t reserved;
+};
+using ReadRing = SpscRing<ReadMessage>;
+
 enum class QpSort : uint8_t { kBacklog, kRemaining, kIdle };
 // True if `a` ranks before `b` in `show qp` order.
 bool QpRowBefore(const QpRow& a, const QpRow& b, QpSort sort);
@@ -106,6 +122,23 @@ struct StormWorkerCounters {
   // capped at those packets' level by the fabric ordering guard (docs/storm.md §6.5), which
   // lowered it only if it was higher.
   uint64_t fabric_guarded = 0;
+  // READ responses the host sends as responder (docs/storm.md §6.6). Streams started sized by a
+  // joined READ, of unknown size, picked up mid-way (orphans), or sized after they started (late);
+  // responses at an old PSN (duplicates), after the next one (jumps), streams whose Last was lost
+  // (abandoned) or that sent more than their READ (overrun), First/Last/Only without AETH
+  // (malformed); the side table's live entries, capacity, refused inserts and evictions; READ
+  // responses and ACKs the response window lowered (guarded).
+  uint64_t read_sized = 0, read_unknown = 0, read_orphans = 0, read_late = 0, read_duplicates = 0,
+           read_psn_jumps = 0, read_abandoned = 0, read_overrun = 0, read_malformed = 0;
+  uint64_t read_live = 0, read_capacity = 0, read_table_full = 0, read_evicted = 0;
+  uint64_t response_guarded = 0;
+  // READ requests towards the host (with the host index): queued on this worker's entry, queued
+  // by another worker from its ring, no pair in the host index, no worker tracks the QP (drained
+  // and not held here), ring full, no RETH (malformed); and what their pending FIFO made of them:
+  // the oldest dropped for a newer one (full), never matched (stale: before the QP's next response
+  // PSN), or arrived after their whole stream was sent (too late).
+  uint64_t rreq_local = 0, rreq_remote = 0, rreq_no_pair = 0, rreq_no_entry = 0, rreq_ring_full = 0,
+           rreq_malformed = 0, rreq_pending_full = 0, rreq_stale = 0, rreq_too_late = 0;
 };
 
 class StormControl {
@@ -116,7 +149,8 @@ class StormControl {
 
   // `levels` must pass storm::ValidateLevelConfig(). Workers 0..num_workers-1 start online: the
   // first grace period waits for each of them to poll once. With more than one worker, allocates
-  // num_workers * (num_workers - 1) response-join rings of `ack_ring_slots` slots.
+  // num_workers * (num_workers - 1) response-join rings of `ack_ring_slots` slots, and as many
+  // READ-join rings of the same size.
   StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs = false,
                size_t ack_ring_slots = kDefaultAckRingSlots);
   ~StormControl();
@@ -152,6 +186,13 @@ class StormControl {
       return nullptr;
     }
     return ack_rings_[static_cast<size_t>(from) * num_workers_ + to].get();
+  }
+  // The READ join's ring from `from` to `to` (docs/storm.md §6.6); same rules as ack_ring().
+  ReadRing* read_ring(int from, int to) {
+    if (from == to || from < 0 || to < 0 || from >= num_workers_ || to >= num_workers_) {
+      return nullptr;
+    }
+    return read_rings_[static_cast<size_t>(from) * num_workers_ + to].get();
   }
 
   // The pending `show qp` request of worker `w`: a sequence number different from the last one
@@ -234,7 +275,8 @@ class StormControl {
   const int num_workers_;
   rte_rcu_qsbr* qsbr_ = nullptr;  // aligned heap block
   std::unique_ptr<WorkerBlock[]> workers_;
-  std::unique_ptr<std::unique_ptr<AckRing>[]> ack_rings_;  // [from * num_workers_ + to]
+  std::unique_ptr<std::unique_ptr<AckRing>[]> ack_rings_;    // [from * num_workers_ + to]
+  std::unique_ptr<std::unique_ptr<ReadRing>[]> read_rings_;  // [from * num_workers_ + to]
   std::atomic<const Params*> params_{nullptr};
   std::atomic<const verbs::HostBacklogIndex*> host_{nullptr};
   std::atomic<bool> auto_{false};

@@ -16,7 +16,9 @@ StormTagStage::StormTagStage(const Options& options)
     : o_(options),
       table_(options.table),
       tracker_(storm::TrackerOptions{.mtu = options.mtu}),
-      hist_(options.control->histogram(options.worker)) {
+      hist_(options.control->histogram(options.worker)),
+      reads_(storm::ReadStreamTableOptions{.capacity = options.read_streams,
+                                           .idle_ms = options.table.idle_ms}) {
   if (!o_.clock) tsc_per_ms_ = std::max<uint64_t>(rte_get_tsc_hz() / 1000, 1);
   if (o_.housekeep_every == 0) o_.housekeep_every = 1;
   rows_.reserve(StormControl::kMaxTopQps);
@@ -53,17 +55,16 @@ constexpr bool Acknowledges(pkt::RoceClass c) {
   return c == pkt::RoceClass::kAck || c == pkt::RoceClass::kAtomicAck ||
          c == pkt::RoceClass::kReadResponse;
 }
+// The same classes leaving the host: it answers as the QP's responder (docs/storm.md §6.6).
+constexpr bool IsHostResponse(pkt::RoceClass c) { return Acknowledges(c); }
 }  // namespace
 
-// The response join (docs/storm.md §6.1), for one acknowledging packet towards the host. `key` is
-// its response-direction key: source = the peer, BTH QPN = the requester's local QPN.
-void StormTagStage::JoinResponse(const storm::QpKey& key, const pkt::PacketDesc& d,
-                                 const verbs::HostBacklogIndex& host) {
-  uint32_t acked;
-  if (storm::DecodeAck(d, &acked) != storm::AckKind::kAck) {
-    ++join_.malformed;
-    return;
-  }
+// Pairs a packet towards the host with its QP's request direction through the host index, once
+// per run of packets of one QP in a burst: true if paired, and then join_memo_hash_ and
+// join_memo_qpn_dir_ name the request-direction key — from us to the peer, to the peer's QPN —
+// that the QP's requests, and the responses the host sends on it, travel with. `key` is the
+// packet's response-direction key: source = the peer, BTH QPN = the local QPN.
+bool StormTagStage::ResolvePair(const storm::QpKey& key, const verbs::HostBacklogIndex& host) {
   if (!join_memo_valid_ || !(key == join_memo_key_)) {
     join_memo_valid_ = true;
     join_memo_key_ = key;
@@ -81,19 +82,37 @@ void StormTagStage::JoinResponse(const storm::QpKey& key, const pkt::PacketDesc&
       join_memo_entry_ = table_.FindHashed(join_memo_hash_, join_memo_qpn_dir_);
     }
   }
-  if (!join_memo_paired_) {
+  return join_memo_paired_;
+}
+
+// The memo's request entry in this worker's table, or nullptr. The response-direction inserts of
+// this burst may have reused an idle slot: check it still holds the QP (the key check is on the
+// line the caller writes anyway).
+storm::QpEntry* StormTagStage::MemoEntry() {
+  storm::QpEntry* e = join_memo_entry_;
+  if (e != nullptr && e->key_hash == join_memo_hash_ && e->qpn_dir == join_memo_qpn_dir_) return e;
+  join_memo_entry_ = nullptr;
+  return nullptr;
+}
+
+// The response join (docs/storm.md §6.1), for one acknowledging packet towards the host. `key` is
+// its response-direction key: source = the peer, BTH QPN = the requester's local QPN.
+void StormTagStage::JoinResponse(const storm::QpKey& key, const pkt::PacketDesc& d,
+                                 const verbs::HostBacklogIndex& host) {
+  uint32_t acked;
+  if (storm::DecodeAck(d, &acked) != storm::AckKind::kAck) {
+    ++join_.malformed;
+    return;
+  }
+  if (!ResolvePair(key, host)) {
     ++join_.no_pair;
     return;
   }
-  storm::QpEntry* e = join_memo_entry_;
-  // The response-direction inserts of this burst may have reused an idle slot: check it still
-  // holds the QP (the key check is on the line the store below writes anyway).
-  if (e != nullptr && e->key_hash == join_memo_hash_ && e->qpn_dir == join_memo_qpn_dir_) {
+  if (storm::QpEntry* e = MemoEntry()) {
     ++join_.joined_local;
     tracker_.ApplyAck(*e, acked);
     return;
   }
-  join_memo_entry_ = nullptr;
   if (o_.control->num_workers() == 1) {
     ++join_.no_entry;
     return;
@@ -110,6 +129,38 @@ void StormTagStage::JoinResponse(const storm::QpKey& key, const pkt::PacketDesc&
   pending_joins_[n_pending_joins_++] = AckMessage{join_memo_hash_, join_memo_qpn_dir_, acked};
 }
 
+// The READ join (docs/storm.md §6.6), for a READ request towards the host: the host will answer
+// it with READ responses on the QP's request-direction key, at PSNs from the READ's, carrying its
+// RETH length. The worker that sees the QP's outgoing packets — the one holding its request entry
+// (the NIC sends a QP's requests and responses from one UDP source port, so RSS puts them on one
+// worker) — queues it on the QP's READ stream entry. With one worker that is this one even before
+// the QP sent anything.
+void StormTagStage::JoinReadRequest(const storm::QpKey& key, const pkt::PacketDesc& d,
+                                    const verbs::HostBacklogIndex& host, uint32_t now_ms) {
+  if (!(d.flags & pkt::kFlagReth)) {
+    ++rj_.malformed;
+    return;
+  }
+  if (!ResolvePair(key, host)) {
+    ++rj_.no_pair;
+    return;
+  }
+  const uint32_t psn = d.psn & storm::kPsnMask;
+  storm::ReadStreamEntry* s = reads_.Find(join_memo_hash_, join_memo_qpn_dir_);
+  if (s == nullptr && (MemoEntry() != nullptr || o_.control->num_workers() == 1)) {
+    s = reads_.FindOrInsert(join_memo_hash_, join_memo_qpn_dir_, now_ms, nullptr);
+    if (s == nullptr) return;  // the side table is full (counted there)
+  }
+  if (s != nullptr) {
+    s->last_seen = now_ms;
+    ++rj_.local;
+    read_tracker_.AddPending(*s, psn, d.dma_length);
+    return;
+  }
+  pending_reads_[n_pending_reads_++] =
+      ReadMessage{join_memo_hash_, join_memo_qpn_dir_, psn, d.dma_length, 0};
+}
+
 // Posts the burst's acknowledgements for other workers to each of them: which one holds the
 // request entry is not known here (the requests' RSS hash is not the responses').
 void StormTagStage::FlushJoins() {
@@ -121,6 +172,49 @@ void StormTagStage::FlushJoins() {
     }
   }
   n_pending_joins_ = 0;
+}
+
+// Posts the burst's READ requests for other workers to each of them (which one sees the QP's
+// outgoing packets is not known here).
+void StormTagStage::FlushReads() {
+  const int n = o_.control->num_workers();
+  for (uint16_t j = 0; j < n_pending_reads_; ++j) {
+    for (int w = 0; w < n; ++w) {
+      if (w == o_.worker) continue;
+      if (!o_.control->read_ring(o_.worker, w)->TryPush(pending_reads_[j])) ++rj_.ring_full;
+    }
+  }
+  n_pending_reads_ = 0;
+}
+
+// Queues the READs other workers joined for QPs this worker tracks (from Poll()).
+void StormTagStage::DrainReads() {
+  const int n = o_.control->num_workers();
+  uint32_t now_ms = 0;
+  bool have_now = false;
+  for (int w = 0; w < n; ++w) {
+    if (w == o_.worker) continue;
+    ReadRing* ring = o_.control->read_ring(w, o_.worker);
+    ReadMessage m;
+    for (uint32_t k = 0; k < o_.drain_budget && ring->TryPop(&m); ++k) {
+      if (!have_now) {
+        now_ms = NowMs();
+        have_now = true;
+      }
+      storm::ReadStreamEntry* s = reads_.Find(m.key_hash, m.qpn_dir);
+      if (s == nullptr) {
+        if (table_.FindHashed(m.key_hash, m.qpn_dir) == nullptr) {
+          ++rj_.no_entry;  // not ours (or no longer tracked)
+          continue;
+        }
+        s = reads_.FindOrInsert(m.key_hash, m.qpn_dir, now_ms, nullptr);
+        if (s == nullptr) continue;  // the side table is full (counted there)
+      }
+      s->last_seen = now_ms;
+      ++rj_.remote;
+      read_tracker_.AddPending(*s, m.psn, m.size);
+    }
+  }
 }
 
 // Applies what other workers joined to entries of this worker's table (from Poll(), outside any
@@ -163,6 +257,102 @@ uint8_t StormTagStage::FabricCeiling(storm::QpEntry& e, const storm::TrackResult
   return e.held_level;
 }
 
+// True while the fabric guard tracks packets of the QP's own requests sent and not acknowledged:
+// its next request will be capped at held_level, which must then not rise above their level.
+bool StormTagStage::RequestsUnacknowledged(storm::QpEntry& e, bool joined) {
+  if (!joined || !o_.fabric_guard || !(e.flags & storm::kEntryPsnValid)) return false;
+  const uint32_t acked = storm::LoadAckedPsn(e);
+  if (acked == storm::kNoPsn) return false;
+  const uint32_t unacked = ((e.next_psn - 1) - acked) & storm::kPsnMask;
+  return unacked != 0 && unacked <= kMaxGuardedUnacked;
+}
+
+bool StormTagStage::InResponseWindow(const storm::ReadStreamEntry& s, uint32_t now_ms) const {
+  return (s.flags & storm::kStreamTagged) &&
+         static_cast<uint32_t>(now_ms - s.tagged_ms) <= o_.response_window_ms;
+}
+
+// A packet the host sends as the QP's responder — a READ response, an ACK/NAK or an atomic ACK —
+// on the QP's request-direction entry (docs/storm.md §6.6). They carry the PSNs of the peer's
+// requests, which the QP's own requests do not share, so the request tracker leaves them alone;
+// the in-order guard's `ceiling` still applies (one queue per QP in heddled). Two more rules keep
+// the QP in order in the fabric in per-message mode:
+//   * the response window: a new READ response stream, an ACK or an atomic ACK never takes a level
+//     above the QP's last READ response for response_window_ms after it was tagged. An ACK past an
+//     outstanding READ's responses makes the requester re-issue the READ (implied NAK), and a
+//     stream overtaking the one before it is a sequence error. Nothing acknowledges responses, so
+//     time stands in for the acknowledgement the request side has; every packet of the chain is
+//     capped, so the newest READ response holds the lowest level still possibly in the fabric.
+//     A response overtaking an earlier ACK is harmless: it acknowledges the same requests.
+//   * held_level does not rise while the QP's own requests are unacknowledged (the fabric guard
+//     caps their next one at it, §6.5); responses are not capped by that window themselves.
+uint8_t StormTagStage::TagHostResponse(storm::QpEntry& e, const pkt::PacketDesc& d, uint64_t hash,
+                                       uint32_t qpn_dir, uint64_t backlog, uint8_t ceiling,
+                                       const storm::LevelConfig& L, uint32_t now_ms, bool joined) {
+  const int top = std::clamp(L.levels, 1, storm::kMaxLevels) - 1;
+  if (ceiling > top) ceiling = static_cast<uint8_t>(top);
+  uint8_t level;
+  if (d.roce_class == pkt::RoceClass::kReadResponse) {
+    level = TagReadResponse(d, hash, qpn_dir, backlog, ceiling, L, now_ms);
+  } else {
+    level = std::min(L.control_level, ceiling);
+    if (L.mode == storm::Mode::kPerMessage && o_.fabric_guard && o_.response_window_ms > 0 &&
+        reads_.size() > 0) {
+      const storm::ReadStreamEntry* s = reads_.Find(hash, qpn_dir);
+      if (s != nullptr && InResponseWindow(*s, now_ms) && s->resp_level < level) {
+        level = s->resp_level;
+        ++rj_.response_guarded;
+      }
+    }
+  }
+  if (level <= e.held_level || !RequestsUnacknowledged(e, joined)) e.held_level = level;
+  return level;
+}
+
+uint8_t StormTagStage::TagReadResponse(const pkt::PacketDesc& d, uint64_t hash, uint32_t qpn_dir,
+                                       uint64_t backlog, uint8_t ceiling,
+                                       const storm::LevelConfig& L, uint32_t now_ms) {
+  storm::ReadStreamEntry* s = reads_.FindOrInsert(hash, qpn_dir, now_ms, nullptr);
+  if (s == nullptr) [[unlikely]] {
+    // The side table refused the QP: its responses share the default level, as without it.
+    return std::min(storm::DefaultLevel(L, o_.mtu), ceiling);
+  }
+  const storm::StreamResult r = read_tracker_.OnResponse(*s, d);
+  if (r.size_sample) hist_->Add(r.size_sample);
+  const bool per_message = L.mode == storm::Mode::kPerMessage;
+  const bool reuse = r.outcome == storm::StreamOutcome::kDuplicate ||
+                     r.outcome == storm::StreamOutcome::kMalformed ||
+                     (r.outcome == storm::StreamOutcome::kContinue && per_message);
+  uint8_t level;
+  if (reuse && (s->flags & storm::kStreamLevelValid)) {
+    level = std::min(s->level, ceiling);
+  } else if (r.outcome == storm::StreamOutcome::kMalformed) {
+    level = std::min(storm::DefaultLevel(L, o_.mtu), ceiling);
+  } else {
+    // A stream starts (per-message: its level for good) or, per-packet, any new packet.
+    bool windowed = false;
+    if (per_message && o_.fabric_guard && o_.response_window_ms > 0 &&
+        r.outcome != storm::StreamOutcome::kContinue && InResponseWindow(*s, now_ms) &&
+        s->resp_level < ceiling) {
+      ceiling = s->resp_level;
+      windowed = true;
+    }
+    // B: the READs queued behind this one at the responder (host source), or the QP's packets
+    // queued in heddled (egress source).
+    if (o_.backlog_source == storm::BacklogSource::kHostShim) backlog = storm::PendingReadBytes(*s);
+    const uint8_t computed = storm::ComputeLevel(
+        L, storm::ReadStreamRemaining(*s, r.sent_before, L.unknown_floor), backlog, o_.mtu);
+    level = std::min(computed, ceiling);
+    if (windowed && computed > level) ++rj_.response_guarded;
+    s->level = level;
+    s->flags |= storm::kStreamLevelValid;
+  }
+  s->resp_level = level;
+  s->tagged_ms = now_ms;
+  s->flags |= storm::kStreamTagged;
+  return level;
+}
+
 uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   const storm::LevelConfig& L = o_.control->levels();
   const uint32_t now_ms = NowMs();
@@ -183,7 +373,13 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       }
       const storm::QpKey key = storm::KeyFromPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
                                                     storm::Direction::kResponse);
-      if (host != nullptr && Acknowledges(d.roce_class)) JoinResponse(key, d, *host);
+      if (host != nullptr) {
+        if (Acknowledges(d.roce_class)) {
+          JoinResponse(key, d, *host);
+        } else if (d.roce_class == pkt::RoceClass::kReadRequest) {
+          JoinReadRequest(key, d, *host, now_ms);  // §6.6
+        }
+      }
       storm::QpEntry* e = table_.FindOrInsertHashed(storm::HashKey(key),
                                                     storm::QpTable::QpnDir(key), now_ms, nullptr);
       if (e == nullptr) {
@@ -200,6 +396,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       b.level[i] = level;
     }
     if (n_pending_joins_ > 0) FlushJoins();
+    if (n_pending_reads_ > 0) FlushReads();
     CountTableFull(ctx.stats());
     return b.n;
   }
@@ -293,9 +490,15 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         uint8_t ceiling =
             per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
         if (fabric_guard) ceiling = std::min(ceiling, FabricCeiling(*e, t, true));  // §6.5
-        level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
+        if (IsHostResponse(d.roce_class)) [[unlikely]] {
+          // The host answers as the QP's responder: READ responses, ACKs, atomic ACKs (§6.6).
+          level = TagHostResponse(*e, d, hash_[j], qpn_dir, backlog, ceiling, L, now_ms,
+                                  per_message && host != nullptr);
+        } else {
+          level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
+          e->held_level = level;
+        }
         ++e->egress_queued;
-        e->held_level = level;
         b.held[i] = &e->egress_queued;
       } else {
         // The table refused the QP: all its packets share the default level, control classes
@@ -333,7 +536,10 @@ void StormTagStage::CountTableFull(LcoreStats& stats) {
 void StormTagStage::Poll(WorkerContext& ctx) {
   // Outside any burst: nothing read from the control object is held past this point.
   o_.control->Quiescent(o_.worker);
-  if (o_.control->num_workers() > 1) DrainJoins();
+  if (o_.control->num_workers() > 1) {
+    DrainJoins();
+    DrainReads();
+  }
   if (++polls_ % o_.housekeep_every != 0) return;
   const uint32_t now_ms = NowMs();
   Housekeep(now_ms);
@@ -344,6 +550,9 @@ void StormTagStage::Housekeep(uint32_t now_ms) {
   table_.SweepIdleRange(sweep_cursor_, o_.sweep_slice, now_ms);
   sweep_cursor_ += o_.sweep_slice;
   if (sweep_cursor_ >= table_.capacity()) sweep_cursor_ = 0;
+  reads_.SweepIdleRange(read_sweep_cursor_, o_.sweep_slice, now_ms);
+  read_sweep_cursor_ += o_.sweep_slice;
+  if (read_sweep_cursor_ >= reads_.capacity()) read_sweep_cursor_ = 0;
   o_.control->PublishCounters(o_.worker, Counters());
 }
 
@@ -376,6 +585,31 @@ StormWorkerCounters StormTagStage::Counters() const {
   c.acks_old = r.acks_old;
   c.acks_ahead = r.acks_ahead;
   c.fabric_guarded = join_.fabric_guarded;
+  const storm::ReadStreamCounters& rs = read_tracker_.counters();
+  c.read_sized = rs.started_sized;
+  c.read_unknown = rs.started_unknown;
+  c.read_orphans = rs.orphans;
+  c.read_late = rs.late_joins;
+  c.read_duplicates = rs.duplicates;
+  c.read_psn_jumps = rs.psn_jumps;
+  c.read_abandoned = rs.abandoned;
+  c.read_overrun = rs.overrun;
+  c.read_malformed = rs.malformed;
+  const storm::ReadStreamTableCounters& rt = reads_.counters();
+  c.read_live = reads_.size();
+  c.read_capacity = reads_.capacity();
+  c.read_table_full = rt.table_full;
+  c.read_evicted = rt.evicted_idle + rt.evicted_on_insert;
+  c.response_guarded = rj_.response_guarded;
+  c.rreq_local = rj_.local;
+  c.rreq_remote = rj_.remote;
+  c.rreq_no_pair = rj_.no_pair;
+  c.rreq_no_entry = rj_.no_entry;
+  c.rreq_ring_full = rj_.ring_full;
+  c.rreq_malformed = rj_.malformed;
+  c.rreq_pending_full = rs.pending_full;
+  c.rreq_stale = rs.stale;
+  c.rreq_too_late = rs.too_late;
   return c;
 }
 

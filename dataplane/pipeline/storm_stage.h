@@ -22,6 +22,16 @@
 // rings in Poll(). No worker writes another's table. In per-message mode the joined acked_psn
 // feeds the fabric ordering guard (§6.5, Options::fabric_guard).
 //
+// READ responses the host sends as responder (docs/storm.md §6.6) are tracked per stream in a
+// side table (storm::ReadStreamTable) and levelled like a request of the stream's size: the READ
+// request's RETH length when the READ, seen arriving from the uplink, was joined through the host
+// index to the responses' key (on this worker, or posted to the others through
+// StormControl::read_ring), else the bytes so far (unknown size). In per-message mode with
+// fabric_guard, a QP's next READ response stream and its ACKs stay at or below the level of its
+// last READ response for response_window_ms (no acknowledgement tells the responder when its
+// responses left the fabric), and no response raises held_level while the QP's own requests are
+// unacknowledged.
+//
 // One instance per worker: the QP table (allocated here, off the hot path), the tracker and the
 // size histogram are per-lcore state, written only by the worker that runs the stage. Poll()
 // reports the worker's RCU quiescent state, drains the response-join rings, sweeps idle QPs a
@@ -37,6 +47,7 @@
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/storm/levels.h"
 #include "dataplane/storm/qp_table.h"
+#include "dataplane/storm/read_streams.h"
 #include "dataplane/storm/tracker.h"
 
 namespace heddle::pipeline {
@@ -64,6 +75,11 @@ class StormTagStage final : public Stage {
     // packets still unacknowledged in the fabric (storm.fabric_guard, docs/storm.md §6.5).
     bool fabric_guard = true;
     uint32_t drain_budget = 256;  // messages taken from each inbound join ring per poll
+    // READ responses the host sends (docs/storm.md §6.6): side-table entries (128 bytes each),
+    // and how long (at least, in ms) a QP's later READ response streams and ACKs stay capped at
+    // its last READ response's level (per-message mode with fabric_guard; 0: not capped).
+    size_t read_streams = 16384;
+    uint32_t response_window_ms = 2;
   };
 
   // Unacknowledged packets beyond which the fabric guard assumes the join lost track of the QP
@@ -78,17 +94,32 @@ class StormTagStage final : public Stage {
 
   const storm::QpTable& table() const { return table_; }
   const storm::RequestTracker& tracker() const { return tracker_; }
+  const storm::ReadStreamTable& read_streams() const { return reads_; }
 
  private:
   uint32_t NowMs() const;
   uint64_t HostBacklog(storm::QpEntry& e, const uint8_t* frame, const pkt::PacketDesc& d,
                        const storm::TrackResult& t, const verbs::HostBacklogIndex* host,
                        bool every_packet);
+  bool ResolvePair(const storm::QpKey& key, const verbs::HostBacklogIndex& host);
+  storm::QpEntry* MemoEntry();
   void JoinResponse(const storm::QpKey& key, const pkt::PacketDesc& d,
                     const verbs::HostBacklogIndex& host);
+  void JoinReadRequest(const storm::QpKey& key, const pkt::PacketDesc& d,
+                       const verbs::HostBacklogIndex& host, uint32_t now_ms);
   void FlushJoins();
+  void FlushReads();
   void DrainJoins();
+  void DrainReads();
   uint8_t FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined);
+  bool RequestsUnacknowledged(storm::QpEntry& e, bool joined);
+  uint8_t TagHostResponse(storm::QpEntry& e, const pkt::PacketDesc& d, uint64_t hash,
+                          uint32_t qpn_dir, uint64_t backlog, uint8_t ceiling,
+                          const storm::LevelConfig& L, uint32_t now_ms, bool joined);
+  uint8_t TagReadResponse(const pkt::PacketDesc& d, uint64_t hash, uint32_t qpn_dir,
+                          uint64_t backlog, uint8_t ceiling, const storm::LevelConfig& L,
+                          uint32_t now_ms);
+  bool InResponseWindow(const storm::ReadStreamEntry& s, uint32_t now_ms) const;
   void Housekeep(uint32_t now_ms);
   void CountTableFull(LcoreStats& stats);
   void ScanForQuery(uint32_t now_ms);
@@ -106,6 +137,16 @@ class StormTagStage final : public Stage {
              malformed = 0, fabric_guarded = 0;
   };
   JoinCounters join_;
+  // READ responses the host sends as responder (§6.6): the side table, its tracker, the READ
+  // join's counters (storm::ReadStreamTracker counts what the pending FIFOs made of the READs).
+  storm::ReadStreamTable reads_;
+  storm::ReadStreamTracker read_tracker_;
+  struct ReadJoinCounters {
+    uint64_t local = 0, remote = 0, no_pair = 0, no_entry = 0, ring_full = 0, malformed = 0,
+             response_guarded = 0;
+  };
+  ReadJoinCounters rj_;
+  size_t read_sweep_cursor_ = 0;
   // The last response joined in the current towards-host burst (a READ response stream is one QP
   // for many packets in a row): its key and what it joined to. Valid while join_memo_valid_.
   bool join_memo_valid_ = false;
@@ -118,6 +159,9 @@ class StormTagStage final : public Stage {
   // and posted to the rings at its end.
   AckMessage pending_joins_[kMaxBurst];
   uint16_t n_pending_joins_ = 0;
+  // READ requests for other workers, gathered over a burst and posted at its end.
+  ReadMessage pending_reads_[kMaxBurst];
+  uint16_t n_pending_reads_ = 0;
   uint32_t polls_ = 0;
   // Bursts seen on host ports (wraps, skipping 0; QpEntry::burst_mark). Marks are cleared at the
   // end of each burst, so a wrapped number never matches a mark left by an old burst.

@@ -397,6 +397,116 @@ class StormTagging(unittest.TestCase):
             d.cleanup()
             shutil.rmtree(tmp, ignore_errors=True)
 
+    # READ responses the host sends as responder (docs/storm.md section 6.6), without the verbs
+    # shim: each stream is levelled like a SEND of unknown size, R = max(bytes so far, floor),
+    # recomputed per packet in per-packet mode; its Last knows the size (R = its own bytes); a
+    # retransmitted response keeps the level recorded for its stream.
+    CUTOFFS = [4096, 65536, 1 << 20]
+    FLOOR = 4096
+
+    @classmethod
+    def level_of(cls, remaining):
+        return 3 - sum(1 for c in cls.CUTOFFS if remaining > c)
+
+    @staticmethod
+    def read_response(opcode, qpn, psn, payload, sport, msn):
+        """A READ response from the host (10.0.0.1) to the peer (10.0.0.2), built with struct
+        (independent of the C++ frame builder); ICRC from scapy_roce_util."""
+        import scapy_roce_util
+        bth = struct.pack("!BBHII", opcode, 0x40, 0xFFFF, qpn & 0xFFFFFF, psn & 0xFFFFFF)
+        aeth = struct.pack("!I", msn & 0xFFFFFF) if opcode in (0x0D, 0x0F, 0x10) else b""
+        body = bth + aeth + bytes((i * 7) & 0xFF for i in range(payload)) + bytes(4)
+        udp = struct.pack("!HHHH", sport, 4791, 8 + len(body), 0)
+        ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, (26 << 2) | 2, 20 + len(udp) + len(body),
+                                   0, 0x4000, 64, 17, 0, bytes([10, 0, 0, 1]),
+                                   bytes([10, 0, 0, 2])))
+        total = sum(struct.unpack("!10H", bytes(ip)))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        ip[10:12] = struct.pack("!H", ~total & 0xFFFF)
+        frame = bytearray(b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" +
+                          b"\x08\x00" + bytes(ip) + udp + body)
+        frame[-4:] = struct.pack("<I", scapy_roce_util.icrc_manual(bytes(frame), 14, False))
+        return bytes(frame)
+
+    def test_read_responses_per_packet(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "data"))
+        # Three QPs answer READs of 70 KiB, 64 B and 8 KiB (1 KiB responses), interleaved; one
+        # response of the 8 KiB stream is sent twice.
+        streams = {0x0101: 70 * 1024, 0x0202: 64, 0x0303: 8 * 1024}
+        pending = []
+        for qpn, size in streams.items():
+            n = max(1, (size + 1023) // 1024)
+            ops = [0x10] if n == 1 else [0x0D] + [0x0E] * (n - 2) + [0x0F]
+            pending.append([(qpn, op, 1000 + i, min(1024, size - 1024 * i)) for i, op in
+                            enumerate(ops)])
+        order = []
+        while any(pending):
+            for p in pending:
+                if p:
+                    order.append(p.pop(0))
+        order.insert(order.index((0x0303, 0x0E, 1006, 1024)) + 1, (0x0303, 0x0E, 1003, 1024))
+        frames, expect = [], []
+        sent, last_level = {}, {}
+        for qpn, op, psn, payload in order:
+            frames.append(self.read_response(op, qpn, psn, payload, 0xC000 | qpn, psn))
+            if psn < 1000 + sent.get(qpn, 0) // 1024:  # a retransmission: the recorded level
+                expect.append(last_level[qpn])
+                continue
+            before = sent.get(qpn, 0)
+            sent[qpn] = before + payload
+            last = op in (0x0F, 0x10)
+            remaining = sent[qpn] - before if last else max(before, self.FLOOR)
+            last_level[qpn] = self.level_of(remaining)
+            expect.append(last_level[qpn])
+        tmp = tempfile.mkdtemp(prefix="heddle-storm-read-")
+        host_in = os.path.join(tmp, "host_in.pcap")
+        empty = os.path.join(tmp, "empty.pcap")
+        up_out = os.path.join(tmp, "uplink_out.pcap")
+        with open(host_in, "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+            for i, fr in enumerate(frames):
+                f.write(struct.pack("<IIII", 1700000000, i, len(fr), len(fr)) + fr)
+        harness.write_empty_pcap(empty)
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s" % host_in),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (empty, up_out)),
+        ], tmp=os.path.join(tmp, "d"),
+            extra_yaml="storm: { enabled: true, mode: per-packet, backlog_source: none, mtu: 1024, "
+            "dscp: [%s] }\n" % ", ".join(str(x) for x in self.DSCP))
+        try:
+            d.start()
+            d.wait_for(lambda: int(d.port_stats()["uplink0"].get("txPackets", 0)) == len(frames),
+                       what="the READ responses forwarded")
+            d.wait_for(lambda: metric_values(d.scrape(), "heddle_storm_read_streams_total").get(
+                '{result="unknown"}', 0) == 3, what="the stream counters published")
+            text = d.scrape()
+            self.assertEqual(d.stop(), 0, d.read_log())
+            out = read_pcap(up_out)
+            self.assertEqual(len(out), len(frames))
+            import scapy_roce_util
+            for i, (f, o) in enumerate(zip(frames, out)):
+                self.assertEqual(o[15] >> 2, self.DSCP[expect[i]], "frame %d %s" % (i, order[i]))
+                self.assertEqual(o[15] & 3, 2, "frame %d: ECN changed" % i)
+                self.assertTrue(self.ipv4_checksum_ok(o[14:34]), "frame %d" % i)
+                self.assertEqual(struct.unpack("<I", o[-4:])[0],
+                                 scapy_roce_util.icrc_manual(o, 14, False), "frame %d: ICRC" % i)
+                self.assertEqual(o[34:], f[34:], "frame %d: beyond the IP header" % i)
+            self.assertEqual(set(expect), {1, 2, 3})  # demoted twice, and back up at the Last
+            self.assertEqual(metric_values(text, "heddle_storm_read_responses_total").get(
+                '{reason="duplicate"}'), 1)
+            self.check_tshark(up_out, out)
+            # tshark's InfiniBand dissector reads them as READ responses of their QPs and PSNs.
+            rows = subprocess.run(["tshark", "-n", "-r", up_out, "-T", "fields", "-e",
+                                   "infiniband.bth.opcode", "-e", "infiniband.bth.destqp", "-e",
+                                   "infiniband.bth.psn"],
+                                  capture_output=True, text=True, check=True).stdout.splitlines()
+            self.assertEqual([tuple(int(x, 0) for x in r.split("\t")) for r in rows],
+                             [(op, qpn, psn) for qpn, op, psn, _ in order])
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
     @staticmethod
     def ip_offset(frame):
         off, ethertype = 14, struct.unpack("!H", frame[12:14])[0]

@@ -384,6 +384,16 @@ TEST_F(HeddlectlTest, ShowStormTable) {
                                "           0        2\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("refused")));
   EXPECT_THAT(r.out, Not(HasSubstr("Responses joined")));  // egress source: no join
+  // READ responses the host sent as responder: tracked without the join too.
+  EXPECT_THAT(r.out, HasSubstr("READ responses sent as responder\n"
+                               "SIZED  UNKNOWN  ORPHANS  LATE  DUPLICATES  PSN-JUMPS  ABANDONED  "
+                               "OVERRUN  MALFORMED  WINDOW-GUARDED\n"
+                               "   60        7        2     3          11          4          1  "
+                               "      0          5              13\n"));
+  EXPECT_THAT(r.out, HasSubstr("READ stream table, all workers\n"
+                               "STREAMS-LIVE  CAPACITY  TABLE-FULL  EVICTED\n"
+                               "           9     32768           6        8\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("READ requests joined")));
 }
 
 TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
@@ -404,6 +414,11 @@ TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
                                "OLD  AHEAD  FABRIC-GUARDED\n"
                                "  900     300       12         5          0          1      1100  "
                                " 95      5              42\n"));
+  EXPECT_THAT(r.out, HasSubstr("READ requests joined to their responses\n"
+                               "LOCAL  REMOTE  NO-PAIR  NO-ENTRY  RING-FULL  MALFORMED  "
+                               "PENDING-FULL  STALE  TOO-LATE\n"
+                               "   40      23        2        21          0          1  "
+                               "          14     15        16\n"));
   EXPECT_THAT(r.out, HasSubstr("host shim tables refused:\n"
                                "  /dev/shm/heddle-verbs-77: layout version 9, expected 1\n"
                                "  /dev/shm/heddle-verbs-78: not a heddle table\n"));
@@ -426,6 +441,10 @@ TEST_F(HeddlectlTest, ShowStormJson) {
   EXPECT_EQ(storm.host().backlog_hits(), 777u);
   EXPECT_EQ(storm.join().joined_remote(), 300u);
   EXPECT_EQ(storm.join().fabric_guarded(), 42u);
+  EXPECT_EQ(storm.read_responses().sized(), 60u);
+  EXPECT_EQ(storm.read_responses().requests_too_late(), 16u);
+  EXPECT_THAT(r.out, HasSubstr("\"readResponses\""));
+  EXPECT_THAT(r.out, HasSubstr("\"windowGuarded\": \"13\""));
 }
 
 TEST_F(HeddlectlTest, ShowStormWhenDisabledIsTheDaemonsErrorAndExitsOne) {

@@ -141,6 +141,45 @@ std::string Counters(const v1::Storm& s) {
                  Num(j.acks_ahead()), Num(j.fabric_guarded())});
     absl::StrAppend(&out, "\nResponses joined to their requests\n", join.Render());
   }
+  // READ responses the host sends as responder (docs/storm.md §6.6): tracked with or without the
+  // shim; the READ requests are joined to them with it only.
+  const v1::StormReadResponses& rr = s.read_responses();
+  Table streams({{"SIZED", Table::kRight},
+                 {"UNKNOWN", Table::kRight},
+                 {"ORPHANS", Table::kRight},
+                 {"LATE", Table::kRight},
+                 {"DUPLICATES", Table::kRight},
+                 {"PSN-JUMPS", Table::kRight},
+                 {"ABANDONED", Table::kRight},
+                 {"OVERRUN", Table::kRight},
+                 {"MALFORMED", Table::kRight},
+                 {"WINDOW-GUARDED", Table::kRight}});
+  streams.AddRow({Num(rr.sized()), Num(rr.unknown()), Num(rr.orphans()), Num(rr.late()),
+                  Num(rr.duplicates()), Num(rr.psn_jumps()), Num(rr.abandoned()), Num(rr.overrun()),
+                  Num(rr.malformed()), Num(rr.window_guarded())});
+  Table read_table({{"STREAMS-LIVE", Table::kRight},
+                    {"CAPACITY", Table::kRight},
+                    {"TABLE-FULL", Table::kRight},
+                    {"EVICTED", Table::kRight}});
+  read_table.AddRow({Num(rr.live()), Num(rr.capacity()), Num(rr.table_full()), Num(rr.evicted())});
+  absl::StrAppend(&out, "\nREAD responses sent as responder\n", streams.Render(),
+                  "\nREAD stream table, all workers\n", read_table.Render());
+  if (s.backlog_source() == "host") {
+    Table reads({{"LOCAL", Table::kRight},
+                 {"REMOTE", Table::kRight},
+                 {"NO-PAIR", Table::kRight},
+                 {"NO-ENTRY", Table::kRight},
+                 {"RING-FULL", Table::kRight},
+                 {"MALFORMED", Table::kRight},
+                 {"PENDING-FULL", Table::kRight},
+                 {"STALE", Table::kRight},
+                 {"TOO-LATE", Table::kRight}});
+    reads.AddRow({Num(rr.requests_local()), Num(rr.requests_remote()), Num(rr.requests_no_pair()),
+                  Num(rr.requests_no_entry()), Num(rr.requests_ring_full()),
+                  Num(rr.requests_malformed()), Num(rr.requests_pending_full()),
+                  Num(rr.requests_stale()), Num(rr.requests_too_late())});
+    absl::StrAppend(&out, "\nREAD requests joined to their responses\n", reads.Render());
+  }
   if (!s.host().errors().empty()) {
     absl::StrAppend(&out, "\nhost shim tables refused:\n");
     for (const std::string& e : s.host().errors()) absl::StrAppend(&out, "  ", e, "\n");

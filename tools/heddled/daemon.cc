@@ -187,8 +187,7 @@ struct Daemon::Impl : public api::DaemonView {
     return storm_svc->View(stats->Snapshot());
   }
 
-  absl::StatusOr<std::vector<api::QpView>> ListQps(uint32_t top,
-                                                   const std::string& sort) override {
+  absl::StatusOr<std::vector<api::QpView>> ListQps(uint32_t top, const std::string& sort) override {
     if (!storm_svc) return StormOff();
     return storm_svc->ListQps(top, sort);
   }
@@ -342,7 +341,9 @@ absl::Status Daemon::Impl::Start() {
           .backlog_source = cfg.storm.backlog_source,
           .control = storm_svc->control(),
           .worker = w,
-          .fabric_guard = cfg.storm.fabric_guard}));
+          .fabric_guard = cfg.storm.fabric_guard,
+          .read_streams = cfg.storm.read_stream_capacity,
+          .response_window_ms = cfg.storm.response_window_ms}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
@@ -394,6 +395,33 @@ absl::Status Daemon::Impl::Start() {
         j.acks_ahead = w.acks_ahead;
         j.fabric_guarded = w.fabric_guarded;
         return j;
+      };
+      const bool read_join = cfg.storm.backlog_source == storm::BacklogSource::kHostShim;
+      src.storm_reads = [this, read_join] {
+        const pipeline::StormWorkerCounters w = storm_svc->control()->counters();
+        metrics::StormReadCounters r;
+        r.sized = w.read_sized;
+        r.unknown = w.read_unknown;
+        r.orphans = w.read_orphans;
+        r.late = w.read_late;
+        r.duplicates = w.read_duplicates;
+        r.psn_jumps = w.read_psn_jumps;
+        r.abandoned = w.read_abandoned;
+        r.overrun = w.read_overrun;
+        r.malformed = w.read_malformed;
+        r.table_full = w.read_table_full;
+        r.window_guarded = w.response_guarded;
+        r.join = read_join;
+        r.local = w.rreq_local;
+        r.remote = w.rreq_remote;
+        r.no_pair = w.rreq_no_pair;
+        r.no_entry = w.rreq_no_entry;
+        r.ring_full = w.rreq_ring_full;
+        r.join_malformed = w.rreq_malformed;
+        r.pending_full = w.rreq_pending_full;
+        r.stale = w.rreq_stale;
+        r.too_late = w.rreq_too_late;
+        return r;
       };
     }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
