@@ -430,6 +430,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   uint32_t level_packets[storm::kMaxLevels] = {};
   uint64_t level_bytes[storm::kMaxLevels] = {};
   const uint8_t default_level = storm::DefaultLevel(L, o_.mtu);
+  const int top_level = storm::TopLevel(L);
   storm::QpEntry* prev_entry = nullptr;  // the entry of the previous RoCE packet (j - 1)
   // The fabric guard needs the response join, which needs the host index (§6.5).
   const bool fabric_guard = per_message && host != nullptr && o_.fabric_guard;
@@ -495,7 +496,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
           level = TagHostResponse(*e, d, hash_[j], qpn_dir, backlog, ceiling, L, now_ms,
                                   per_message && host != nullptr);
         } else {
-          level = storm::TagPacket(L, e, d, t, backlog, o_.mtu, ceiling);
+          level = storm::TagPacketTop(L, top_level, e, d, t, backlog, o_.mtu, ceiling);
           e->held_level = level;
         }
         ++e->egress_queued;

@@ -91,8 +91,12 @@ inline uint64_t BacklogBytes(const QpEntry& entry, BacklogSource source, uint32_
 
 // True for the classes that always take control_level: ACK/NAK, CNP, READ request, atomic ACK.
 constexpr bool IsControlClass(pkt::RoceClass c) {
-  return c == pkt::RoceClass::kAck || c == pkt::RoceClass::kCnp ||
-         c == pkt::RoceClass::kReadRequest || c == pkt::RoceClass::kAtomicAck;
+  static_assert(static_cast<unsigned>(pkt::RoceClass::kCount) <= 32);
+  constexpr uint32_t kControl = 1u << static_cast<unsigned>(pkt::RoceClass::kAck) |
+                                1u << static_cast<unsigned>(pkt::RoceClass::kCnp) |
+                                1u << static_cast<unsigned>(pkt::RoceClass::kReadRequest) |
+                                1u << static_cast<unsigned>(pkt::RoceClass::kAtomicAck);
+  return static_cast<unsigned>(c) < 32 && (kControl >> static_cast<unsigned>(c) & 1);
 }
 
 // The level of one request-direction packet, after RequestTracker::OnRequestPacket() gave
@@ -154,12 +158,27 @@ void AgeHistogram(SizeHistogram* aged, const SizeHistogram& fresh, double keep);
 std::optional<std::array<uint32_t, kMaxLevels - 1>> AutoCutoffs(const SizeHistogram& aged_sum,
                                                                 int levels);
 
+// The highest level in force, K - 1 (K clamped to 1..kMaxLevels).
+constexpr int TopLevel(const LevelConfig& c) {
+  return (c.levels < 1 ? 1 : c.levels > kMaxLevels ? kMaxLevels : c.levels) - 1;
+}
+
+// TagPacket() with TopLevel(c) computed by the caller (once per burst).
+inline uint8_t TagPacketTop(const LevelConfig& c, int top, QpEntry* entry,
+                            const pkt::PacketDesc& desc, const TrackResult& track,
+                            uint64_t backlog, uint32_t mtu, uint8_t ceiling);
+
 inline uint8_t TagPacket(const LevelConfig& c, QpEntry* entry, const pkt::PacketDesc& desc,
                          const TrackResult& track, uint64_t backlog, uint32_t mtu,
                          uint8_t ceiling) {
+  return TagPacketTop(c, TopLevel(c), entry, desc, track, backlog, mtu, ceiling);
+}
+
+inline uint8_t TagPacketTop(const LevelConfig& c, int top, QpEntry* entry,
+                            const pkt::PacketDesc& desc, const TrackResult& track,
+                            uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
   // A level stored or held under an earlier configuration may be >= K after `set storm levels`
   // lowered K: never hand out a level that is not in force.
-  const int top = (c.levels < 1 ? 1 : c.levels > kMaxLevels ? kMaxLevels : c.levels) - 1;
   if (ceiling > top) ceiling = static_cast<uint8_t>(top);
   if (IsControlClass(desc.roce_class)) return std::min(c.control_level, ceiling);
   if (entry == nullptr || track.outcome == TrackOutcome::kNotTracked) [[unlikely]] {
