@@ -62,6 +62,16 @@ const char* PinPolicyName(PinPolicy p) {
   return "invalid";
 }
 
+const char* CrossingRuleName(CrossingRule r) {
+  switch (r) {
+    case CrossingRule::kStayPinned:
+      return "stay-pinned";
+    case CrossingRule::kSprayRest:
+      return "spray-rest";
+  }
+  return "invalid";
+}
+
 const char* LbCounterName(LbCounter c) {
   constexpr const char* kNames[] = {
 #define HEDDLE_LB_NAME_(e, n, d) n,
@@ -407,7 +417,8 @@ PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame
   const uint64_t before = e->flow_bytes;
   e->flow_bytes += desc.payload_len;
   if ((e->flags & kFlowPinned) && e->flow_bytes > e->flow_threshold) {
-    // Passed the threshold while pinned: the message stays where it is (never moved).
+    // Passed the threshold while pinned: the message stays where it is (never moved), unless
+    // the operator opted into spraying the rest of messages of unknown size.
     if ((e->flags & kFlowCrossed) == 0) {
       e->flags |= kFlowCrossed;
       Bump(LbCounter::kCrossedThreshold);
@@ -418,6 +429,11 @@ PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame
     }
     Bump(LbCounter::kPinnedBytesOverThreshold,
          e->flow_bytes - std::max<uint64_t>(before, e->flow_threshold));
+    if (config_.crossing == CrossingRule::kSprayRest && (e->flags & kFlowSizeKnown) == 0) {
+      // Opt-in: pinned only provisionally; the packets after this one are sprayed.
+      e->flags &= static_cast<uint8_t>(~kFlowPinned);
+      Bump(LbCounter::kSprayedRest);
+    }
   }
   Record(*e, desc.psn, i);
   loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);

@@ -33,6 +33,9 @@
 //     bytes pinned beyond the threshold). Moving it would reorder it; its next message is a new
 //     flow. In QP mode a QP that passed the threshold is long from its next message on: that
 //     message and the following ones are sprayed until the QP idles (counted: qp-promoted).
+//     Opt-in for reordering-tolerant stacks (LbConfig::crossing = kSprayRest): a message of
+//     unknown size is pinned only provisionally, and its packets after the threshold are sprayed
+//     (counted: sprayed-rest); known-size pinned messages are unaffected.
 //   * The threshold is read when a flow starts: changing it affects flows that start afterwards.
 //   * The pinned path is chosen by LbConfig::pin_policy: kHash (of the flow key, and in request
 //     mode the message number), kLeastLoaded (the path with the lowest recent bytes + congestion
@@ -68,8 +71,15 @@ namespace heddle::lb {
 
 enum class FlowUnit : uint8_t { kRequest, kQp };
 enum class PinPolicy : uint8_t { kHash, kLeastLoaded, kBalancer };
-const char* FlowUnitName(FlowUnit u);    // "request", "qp"
-const char* PinPolicyName(PinPolicy p);  // "hash", "least-loaded", "balancer"
+// What happens to a message of unknown size when it passes the threshold while pinned.
+enum class CrossingRule : uint8_t {
+  kStayPinned,  // it stays on its path to its last packet: no packet of a pinned message moves
+  kSprayRest,   // opt-in, for reordering-tolerant stacks: it was pinned only provisionally; the
+                // rest of the message is sprayed (its tail may overtake its head)
+};
+const char* FlowUnitName(FlowUnit u);          // "request", "qp"
+const char* PinPolicyName(PinPolicy p);        // "hash", "least-loaded", "balancer"
+const char* CrossingRuleName(CrossingRule r);  // "stay-pinned", "spray-rest"
 
 // The bandwidth-delay product of one uplink: link_gbps × rtt_ns / 8 bytes
 // (100 Gb/s × 8 µs = 100 000 B).
@@ -83,6 +93,7 @@ struct LbConfig {
   bool pin = true;                              // false: no pinning, the balancer alone
   FlowUnit flow_unit = FlowUnit::kRequest;
   PinPolicy pin_policy = PinPolicy::kHash;
+  CrossingRule crossing = CrossingRule::kStayPinned;
   uint64_t threshold_bytes = 0;  // 0: one bandwidth-delay product of the uplink (below)
   uint32_t link_gbps = 100;      // uplink speed, for the default threshold
   uint32_t rtt_ns = 8000;        // base fabric RTT, for the default threshold
@@ -101,32 +112,33 @@ uint64_t EffectiveThreshold(const LbConfig& config);
 absl::Status ValidateLbConfig(const LbConfig& config);
 
 // X(enumerator, "stable-name", "description"). Counters of one PinSelector.
-#define HEDDLE_FOREACH_LB_COUNTER(X)                                                         \
-  X(kPackets, "packets", "packets offered to Choose()")                                      \
-  X(kNotRoce, "not-roce", "not RoCEv2: left untouched")                                      \
-  X(kMalformed, "malformed", "headers do not fit the frame (truncated): left untouched")     \
-  X(kNoPathSet, "no-path-set", "destination without a path set: left untouched")             \
-  X(kControl, "control", "ACK/NAK/CNP/other: the QP's hashed path, no state")                \
-  X(kTableFull, "table-full", "no flow entry free: the QP's hashed path, no state")          \
-  X(kPinnedPackets, "pinned-packets", "packets sent on their flow's pinned path")            \
-  X(kSprayedPackets, "sprayed-packets", "packets sent on the balancer's path")               \
-  X(kPinnedFlows, "pinned-flows", "messages started pinned")                                 \
-  X(kSprayedFlows, "sprayed-flows", "messages started sprayed")                              \
-  X(kCrossedThreshold, "crossed-threshold",                                                  \
-    "pinned messages of unknown size that passed the "                                       \
-    "threshold (they stay pinned)")                                                          \
-  X(kPinnedBytesOverThreshold, "pinned-bytes-over-threshold",                                \
-    "payload bytes of pinned messages beyond the threshold")                                 \
-  X(kQpPromoted, "qp-promoted", "QP mode: QPs proven long; their next messages are sprayed") \
-  X(kAbandoned, "abandoned", "a message started before the previous one's last packet")      \
-  X(kRepinned, "repinned", "a pinned flow's path vanished from a new path table: re-pinned") \
-  X(kFeedbackAck, "feedback-ack", "acknowledgements applied")                                \
-  X(kFeedbackNak, "feedback-nak", "NAKs applied")                                            \
-  X(kFeedbackCnp, "feedback-cnp", "CNPs applied")                                            \
-  X(kFeedbackCe, "feedback-ce", "CE-marked reverse packets applied")                         \
-  X(kFeedbackNoFlow, "feedback-no-flow", "feedback for a flow without an entry")             \
-  X(kFeedbackOld, "feedback-old", "acknowledgements at or before one already applied")       \
-  X(kFeedbackIgnored, "feedback-ignored", "reverse packets that carry no feedback")          \
+#define HEDDLE_FOREACH_LB_COUNTER(X)                                                            \
+  X(kPackets, "packets", "packets offered to Choose()")                                         \
+  X(kNotRoce, "not-roce", "not RoCEv2: left untouched")                                         \
+  X(kMalformed, "malformed", "headers do not fit the frame (truncated): left untouched")        \
+  X(kNoPathSet, "no-path-set", "destination without a path set: left untouched")                \
+  X(kControl, "control", "ACK/NAK/CNP/other: the QP's hashed path, no state")                   \
+  X(kTableFull, "table-full", "no flow entry free: the QP's hashed path, no state")             \
+  X(kPinnedPackets, "pinned-packets", "packets sent on their flow's pinned path")               \
+  X(kSprayedPackets, "sprayed-packets", "packets sent on the balancer's path")                  \
+  X(kPinnedFlows, "pinned-flows", "messages started pinned")                                    \
+  X(kSprayedFlows, "sprayed-flows", "messages started sprayed")                                 \
+  X(kCrossedThreshold, "crossed-threshold",                                                     \
+    "pinned messages of unknown size that passed the "                                          \
+    "threshold (they stay pinned)")                                                             \
+  X(kPinnedBytesOverThreshold, "pinned-bytes-over-threshold",                                   \
+    "payload bytes of pinned messages beyond the threshold")                                    \
+  X(kQpPromoted, "qp-promoted", "QP mode: QPs proven long; their next messages are sprayed")    \
+  X(kSprayedRest, "sprayed-rest", "crossing = spray-rest: messages sprayed past the threshold") \
+  X(kAbandoned, "abandoned", "a message started before the previous one's last packet")         \
+  X(kRepinned, "repinned", "a pinned flow's path vanished from a new path table: re-pinned")    \
+  X(kFeedbackAck, "feedback-ack", "acknowledgements applied")                                   \
+  X(kFeedbackNak, "feedback-nak", "NAKs applied")                                               \
+  X(kFeedbackCnp, "feedback-cnp", "CNPs applied")                                               \
+  X(kFeedbackCe, "feedback-ce", "CE-marked reverse packets applied")                            \
+  X(kFeedbackNoFlow, "feedback-no-flow", "feedback for a flow without an entry")                \
+  X(kFeedbackOld, "feedback-old", "acknowledgements at or before one already applied")          \
+  X(kFeedbackIgnored, "feedback-ignored", "reverse packets that carry no feedback")             \
   X(kFeedbackMalformed, "feedback-malformed", "reverse packets whose headers do not fit")
 
 enum class LbCounter : uint8_t {

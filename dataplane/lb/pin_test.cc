@@ -162,6 +162,26 @@ TEST_F(PinTest, UnknownSizeCrossingThresholdStaysPinnedToItsEnd) {
   EXPECT_EQ(sel_->counter(LbCounter::kPinnedFlows), 2u);
 }
 
+// Opt-in for reordering-tolerant stacks: the rest of a message of unknown size is sprayed once it
+// passes the threshold; a message of known size is not affected.
+TEST_F(PinTest, SprayRestReleasesUnknownSizeMessagesAtTheThreshold) {
+  Make({.balancer = BalancerKind::kRps,
+        .crossing = CrossingRule::kSprayRest,
+        .threshold_bytes = kT});
+  const auto send = Run(Message(Hosts(1, 2), false, 10, 0, 300'000));
+  const size_t pinned = (kT + 1023) / 1024;  // the packet that passes the threshold is the last
+  for (size_t i = 0; i < send.size(); ++i) {
+    EXPECT_EQ(send[i].verdict, i < pinned ? Verdict::kPinned : Verdict::kSprayed) << i;
+  }
+  EXPECT_EQ(Paths({send.begin(), send.begin() + pinned}).size(), 1u);
+  EXPECT_GE(Paths({send.begin() + pinned, send.end()}).size(), 12u);
+  EXPECT_EQ(sel_->counter(LbCounter::kSprayedRest), 1u);
+  EXPECT_EQ(sel_->counter(LbCounter::kCrossedThreshold), 1u);
+  // Known size at or under the threshold: pinned throughout, as always.
+  EXPECT_TRUE(All(Run(Message(Hosts(1, 2), true, 10, 400, kT)), Verdict::kPinned));
+  EXPECT_EQ(sel_->counter(LbCounter::kSprayedRest), 1u);
+}
+
 // A message picked up mid-way (its first packet unseen) is of unknown size: pinned.
 TEST_F(PinTest, OrphanMessageIsShortUntilProvenLong) {
   Make({.balancer = BalancerKind::kRps, .threshold_bytes = kT});
