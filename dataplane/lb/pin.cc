@@ -184,7 +184,10 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
                                .flowlet_gap_ns = config.flowlet_gap_ns,
                                .reps_cache_size = config.reps_cache_size},
                 &rng_, &loads_),
-      flows_(FlowTableOptions{.capacity = config.flow_capacity, .idle_ns = config.flow_idle_ns}) {}
+      flows_(FlowTableOptions{.capacity = config.flow_capacity, .idle_ns = config.flow_idle_ns}),
+      record_history_(config.balancer == BalancerKind::kReps ||
+                      config.balancer == BalancerKind::kAdaptive ||
+                      config.pin_policy == PinPolicy::kLeastLoaded) {}
 
 void PinSelector::SetPathTable(const PathTable* table) {
   table_ = table;
@@ -435,7 +438,7 @@ PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame
       Bump(LbCounter::kSprayedRest);
     }
   }
-  Record(*e, desc.psn, i);
+  if (record_history_) Record(*e, desc.psn, i);
   loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
   if (desc.flags & pkt::kFlagLast) e->flags &= static_cast<uint8_t>(~kFlowInMessage);
   return {&set[i], i, verdict};

@@ -255,6 +255,9 @@ class PinSelector {
   PathLoads loads_;
   Balancer balancer_;
   FlowTable flows_;
+  // Whether packets record their path per PSN (the second line of the entry): only the feedback
+  // users need it (REPS, adaptive, the least-loaded pin policy).
+  bool record_history_;
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
 };
 
