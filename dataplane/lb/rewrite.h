@@ -1,0 +1,78 @@
+// File: dataplane/lb/rewrite.h
+//
+// Writes a chosen path into a RoCEv2 frame (docs/pin.md §5): its entropy into the UDP source port
+// or the IPv6 flow label, and its next-hop MAC (if the path has one) into the destination MAC.
+//
+//   PathChoice c = selector.Choose(desc, frame, len, now_ns);
+//   if (c.path != nullptr) {
+//     RewriteResult r = Rewrite(frame, len, desc, *c.path, config.entropy_field);
+//     burst.egress[i] = c.path->port;
+//   }
+//
+// What else changes, and why:
+//   * UDP source port: covered by the ICRC, which is updated incrementally from the two changed
+//     bytes (IcrcDelta16(), icrc_update.h) — no pass over the payload. The IPv4 header checksum
+//     does not cover UDP. A zero UDP checksum (what RoCEv2 NICs send) stays zero; a non-zero one
+//     is updated per RFC 1624 eqn. 3 for the port word and for the two words of the ICRC, which
+//     sits inside the UDP payload and changed too (0x0000 is sent as 0xFFFF, RFC 768).
+//   * IPv6 flow label: masked in the ICRC and not in the UDP pseudo-header: nothing else changes.
+//     IPv4 frames have none; with EntropyField::kIpv6FlowLabel they get the UDP source port.
+//   * Destination MAC: outside the ICRC and every checksum.
+// The ICRC update preserves the old ICRC's validity: a frame that arrived with a bad ICRC still
+// has one. `desc` is the parser's view and is not updated (desc.udp_sport keeps the old port).
+//
+// Frames whose bytes are not contiguous (a chained mbuf with the ICRC in a later segment): rewrite
+// the headers with RewriteHeaders(), giving it the ICRC as stored (a non-zero UDP checksum needs
+// its old and new words), and XOR the returned delta into the ICRC word yourself.
+//
+// Hot path: a few loads and stores, no allocation. The frame is checked against `len` first: a
+// desc that does not fit the frame (not from Parse() of it) is refused, nothing is written.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dataplane/lb/path.h"
+#include "dataplane/pkt/parse.h"
+
+namespace heddle::lb {
+
+enum class RewriteResult : uint8_t {
+  kRewritten,  // the frame changed
+  kUnchanged,  // it already carried this path
+  kNotRoce,    // no kFlagRoce: untouched
+  kMalformed,  // the desc's offsets do not fit `len`: untouched
+};
+
+// Rewrites a contiguous RoCEv2 frame of `len` bytes in place: entropy (+ ICRC / UDP checksum)
+// and next-hop MAC.
+RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
+                      EntropyField field) noexcept;
+
+// The same for a frame whose first `len` bytes (all its headers) are contiguous and whose ICRC
+// may lie beyond: writes the headers, and returns in *icrc_delta what to XOR into the ICRC word
+// read little-endian (0 when the ICRC does not change). `stored_icrc`: the frame's ICRC word read
+// little-endian (pkt::StoredIcrc()); only read when the UDP checksum is non-zero.
+RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& desc,
+                             const Path& path, EntropyField field, uint32_t stored_icrc,
+                             uint32_t* icrc_delta) noexcept;
+
+// Applies a delta to the little-endian ICRC at `icrc`.
+inline void ApplyIcrcDelta(uint8_t* icrc, uint32_t delta) noexcept {
+  icrc[0] ^= static_cast<uint8_t>(delta);
+  icrc[1] ^= static_cast<uint8_t>(delta >> 8);
+  icrc[2] ^= static_cast<uint8_t>(delta >> 16);
+  icrc[3] ^= static_cast<uint8_t>(delta >> 24);
+}
+
+// RFC 1624 eqn. 3: a one's-complement checksum after one 16-bit word changed from old_word to
+// new_word (host-order values of network-order words).
+constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16_t new_word) {
+  uint32_t sum = static_cast<uint16_t>(~checksum) +
+                 static_cast<uint32_t>(static_cast<uint16_t>(~old_word)) + new_word;
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+}  // namespace heddle::lb
