@@ -406,22 +406,34 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   if (++burst_no_ == 0) burst_no_ = 1;  // 0 is "not marked"
   uint16_t n_marked = 0;
 
-  // Pass 1: hash every RoCE packet's key and prefetch its two tag lines. Pass 2: read the tags,
-  // prefetch the entry line they name. Pass 3: look up, track, tag, rewrite. The misses of a
-  // burst overlap instead of being paid one after another (QpTable::Probe()).
+  // Pass 1: hash every RoCE packet's key; a QP seen recently has its slot remembered (its entry
+  // line is prefetched), any other gets its two tag lines prefetched. Pass 2: read those tags,
+  // prefetch the entry line they name (QpTable::Probe()). Pass 3: look up (the slot is a hint the
+  // lookup verifies), track, tag, rewrite. The misses of a burst overlap instead of being paid
+  // one after another.
+  constexpr uint32_t kNeedsProbe = storm::QpTable::kNoSlot - 1;  // never a slot (<= 16 M)
   uint16_t idx[kMaxBurst];
+  uint32_t hint[kMaxBurst];
   uint16_t n_roce = 0;
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
     if (!(d.flags & pkt::kFlagRoce)) continue;
-    hash_[n_roce] = storm::HashPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
-                                      storm::Direction::kRequest);
-    table_.Prefetch(hash_[n_roce]);
+    const uint64_t h = storm::HashPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
+                                         storm::Direction::kRequest);
+    hash_[n_roce] = h;
+    const RecentSlot& r = recent_[h & (kRecentSlots - 1)];
+    if (r.hash == h) {
+      hint[n_roce] = r.slot;
+      table_.PrefetchSlot(r.slot);
+    } else {
+      hint[n_roce] = kNeedsProbe;
+      table_.Prefetch(h);
+    }
     idx[n_roce++] = i;
   }
   // A run of one QP's packets (a NIC sends a message's packets back to back) is probed once.
-  uint32_t hint[kMaxBurst];
   for (uint16_t j = 0; j < n_roce; ++j) {
+    if (hint[j] != kNeedsProbe) continue;
     hint[j] = j > 0 && hash_[j] == hash_[j - 1] ? hint[j - 1] : table_.Probe(hash_[j]);
   }
 
@@ -456,6 +468,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         ir = storm::InsertResult::kFound;
       } else {
         e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
+        if (e != nullptr) recent_[hash_[j] & (kRecentSlots - 1)] = {hash_[j], table_.SlotOf(e)};
       }
       prev_entry = e;
       if (e != nullptr) [[likely]] {

@@ -176,6 +176,14 @@ class StormTagStage final : public Stage {
   QpSort scan_sort_ = QpSort::kBacklog;
   std::vector<QpRow> rows_;  // reserved to StormControl::kMaxTopQps at construction
   uint64_t hash_[kMaxBurst];
+  // QPs seen recently: key hash -> table slot, direct-mapped on the hash's low bits (4 KiB). A
+  // hit skips the tag probe; the lookup verifies the slot, so a stale one only costs the probe.
+  static constexpr uint32_t kRecentSlots = 256;
+  struct RecentSlot {
+    uint64_t hash = 0;  // 0: empty (HashKey is never 0)
+    uint32_t slot = 0;
+  };
+  RecentSlot recent_[kRecentSlots];
 };
 
 }  // namespace heddle::pipeline

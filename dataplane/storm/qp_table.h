@@ -251,6 +251,12 @@ class QpTable {
     __builtin_prefetch(Tags(LeftBucket(hash)), 0, 3);
     __builtin_prefetch(Tags(RightBucket(hash)), 0, 3);
   }
+  // The slot of an entry of this table, and a prefetch of a slot's entry line (a slot remembered
+  // from an earlier burst: the lookup verifies it).
+  uint32_t SlotOf(const QpEntry* e) const { return static_cast<uint32_t>(e - entries_.get()); }
+  void PrefetchSlot(uint32_t slot) const {
+    if (slot < capacity_) __builtin_prefetch(&entries_[slot], 1, 3);
+  }
   // Branch-free: which bucket holds the QP is a coin toss, and a mispredicted branch on a tag load
   // would serialize the loads.
   uint32_t Probe(uint64_t hash) const {
