@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "dataplane/pkt/parse.h"
 
@@ -41,17 +42,18 @@ inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp) {
   dscp &= 0x3f;
   uint8_t* ip = frame + desc.l3_off;
   if (desc.l3 == pkt::L3::kIpv4) {
-    const uint8_t old_tos = ip[1];
-    const uint8_t new_tos = static_cast<uint8_t>(dscp << 2 | (old_tos & 0x3));
-    if (new_tos == old_tos) return;
-    // The TOS is the low byte of the header's first 16-bit word (version/IHL, TOS).
-    const uint16_t old_word = static_cast<uint16_t>(ip[0] << 8 | old_tos);
-    const uint16_t new_word = static_cast<uint16_t>(ip[0] << 8 | new_tos);
-    const uint16_t checksum = static_cast<uint16_t>(ip[10] << 8 | ip[11]);
-    const uint16_t updated = ChecksumUpdate16(checksum, old_word, new_word);
-    ip[1] = new_tos;
-    ip[10] = static_cast<uint8_t>(updated >> 8);
-    ip[11] = static_cast<uint8_t>(updated);
+    // The TOS is the low byte of the header's first 16-bit word (version/IHL, TOS): one word in,
+    // one checksum word updated (RFC 1624), in network order.
+    uint16_t w0, csum;
+    std::memcpy(&w0, ip, 2);
+    const uint16_t old_word = __builtin_bswap16(w0);
+    const uint16_t new_word = static_cast<uint16_t>((old_word & 0xff03) | dscp << 2);
+    if (new_word == old_word) return;
+    std::memcpy(&csum, ip + 10, 2);
+    const uint16_t updated = ChecksumUpdate16(__builtin_bswap16(csum), old_word, new_word);
+    ip[1] = static_cast<uint8_t>(new_word);
+    csum = __builtin_bswap16(updated);
+    std::memcpy(ip + 10, &csum, 2);
   } else if (desc.l3 == pkt::L3::kIpv6) {
     // Version (4) | traffic class (8) | flow label (20): DSCP is the class's top 6 bits, i.e. the
     // low nibble of byte 0 and the top 2 bits of byte 1; ECN is bits 5-4 of byte 1.
