@@ -728,6 +728,27 @@ class LbPinning(unittest.TestCase):
             drops = {k: v for k, v in d.drops().items() if v}
             self.assertEqual(sum(drops.values()), len(malformed), drops)
             self.assertEqual(sent(), roce_frames + 1)
+            # show lb and the metrics agree with the trace: 24 messages pinned (6 QPs x 4), 6
+            # sprayed; every RoCE packet counted on one path.
+            lb = d.wait_for(lambda: (lambda v: v if int(v["lb"].get("sprayedFlows", 0)) == 6
+                                     else None)(d.ctl("show", "lb", json_out=True)),
+                            what="the lb counters published")["lb"]
+            self.assertEqual(int(lb["pinnedFlows"]), 24)
+            self.assertEqual(lb["balancer"], "reps")
+            self.assertEqual(int(lb["thresholdBytes"]), self.THRESHOLD)
+            self.assertEqual(sum(int(p["packets"]) for p in lb["sets"][0]["paths"]), roce_frames)
+            self.assertGreater(lb["sets"][0]["jainIndex"], 0.5)
+            text = d.scrape()
+            self.assertEqual(metric_values(text, "heddle_lb_flows_total"),
+                             {'{verdict="pinned"}': 24, '{verdict="sprayed"}': 6})
+            self.assertEqual(sum(metric_values(text, "heddle_lb_path_packets_total").values()),
+                             roce_frames)
+            self.assertEqual(metric_values(text, "heddle_lb_balancer")['{balancer="reps"}'], 1)
+            # set lb while running: published, and show config prints it.
+            out = d.ctl("set", "lb", "balancer", "round-robin", json_out=True)
+            self.assertEqual(out["lb"]["balancer"], "round-robin")
+            self.assertEqual(int(out["lb"]["generation"]), int(lb["generation"]) + 1)
+            self.assertIn("balancer: round-robin", d.ctl("show", "config"))
             self.assertEqual(d.stop(), 0, d.read_log())
             self.check_output(roce_trace, bytes(udp), messages, outs)
         finally:

@@ -480,6 +480,45 @@ absl::Status Daemon::Impl::Start() {
         return r;
       };
     }
+    if (lb_svc) {
+      src.lb = [this] {
+        const api::LbView v = lb_svc->View();
+        metrics::LbMetrics m;
+        for (int k = 0; k < static_cast<int>(lb::BalancerKind::kCount); ++k) {
+          m.balancers.push_back(lb::BalancerKindName(static_cast<lb::BalancerKind>(k)));
+        }
+        m.balancer = v.balancer;
+        m.threshold_bytes = v.pin ? v.threshold_bytes : 0;
+        m.pinned_flows = v.pinned_flows;
+        m.sprayed_flows = v.sprayed_flows;
+        m.pinned_packets = v.pinned_packets;
+        m.sprayed_packets = v.sprayed_packets;
+        m.pinned_bytes = v.pinned_bytes;
+        m.sprayed_bytes = v.sprayed_bytes;
+        m.stateless_bytes = v.stateless_bytes;
+        m.flows_live = v.flows_live;
+        m.flow_capacity = v.flow_capacity;
+        for (const api::LbCounterView& c : v.counters) {
+          if (c.name == lb::LbCounterName(lb::LbCounter::kControl) ||
+              c.name == lb::LbCounterName(lb::LbCounter::kTableFull)) {
+            m.stateless_packets += c.value;
+          }
+          // Gauges are exported as such above (flow entries) or not at all (generation).
+          if (c.name == "flows-live" || c.name == "flow-capacity" || c.name == "generation") {
+            continue;
+          }
+          m.events.emplace_back(c.name, c.value);
+        }
+        for (const api::LbPathSetView& s : v.sets) {
+          metrics::LbMetrics::Set set;
+          set.set = s.set;
+          set.jain_index = s.jain_index;
+          for (const api::LbPathView& p : s.paths) set.paths.push_back({p.bytes, p.packets});
+          m.sets.push_back(std::move(set));
+        }
+        return m;
+      };
+    }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }
