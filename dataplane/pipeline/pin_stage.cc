@@ -111,7 +111,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     }
     lb::RewriteResult r;
     if (static_cast<size_t>(d.icrc_off) + pkt::kIcrcLen <= len) {
-      r = lb::Rewrite(frame, len, d, *c.path, field);
+      r = lb::Rewrite(frame, len, d, *c.path, field, &icrc_cache_);
     } else {
       // A chained mbuf whose ICRC lies beyond the first segment: patch it where it lies.
       uint8_t icrc[pkt::kIcrcLen];
@@ -124,7 +124,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
       const uint32_t stored = uint32_t{icrc[0]} | uint32_t{icrc[1]} << 8 | uint32_t{icrc[2]} << 16 |
                               uint32_t{icrc[3]} << 24;
       uint32_t delta = 0;
-      r = lb::RewriteHeaders(frame, len, d, *c.path, field, stored, &delta);
+      r = lb::RewriteHeaders(frame, len, d, *c.path, field, stored, &delta, &icrc_cache_);
       if (delta != 0) {
         lb::ApplyIcrcDelta(icrc, delta);
         WriteChain(m, d.icrc_off, icrc, sizeof icrc);

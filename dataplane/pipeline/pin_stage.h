@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 
+#include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/pin.h"
 #include "dataplane/pipeline/lb_control.h"
 #include "dataplane/pipeline/stage.h"
@@ -57,7 +58,7 @@ class PinSelectStage final : public Stage {
     lb::LbConfig config;
     ClockNs clock;  // defaults to the TSC
     // Poll(): flow entries swept per housekeeping slice; slices run every `housekeep_every` polls.
-    uint32_t sweep_slice = 256;
+    uint32_t sweep_slice = 64;
     uint32_t housekeep_every = 8;
     uint32_t drain_budget = 256;  // feedback messages taken from each inbound ring per poll
   };
@@ -88,6 +89,7 @@ class PinSelectStage final : public Stage {
 
   Options o_;
   std::unique_ptr<lb::PinSelector> sel_;
+  lb::IcrcDeltaCache icrc_cache_;  // this worker's memo of ICRC deltas
   uint64_t applied_generation_ = 0;
   double ns_per_tsc_ = 1.0;
   std::atomic<uint64_t>* stage_;         // LbControl's block for this worker
