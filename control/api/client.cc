@@ -158,4 +158,13 @@ absl::StatusOr<v1::SetStormResponse> ApiClient::SetStorm(const v1::SetStormReque
                                                          request);
 }
 
+absl::StatusOr<v1::GetLbResponse> ApiClient::GetLb() {
+  return Call<v1::GetLbRequest, v1::GetLbResponse>("GetLb", &v1::Heddle::Stub::GetLb,
+                                                   v1::GetLbRequest());
+}
+
+absl::StatusOr<v1::SetLbResponse> ApiClient::SetLb(const v1::SetLbRequest& request) {
+  return Call<v1::SetLbRequest, v1::SetLbResponse>("SetLb", &v1::Heddle::Stub::SetLb, request);
+}
+
 }  // namespace heddle::api

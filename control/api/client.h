@@ -46,6 +46,9 @@ class ApiClient {
   absl::StatusOr<v1::ListQpsResponse> ListQps(uint32_t top, const std::string& sort);
   // Fields left unset in `request` keep their value in the daemon.
   absl::StatusOr<v1::SetStormResponse> SetStorm(const v1::SetStormRequest& request);
+  absl::StatusOr<v1::GetLbResponse> GetLb();
+  // Fields left unset in `request` keep their value in the daemon.
+  absl::StatusOr<v1::SetLbResponse> SetLb(const v1::SetLbRequest& request);
 
   const std::string& socket_path() const { return socket_path_; }
 

@@ -6,9 +6,10 @@
 // Every method is called from gRPC threads, concurrently; implementations must be thread-safe and
 // must not block on the dataplane.
 //
-// The STORM methods (GetStorm, ListQps, SetStorm) have defaults that answer UNIMPLEMENTED, so a
-// daemon without STORM control still builds; the control API passes a returned status to the
-// client with its code and message unchanged, so the messages are written for the operator.
+// The STORM methods (GetStorm, ListQps, SetStorm) and the lb ones (GetLb, SetLb) have defaults
+// that answer UNIMPLEMENTED, so a daemon without them still builds; the control API passes a
+// returned status to the client with its code and message unchanged, so the messages are written
+// for the operator.
 #pragma once
 
 #include <cstdint>
@@ -169,6 +170,53 @@ struct StormUpdate {
   std::optional<double> beta;
 };
 
+// One path of a path set (docs/pin.md §1) and the bytes the pin-select stages sent on it.
+struct LbPathView {
+  uint32_t index = 0;    // in its set
+  std::string port;      // uplink port name
+  uint32_t entropy = 0;  // UDP source port or IPv6 flow label
+  uint64_t bytes = 0, packets = 0;
+};
+struct LbPathSetView {
+  uint32_t set = 0;
+  std::string prefix;  // "10.1.0.0/16", or "default"
+  std::vector<LbPathView> paths;
+  // Jain's fairness index of the paths' bytes, (sum x)^2 / (n sum x^2): 1 is perfectly even, 1/n
+  // all on one path; 0 when nothing was sent yet.
+  double jain_index = 0;
+};
+struct LbCounterView {
+  std::string name;  // stable name ("pinned-flows", "joined-local", ...)
+  std::string description;
+  uint64_t value = 0;
+};
+
+// PIN and the balancer in force, and their counters summed over workers.
+struct LbView {
+  bool enabled = false;
+  std::string balancer;  // "ecmp" | "rps" | "round-robin" | "flowlet" | "reps" | "adaptive"
+  bool pin = false;
+  uint64_t threshold_bytes = 0;  // in force
+  bool threshold_auto = false;   // derived: one bandwidth-delay product
+  std::string pin_policy, flow_unit, crossing, entropy;
+  uint64_t generation = 0;     // bumps on every published change
+  bool feedback_join = false;  // a host index is published: feedback reaches the balancers
+  uint64_t pinned_flows = 0, sprayed_flows = 0, pinned_packets = 0, sprayed_packets = 0;
+  uint64_t pinned_bytes = 0, sprayed_bytes = 0, stateless_bytes = 0;
+  uint64_t flows_live = 0, flow_capacity = 0;
+  std::vector<LbPathSetView> sets;      // the first sets (pipeline::kLbReportedSets)
+  std::vector<LbCounterView> counters;  // every selector and stage counter
+};
+
+// A change to PIN and the balancer, applied as one publication. Fields not set stay as they are.
+struct LbUpdate {
+  std::optional<std::string> balancer;
+  std::optional<uint64_t> threshold_bytes;  // 1..2^31
+  bool threshold_auto = false;              // back to one bandwidth-delay product
+  std::optional<std::string> pin_policy;    // "hash" | "least-loaded" | "balancer"
+  std::optional<bool> pin;
+};
+
 class DaemonView {
  public:
   virtual ~DaemonView() = default;
@@ -200,7 +248,18 @@ class DaemonView {
     return StormUnimplemented();
   }
 
+  // PIN and the load balancer (docs/pin.md). The same error rules as STORM: FailedPrecondition
+  // when lb is disabled, InvalidArgument for a change the daemon refuses.
+  virtual absl::StatusOr<LbView> GetLb() { return LbUnimplemented(); }
+  // Applies `update` as one publication, without restart or a moved message; returns the state
+  // now in force. The server has already refused an empty update and threshold_bytes together
+  // with threshold_auto; names and ranges are the daemon's to check.
+  virtual absl::StatusOr<LbView> SetLb(const LbUpdate& update) { return LbUnimplemented(); }
+
  private:
+  static absl::Status LbUnimplemented() {
+    return absl::UnimplementedError("this heddled has no load-balancing control yet");
+  }
   static absl::Status StormUnimplemented() {
     return absl::UnimplementedError("this heddled has no STORM control yet");
   }

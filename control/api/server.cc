@@ -26,7 +26,7 @@ namespace {
 constexpr mode_t kSocketDirMode = 0750;
 constexpr mode_t kSocketMode = 0660;
 // In-flight calls get this long to finish when the server stops; every RPC here is a snapshot read
-// or, for SetStorm, one table publication.
+// or, for SetStorm and SetLb, one publication.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 // Requests are tiny; anything bigger is a confused or hostile client.
 constexpr int kMaxRequestBytes = 64 * 1024;
@@ -200,6 +200,67 @@ void ToProto(const QpView& in, v1::Qp* out) {
   }
 }
 
+void ToProto(const LbView& in, v1::Lb* out) {
+  out->set_enabled(in.enabled);
+  out->set_balancer(in.balancer);
+  out->set_pin(in.pin);
+  out->set_threshold_bytes(in.threshold_bytes);
+  out->set_threshold_auto(in.threshold_auto);
+  out->set_pin_policy(in.pin_policy);
+  out->set_flow_unit(in.flow_unit);
+  out->set_crossing(in.crossing);
+  out->set_entropy(in.entropy);
+  out->set_generation(in.generation);
+  out->set_feedback_join(in.feedback_join);
+  out->set_pinned_flows(in.pinned_flows);
+  out->set_sprayed_flows(in.sprayed_flows);
+  out->set_pinned_packets(in.pinned_packets);
+  out->set_sprayed_packets(in.sprayed_packets);
+  out->set_pinned_bytes(in.pinned_bytes);
+  out->set_sprayed_bytes(in.sprayed_bytes);
+  out->set_stateless_bytes(in.stateless_bytes);
+  out->set_flows_live(in.flows_live);
+  out->set_flow_capacity(in.flow_capacity);
+  for (const LbPathSetView& s : in.sets) {
+    v1::LbPathSet* set = out->add_sets();
+    set->set_set(s.set);
+    set->set_prefix(s.prefix);
+    set->set_jain_index(s.jain_index);
+    for (const LbPathView& p : s.paths) {
+      v1::LbPath* path = set->add_paths();
+      path->set_index(p.index);
+      path->set_port(p.port);
+      path->set_entropy(p.entropy);
+      path->set_bytes(p.bytes);
+      path->set_packets(p.packets);
+    }
+  }
+  for (const LbCounterView& c : in.counters) {
+    v1::LbCounter* counter = out->add_counters();
+    counter->set_name(c.name);
+    counter->set_value(c.value);
+    counter->set_description(c.description);
+  }
+}
+
+absl::StatusOr<LbUpdate> FromProto(const v1::SetLbRequest& in) {
+  LbUpdate update;
+  if (in.has_balancer()) update.balancer = in.balancer();
+  if (in.has_threshold_bytes()) update.threshold_bytes = in.threshold_bytes();
+  update.threshold_auto = in.threshold_auto();
+  if (in.has_pin_policy()) update.pin_policy = in.pin_policy();
+  if (in.has_pin()) update.pin = in.pin();
+  if (update.threshold_bytes && update.threshold_auto) {
+    return absl::InvalidArgumentError("give either threshold_bytes or threshold_auto, not both");
+  }
+  if (!update.balancer && !update.threshold_bytes && !update.threshold_auto && !update.pin_policy &&
+      !update.pin) {
+    return absl::InvalidArgumentError(
+        "nothing to change; set balancer, threshold_bytes, threshold_auto, pin_policy or pin");
+  }
+  return update;
+}
+
 // Checks what needs no daemon state and turns the request into the view's StormUpdate.
 absl::StatusOr<StormUpdate> FromProto(const v1::SetStormRequest& in) {
   StormUpdate update;
@@ -358,6 +419,25 @@ class HeddleServiceImpl final : public v1::Heddle::Service {
       for (size_t i = 0; i < qps.size() && i < top; ++i) ToProto(qps[i], out->add_qps());
       out->set_sort(sort);
       out->set_top(top);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status GetLb(grpc::ServerContext*, const v1::GetLbRequest*,
+                     v1::GetLbResponse* out) override {
+    return Guarded("GetLb", [&]() -> absl::Status {
+      HEDDLE_ASSIGN_OR_RETURN(const LbView lb, view_->GetLb());
+      ToProto(lb, out->mutable_lb());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status SetLb(grpc::ServerContext*, const v1::SetLbRequest* req,
+                     v1::SetLbResponse* out) override {
+    return Guarded("SetLb", [&]() -> absl::Status {
+      HEDDLE_ASSIGN_OR_RETURN(const LbUpdate update, FromProto(*req));
+      HEDDLE_ASSIGN_OR_RETURN(const LbView lb, view_->SetLb(update));
+      ToProto(lb, out->mutable_lb());
       return absl::OkStatus();
     });
   }

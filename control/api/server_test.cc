@@ -678,6 +678,103 @@ TEST_F(ApiServerTest, DaemonStatusCodesAndMessagesReachTheClient) {
   }
 }
 
+TEST_F(ApiServerTest, GetLbMapsEveryField) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto r = Client(socket_path_)->GetLb();
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::Lb& lb = r->lb();
+  EXPECT_TRUE(lb.enabled());
+  EXPECT_EQ(lb.balancer(), "reps");
+  EXPECT_TRUE(lb.pin());
+  EXPECT_EQ(lb.threshold_bytes(), 100000u);
+  EXPECT_TRUE(lb.threshold_auto());
+  EXPECT_EQ(lb.pin_policy(), "hash");
+  EXPECT_EQ(lb.flow_unit(), "request");
+  EXPECT_EQ(lb.crossing(), "stay-pinned");
+  EXPECT_EQ(lb.entropy(), "udp-sport");
+  EXPECT_EQ(lb.generation(), 3u);
+  EXPECT_FALSE(lb.feedback_join());
+  EXPECT_EQ(lb.pinned_flows(), 900u);
+  EXPECT_EQ(lb.sprayed_flows(), 100u);
+  EXPECT_EQ(lb.pinned_packets(), 4000u);
+  EXPECT_EQ(lb.sprayed_packets(), 60000u);
+  EXPECT_EQ(lb.pinned_bytes(), 4'200'000u);
+  EXPECT_EQ(lb.sprayed_bytes(), 63'000'000u);
+  EXPECT_EQ(lb.flows_live(), 12u);
+  EXPECT_EQ(lb.flow_capacity(), 65536u);
+  ASSERT_EQ(lb.sets_size(), 1);
+  EXPECT_EQ(lb.sets(0).prefix(), "default");
+  EXPECT_DOUBLE_EQ(lb.sets(0).jain_index(), 0.9423);
+  ASSERT_EQ(lb.sets(0).paths_size(), 4);
+  EXPECT_EQ(lb.sets(0).paths(3).port(), "uplink1");
+  EXPECT_EQ(lb.sets(0).paths(3).entropy(), 0xc001u);
+  EXPECT_EQ(lb.sets(0).paths(3).bytes(), 10'000'000u);
+  EXPECT_EQ(lb.sets(0).paths(3).packets(), 10000u);
+  ASSERT_EQ(lb.counters_size(), 2);
+  EXPECT_EQ(lb.counters(1).name(), "join-no-index");
+  EXPECT_EQ(lb.counters(1).value(), 77u);
+  EXPECT_THAT(lb.counters(1).description(), HasSubstr("no host index"));
+}
+
+TEST_F(ApiServerTest, SetLbCarriesWhatIsSetAndRefusesEmptyOrContradictoryRequests) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+  v1::SetLbRequest req;
+  req.set_balancer("adaptive");
+  req.set_threshold_bytes(65536);
+  req.set_pin(false);  // false is a value, not "unset"
+  auto r = client->SetLb(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(view_.last_lb_update.has_value());
+  EXPECT_EQ(view_.last_lb_update->balancer, std::optional<std::string>("adaptive"));
+  EXPECT_EQ(view_.last_lb_update->threshold_bytes, std::optional<uint64_t>(65536));
+  EXPECT_EQ(view_.last_lb_update->pin, std::optional<bool>(false));
+  EXPECT_FALSE(view_.last_lb_update->pin_policy.has_value());
+  EXPECT_FALSE(view_.last_lb_update->threshold_auto);
+  EXPECT_EQ(r->lb().balancer(), "adaptive");
+  EXPECT_EQ(r->lb().threshold_bytes(), 65536u);
+  EXPECT_FALSE(r->lb().threshold_auto());
+  EXPECT_FALSE(r->lb().pin());
+  EXPECT_EQ(r->lb().generation(), 4u);
+
+  view_.last_lb_update.reset();
+  struct Case {
+    v1::SetLbRequest req;
+    std::string message;
+  };
+  std::vector<Case> cases(2);
+  cases[0].message = "nothing to change";
+  cases[1].req.set_threshold_bytes(1);
+  cases[1].req.set_threshold_auto(true);
+  cases[1].message = "not both";
+  for (const Case& c : cases) {
+    auto bad = client->SetLb(c.req);
+    ASSERT_FALSE(bad.ok()) << c.message;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr("heddled SetLb: "));
+    EXPECT_THAT(bad.status().message(), HasSubstr(c.message));
+  }
+  EXPECT_FALSE(view_.last_lb_update.has_value());
+
+  // The daemon's own refusal and its FailedPrecondition reach the client unchanged.
+  v1::SetLbRequest unknown;
+  unknown.set_balancer("spray");
+  auto refused = client->SetLb(unknown);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("lb.balancer"));
+  {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    view_.lb_error = absl::FailedPreconditionError("lb is not enabled");
+  }
+  auto off = client->GetLb();
+  ASSERT_FALSE(off.ok());
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(off.status().message(), "heddled GetLb: lb is not enabled");
+}
+
 // A daemon whose DaemonView has no STORM methods yet: the defaults answer UNIMPLEMENTED.
 class NoStormView : public DaemonView {
  public:
@@ -705,6 +802,10 @@ TEST(ApiServerStormTest, DefaultViewMethodsAnswerUnimplemented) {
   v1::SetStormRequest req;
   req.set_beta(1);
   EXPECT_EQ(client->SetStorm(req).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(client->GetLb().status().code(), absl::StatusCode::kUnimplemented);
+  v1::SetLbRequest lb;
+  lb.set_pin(true);
+  EXPECT_EQ(client->SetLb(lb).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ApiServerStormTest, DaemonWithoutTheRpcIsCalledOlder) {

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -57,8 +58,9 @@ constexpr size_t kMaxSocketPath = 107;       // sizeof(sockaddr_un::sun_path) - 
 constexpr size_t kMaxFileSize = 16 << 20;
 
 // The keys each mapping accepts, in the order docs/config.md and ToYaml() use.
-constexpr absl::string_view kTopKeys[] = {"lcores", "memory",  "mempool", "ports", "dataplane",
-                                          "storm",  "metrics", "control", "log",   "eal"};
+constexpr absl::string_view kTopKeys[] = {"lcores",    "memory", "mempool", "ports",
+                                          "dataplane", "storm",  "lb",      "metrics",
+                                          "control",   "log",    "eal"};
 constexpr absl::string_view kLcoreKeys[] = {"main", "workers"};
 constexpr absl::string_view kMemoryKeys[] = {"no_huge", "size_mb", "file_prefix"};
 constexpr absl::string_view kMempoolKeys[] = {"mbufs", "cache", "data_room"};
@@ -94,6 +96,20 @@ constexpr uint32_t kMinReadStreams = 64;
 constexpr uint32_t kMaxReadStreams = 4u << 20;
 constexpr uint32_t kMinStormMtu = 256;
 constexpr uint32_t kMaxStormMtu = 4096;
+constexpr absl::string_view kLbKeys[] = {
+    "enabled",        "balancer",        "entropy",       "seed",
+    "flowlet_gap_ns", "reps_cache_size", "flow_capacity", "flow_idle_ms",
+    "link_gbps",      "rtt_ns",          "pin",           "paths"};
+constexpr absl::string_view kLbPinKeys[] = {"enabled", "threshold_bytes", "policy", "flow",
+                                            "crossing"};
+constexpr absl::string_view kLbPathsKeys[] = {"default", "prefixes"};
+constexpr absl::string_view kLbDefaultSetKeys[] = {"ports", "entropies", "first_entropy", "values",
+                                                   "next_hop_mac"};
+constexpr absl::string_view kLbPrefixSetKeys[] = {"prefix",        "ports",  "entropies",
+                                                  "first_entropy", "values", "next_hop_mac"};
+constexpr uint32_t kMinLbFlows = 16;
+constexpr uint32_t kMaxLbFlows = 1u << 26;
+constexpr uint64_t kMaxLbThreshold = uint64_t{1} << 31;  // the largest RDMA message
 constexpr absl::string_view kMetricsKeys[] = {"enabled", "listen"};
 constexpr absl::string_view kControlKeys[] = {"socket"};
 constexpr absl::string_view kLogKeys[] = {"level"};
@@ -175,6 +191,18 @@ std::string VdevName(absl::string_view vdev) {
     }
   }
   return std::string(name);
+}
+
+// "02:00:00:00:00:09" (or with '-') -> the six bytes; nullopt if it is not a MAC address.
+std::optional<lb::Mac> ParseMac(absl::string_view s) {
+  std::vector<absl::string_view> parts = absl::StrSplit(s, absl::ByAnyChar(":-"));
+  if (parts.size() != 6) return std::nullopt;
+  lb::Mac mac{};
+  for (size_t i = 0; i < 6; ++i) {
+    if (parts[i].size() != 2 || !IsHex(parts[i])) return std::nullopt;
+    mac[i] = static_cast<uint8_t>(std::stoul(std::string(parts[i]), nullptr, 16));
+  }
+  return mac;
 }
 
 bool IsPortName(absl::string_view s) {
@@ -358,6 +386,7 @@ class Parser {
       if (auto v = Child(*n, "verify_icrc")) Bool(*v, "dataplane.verify_icrc", &c->verify_icrc);
     }
     if (auto n = Section(root, "storm", kStormKeys)) Storm(*n, &c->storm);
+    if (auto n = Section(root, "lb", kLbKeys)) Lb(*n, &c->lb);
     if (auto n = Section(root, "metrics", kMetricsKeys)) {
       if (auto v = Child(*n, "enabled")) Bool(*v, "metrics.enabled", &c->metrics_enabled);
       if (auto v = Child(*n, "listen")) String(*v, "metrics.listen", &c->metrics_listen);
@@ -669,6 +698,175 @@ class Parser {
     }
     if (auto v = Child(n, "response_window_ms")) {
       Uint(*v, "storm.response_window_ms", 0, 1000, &s->response_window_ms);
+    }
+  }
+
+  // One of `names` (in the order of `values`); else reported with the list.
+  template <typename E, size_t N>
+  void Choice(const YAML::Node& n, const std::string& path, const absl::string_view (&names)[N],
+              const E (&values)[N], E* out) {
+    std::string v;
+    if (!String(n, path, &v)) return;
+    for (size_t i = 0; i < N; ++i) {
+      if (v == names[i]) {
+        *out = values[i];
+        return;
+      }
+    }
+    std::vector<std::string> quoted;
+    for (absl::string_view name : names) quoted.push_back(Quote(name));
+    Error(n, path, absl::StrCat(Quote(v), " is not one of ", absl::StrJoin(quoted, ", ")));
+  }
+
+  // An entropy value: decimal or 0x-prefixed hex, at most 20 bits (the flow label's width; a
+  // UDP source port's 16 are checked once the field is known).
+  bool Entropy(const YAML::Node& n, const std::string& path, uint32_t* out) {
+    if (n.IsScalar() && absl::StartsWithIgnoreCase(n.Scalar(), "0x")) {
+      uint64_t v = 0;
+      const std::string& t = n.Scalar();
+      auto [ptr, ec] = std::from_chars(t.data() + 2, t.data() + t.size(), v, 16);
+      if (ec != std::errc() || ptr != t.data() + t.size() || t.size() == 2 ||
+          v > lb::kMaxFlowLabel) {
+        Error(n, path,
+              absl::StrCat(Quote(t),
+                           " is not an entropy; use 0..1048575 or hex up to 0xfffff "
+                           "(a UDP source port: up to 0xffff)"));
+        return false;
+      }
+      *out = static_cast<uint32_t>(v);
+      return true;
+    }
+    return Uint(n, path, 0, lb::kMaxFlowLabel, out);
+  }
+
+  void LbPathSet(const YAML::Node& n, const std::string& path, bool with_prefix,
+                 LbPathSetConfig* s) {
+    if (with_prefix) {
+      if (!Map(n, path, kLbPrefixSetKeys)) return;
+      if (auto v = Child(n, "prefix")) {
+        if (String(*v, path + ".prefix", &s->prefix)) {
+          if (absl::StatusOr<lb::Prefix> p = lb::ParsePrefix(s->prefix); !p.ok()) {
+            Error(*v, path + ".prefix", p.status().message());
+          }
+        }
+      } else {
+        Error(n, path + ".prefix", "missing; give the destination prefix, e.g. 10.1.0.0/16");
+      }
+    } else if (!Map(n, path, kLbDefaultSetKeys)) {
+      return;
+    }
+    if (auto v = Child(n, "ports")) StringList(*v, path + ".ports", &s->ports);
+    if (auto v = Child(n, "entropies")) {
+      Uint(*v, path + ".entropies", 1, lb::kMaxPaths, &s->entropies);
+    }
+    if (auto v = Child(n, "first_entropy")) Entropy(*v, path + ".first_entropy", &s->first_entropy);
+    if (auto v = Child(n, "values")) {
+      if (!v->IsSequence() || v->size() == 0 || v->size() > static_cast<size_t>(lb::kMaxPaths)) {
+        Error(*v, path + ".values",
+              absl::StrCat("expected a list of 1..", lb::kMaxPaths,
+                           " entropy values such as [0xc000, 0xc011], got ",
+                           v->IsSequence() ? absl::StrCat(v->size(), " values") : Describe(*v)));
+      } else {
+        s->values.clear();
+        for (size_t i = 0; i < v->size(); ++i) {
+          uint32_t e = 0;
+          if (Entropy((*v)[i], absl::StrCat(path, ".values[", i, "]"), &e)) s->values.push_back(e);
+        }
+      }
+    }
+    if (auto v = Child(n, "next_hop_mac")) {
+      if (String(*v, path + ".next_hop_mac", &s->next_hop_mac) && !s->next_hop_mac.empty() &&
+          !ParseMac(s->next_hop_mac)) {
+        Error(*v, path + ".next_hop_mac",
+              absl::StrCat(Quote(s->next_hop_mac),
+                           " is not a MAC address; write six hex bytes such as 02:00:00:00:00:09"));
+      }
+    }
+  }
+
+  void Lb(const YAML::Node& n, LbConfig* c) {
+    lb::LbConfig& p = c->params;
+    if (auto v = Child(n, "enabled")) Bool(*v, "lb.enabled", &c->enabled);
+    if (auto v = Child(n, "balancer")) {
+      std::string name;
+      if (String(*v, "lb.balancer", &name)) {
+        absl::StatusOr<lb::BalancerKind> k = lb::ParseBalancerKind(name);
+        if (k.ok()) {
+          p.balancer = *k;
+        } else {
+          Error(*v, "lb.balancer", k.status().message());
+        }
+      }
+    }
+    if (auto v = Child(n, "entropy")) {
+      constexpr absl::string_view kNames[] = {"udp-sport", "flow-label"};
+      constexpr lb::EntropyField kValues[] = {lb::EntropyField::kUdpSourcePort,
+                                              lb::EntropyField::kIpv6FlowLabel};
+      Choice(*v, "lb.entropy", kNames, kValues, &p.entropy_field);
+    }
+    if (auto v = Child(n, "seed")) Uint(*v, "lb.seed", 0, UINT64_MAX, &p.seed);
+    if (auto v = Child(n, "flowlet_gap_ns")) {
+      Uint(*v, "lb.flowlet_gap_ns", 1, 1'000'000'000, &p.flowlet_gap_ns);
+    }
+    if (auto v = Child(n, "reps_cache_size")) {
+      Uint(*v, "lb.reps_cache_size", 1, lb::kMaxRepsCache, &p.reps_cache_size);
+    }
+    if (auto v = Child(n, "flow_capacity")) {
+      Uint(*v, "lb.flow_capacity", kMinLbFlows, kMaxLbFlows, &p.flow_capacity);
+    }
+    if (auto v = Child(n, "flow_idle_ms")) {
+      uint64_t ms = 0;
+      if (Uint(*v, "lb.flow_idle_ms", 1, 3'600'000, &ms)) p.flow_idle_ns = ms * 1'000'000;
+    }
+    if (auto v = Child(n, "link_gbps")) Uint(*v, "lb.link_gbps", 1, 3200, &p.link_gbps);
+    if (auto v = Child(n, "rtt_ns")) Uint(*v, "lb.rtt_ns", 1, 100'000'000, &p.rtt_ns);
+    if (auto pin = Child(n, "pin"); pin && !pin->IsNull() && Map(*pin, "lb.pin", kLbPinKeys)) {
+      if (auto v = Child(*pin, "enabled")) Bool(*v, "lb.pin.enabled", &p.pin);
+      if (auto v = Child(*pin, "threshold_bytes"); v && v->IsScalar() && v->Scalar() == "auto") {
+        p.threshold_bytes = 0;
+      } else if (v) {
+        Uint(*v, "lb.pin.threshold_bytes", 1, kMaxLbThreshold, &p.threshold_bytes);
+      }
+      if (auto v = Child(*pin, "policy")) {
+        constexpr absl::string_view kNames[] = {"hash", "least-loaded", "balancer"};
+        constexpr lb::PinPolicy kValues[] = {lb::PinPolicy::kHash, lb::PinPolicy::kLeastLoaded,
+                                             lb::PinPolicy::kBalancer};
+        Choice(*v, "lb.pin.policy", kNames, kValues, &p.pin_policy);
+      }
+      if (auto v = Child(*pin, "flow")) {
+        constexpr absl::string_view kNames[] = {"request", "qp"};
+        constexpr lb::FlowUnit kValues[] = {lb::FlowUnit::kRequest, lb::FlowUnit::kQp};
+        Choice(*v, "lb.pin.flow", kNames, kValues, &p.flow_unit);
+      }
+      if (auto v = Child(*pin, "crossing")) {
+        constexpr absl::string_view kNames[] = {"stay-pinned", "spray-rest"};
+        constexpr lb::CrossingRule kValues[] = {lb::CrossingRule::kStayPinned,
+                                                lb::CrossingRule::kSprayRest};
+        Choice(*v, "lb.pin.crossing", kNames, kValues, &p.crossing);
+      }
+    }
+    auto paths = Child(n, "paths");
+    if (!paths || paths->IsNull() || !Map(*paths, "lb.paths", kLbPathsKeys)) return;
+    if (auto v = Child(*paths, "default")) {
+      if (v->IsScalar() && v->Scalar() == "none") {
+        c->has_default_paths = false;
+      } else if (!v->IsNull()) {
+        c->has_default_paths = true;
+        LbPathSet(*v, "lb.paths.default", false, &c->default_paths);
+      }
+    }
+    if (auto v = Child(*paths, "prefixes"); v && !v->IsNull()) {
+      if (!v->IsSequence()) {
+        Error(*v, "lb.paths.prefixes",
+              absl::StrCat("expected a list of path sets (\"- prefix: 10.1.0.0/16 ...\"), got ",
+                           Describe(*v)));
+        return;
+      }
+      for (size_t i = 0; i < v->size(); ++i) {
+        LbPathSetConfig set;
+        LbPathSet((*v)[i], absl::StrCat("lb.paths.prefixes[", i, "]"), true, &set);
+        c->prefixes.push_back(std::move(set));
+      }
     }
   }
 
@@ -1038,6 +1236,29 @@ absl::Status Validate(const Config& c) {
                        "2048 or 4096"));
   }
 
+  // lb: the selector's parameters (the threshold it derives first: the library would name its own
+  // field), then, when enabled, the path sets.
+  if (c.lb.params.threshold_bytes == 0 && c.lb.params.link_gbps != 0 && c.lb.params.rtt_ns != 0 &&
+      lb::EffectiveThreshold(c.lb.params) > kMaxLbThreshold) {
+    p.Add(absl::StrCat("lb.pin.threshold_bytes: auto derives ", lb::EffectiveThreshold(c.lb.params),
+                       " bytes from lb.link_gbps x lb.rtt_ns / 8, more than the largest RDMA "
+                       "message (2^31); lower them or set lb.pin.threshold_bytes"));
+  } else if (absl::Status s = lb::ValidateLbConfig(c.lb.params); !s.ok()) {
+    p.Add(std::string(s.message()));
+  }
+  if (c.lb.enabled) {
+    if (!c.lb.has_default_paths && c.lb.prefixes.empty()) {
+      p.Add(
+          "lb.paths: no path set (default: none and no prefixes); nothing would be balanced, "
+          "list prefixes or keep a default set");
+    } else if (absl::StatusOr<lb::PathTableSpec> spec = LbPathTableSpec(c); !spec.ok()) {
+      p.Add(std::string(spec.status().message()));
+    } else if (absl::StatusOr<std::unique_ptr<const lb::PathTable>> t = lb::PathTable::Build(*spec);
+               !t.ok()) {
+      p.Add(absl::StrCat("lb.paths: ", t.status().message()));
+    }
+  }
+
   // metrics
   if (auto why = ListenProblem(c.metrics_listen)) {
     p.Add(absl::StrCat("metrics.listen: ", Quote(c.metrics_listen), " ", *why));
@@ -1099,6 +1320,94 @@ absl::Status SyntaxError(const std::string& source, const YAML::Mark& mark,
 }
 
 }  // namespace
+
+absl::StatusOr<lb::PathTableSpec> LbPathTableSpec(const Config& c) {
+  const lb::EntropyField field = c.lb.params.entropy_field;
+  // Each set alone first, so that an error names its key.
+  auto one = [&](const LbPathSetConfig& s,
+                 const std::string& where) -> absl::StatusOr<std::vector<lb::Path>> {
+    lb::PrefixPathsConfig pc;
+    pc.ports.clear();
+    if (s.ports.empty()) {
+      for (size_t i = 0; i < c.ports.size(); ++i) {
+        if (c.ports[i].role == PortRole::kUplink) pc.ports.push_back(static_cast<uint16_t>(i));
+      }
+      if (pc.ports.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".ports: empty (every uplink) but no port has role uplink"));
+      }
+    }
+    for (size_t k = 0; k < s.ports.size(); ++k) {
+      size_t i = 0;
+      while (i < c.ports.size() && c.ports[i].name != s.ports[k]) ++i;
+      if (i == c.ports.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".ports[", k, "]: ", Quote(s.ports[k]), " names no port; use a ports[].name"));
+      }
+      if (c.ports[i].role != PortRole::kUplink) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".ports[", k, "]: ", Quote(s.ports[k]),
+                         " is a host port; a path leaves on an uplink port"));
+      }
+      if (std::find(pc.ports.begin(), pc.ports.end(), i) != pc.ports.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".ports[", k, "]: ", Quote(s.ports[k]), " listed twice"));
+      }
+      pc.ports.push_back(static_cast<uint16_t>(i));
+    }
+    pc.entropies = s.entropies;
+    pc.first_entropy = s.first_entropy;
+    pc.values = s.values;
+    lb::PathConfig one_set;
+    one_set.default_paths = pc;
+    absl::StatusOr<lb::PathTableSpec> spec = lb::PathTableSpecFromConfig(one_set, field);
+    if (!spec.ok()) {
+      // The library says "default paths: ..."; say which key instead.
+      std::string msg(spec.status().message());
+      if (absl::StartsWith(msg, "default paths")) msg = msg.substr(strlen("default paths"));
+      return absl::InvalidArgumentError(absl::StrCat(where, msg));
+    }
+    std::vector<lb::Path> paths = std::move(spec->sets[0]);
+    if (!s.next_hop_mac.empty()) {
+      std::optional<lb::Mac> mac = ParseMac(s.next_hop_mac);
+      if (!mac) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".next_hop_mac: ", Quote(s.next_hop_mac), " is not a MAC address"));
+      }
+      for (lb::Path& path : paths) {
+        path.has_next_hop_mac = true;
+        path.next_hop_mac = *mac;
+      }
+    }
+    return paths;
+  };
+  lb::PathTableSpec spec;
+  std::set<std::pair<std::array<uint8_t, 16>, uint8_t>> seen;
+  for (size_t i = 0; i < c.lb.prefixes.size(); ++i) {
+    const std::string where = absl::StrCat("lb.paths.prefixes[", i, "]");
+    const LbPathSetConfig& s = c.lb.prefixes[i];
+    absl::StatusOr<lb::Prefix> prefix = lb::ParsePrefix(s.prefix);
+    if (!prefix.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".prefix: ", prefix.status().message()));
+    }
+    if (!seen.insert({prefix->addr, prefix->len}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".prefix: ", Quote(s.prefix), " is listed twice; keep one"));
+    }
+    absl::StatusOr<std::vector<lb::Path>> paths = one(s, where);
+    if (!paths.ok()) return paths.status();
+    spec.routes.push_back({*prefix, static_cast<uint32_t>(spec.sets.size())});
+    spec.sets.push_back(*std::move(paths));
+  }
+  if (c.lb.has_default_paths) {
+    absl::StatusOr<std::vector<lb::Path>> paths = one(c.lb.default_paths, "lb.paths.default");
+    if (!paths.ok()) return paths.status();
+    spec.default_set = static_cast<int32_t>(spec.sets.size());
+    spec.sets.push_back(*std::move(paths));
+  }
+  return spec;
+}
 
 uint32_t QpCapacityPerWorker(const Config& c) {
   if (c.storm.qp_capacity != 0) return c.storm.qp_capacity;
@@ -1268,6 +1577,61 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "read_stream_capacity" << YAML::Value << c.storm.read_stream_capacity;
   out << YAML::Key << "response_window_ms" << YAML::Value << c.storm.response_window_ms;
   out << YAML::EndMap;
+
+  const lb::LbConfig& lp = c.lb.params;
+  out << YAML::Key << "lb" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << c.lb.enabled;
+  out << YAML::Key << "balancer" << YAML::Value << lb::BalancerKindName(lp.balancer);
+  out << YAML::Key << "entropy" << YAML::Value << lb::EntropyFieldName(lp.entropy_field);
+  out << YAML::Key << "seed" << YAML::Value << lp.seed;
+  out << YAML::Key << "flowlet_gap_ns" << YAML::Value << lp.flowlet_gap_ns;
+  out << YAML::Key << "reps_cache_size" << YAML::Value << lp.reps_cache_size;
+  out << YAML::Key << "flow_capacity" << YAML::Value << lp.flow_capacity;
+  out << YAML::Key << "flow_idle_ms" << YAML::Value << lp.flow_idle_ns / 1'000'000;
+  out << YAML::Key << "link_gbps" << YAML::Value << lp.link_gbps;
+  out << YAML::Key << "rtt_ns" << YAML::Value << lp.rtt_ns;
+  out << YAML::Key << "pin" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << lp.pin;
+  if (lp.threshold_bytes == 0) {
+    out << YAML::Key << "threshold_bytes" << YAML::Value << "auto"
+        << YAML::Comment(
+               absl::StrCat(lb::EffectiveThreshold(lp), " bytes: link_gbps x rtt_ns / 8"));
+  } else {
+    out << YAML::Key << "threshold_bytes" << YAML::Value << lp.threshold_bytes;
+  }
+  out << YAML::Key << "policy" << YAML::Value << lb::PinPolicyName(lp.pin_policy);
+  out << YAML::Key << "flow" << YAML::Value << lb::FlowUnitName(lp.flow_unit);
+  out << YAML::Key << "crossing" << YAML::Value << lb::CrossingRuleName(lp.crossing);
+  out << YAML::EndMap;
+  auto path_set = [&out](const LbPathSetConfig& s, bool with_prefix) {
+    out << YAML::BeginMap;
+    if (with_prefix) out << YAML::Key << "prefix" << YAML::Value << YAML::DoubleQuoted << s.prefix;
+    out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& port : s.ports) out << YAML::DoubleQuoted << port;
+    out << YAML::EndSeq;
+    if (s.values.empty()) {
+      out << YAML::Key << "entropies" << YAML::Value << s.entropies;
+      out << YAML::Key << "first_entropy" << YAML::Value
+          << absl::StrCat("0x", absl::Hex(s.first_entropy));
+    } else {
+      out << YAML::Key << "values" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (uint32_t v : s.values) out << absl::StrCat("0x", absl::Hex(v));
+      out << YAML::EndSeq;
+    }
+    out << YAML::Key << "next_hop_mac" << YAML::Value << YAML::DoubleQuoted << s.next_hop_mac;
+    out << YAML::EndMap;
+  };
+  out << YAML::Key << "paths" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "default" << YAML::Value;
+  if (c.lb.has_default_paths) {
+    path_set(c.lb.default_paths, false);
+  } else {
+    out << "none";
+  }
+  out << YAML::Key << "prefixes" << YAML::Value << YAML::BeginSeq;
+  for (const LbPathSetConfig& s : c.lb.prefixes) path_set(s, true);
+  out << YAML::EndSeq;
+  out << YAML::EndMap << YAML::EndMap;
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << c.metrics_enabled;

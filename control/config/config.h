@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/lb/path.h"
+#include "dataplane/lb/pin.h"
 #include "dataplane/storm/levels.h"
 
 namespace heddle::config {
@@ -73,6 +75,32 @@ struct StormConfig {
   friend bool operator==(const StormConfig&, const StormConfig&) = default;
 };
 
+// One path set of `lb.paths` (docs/config.md `lb`): the paths a packet towards the set's
+// destinations may take, the cross product of its uplink ports and its entropy values.
+struct LbPathSetConfig {
+  std::string prefix;               // "10.1.0.0/16"; empty for lb.paths.default
+  std::vector<std::string> ports;   // uplink port names; empty: every uplink port, in config order
+  uint32_t entropies = 8;           // N values first_entropy, first_entropy + 1, ...
+  uint32_t first_entropy = 0xc000;  // RoCEv2 source ports conventionally sit in 0xC000-0xFFFF
+  std::vector<uint32_t> values;     // explicit entropy values; when set, the two above are unused
+  std::string next_hop_mac;         // "02:00:00:00:00:09": written as the destination MAC; "": kept
+
+  friend bool operator==(const LbPathSetConfig&, const LbPathSetConfig&) = default;
+};
+
+// PIN and the load balancer beneath it (docs/pin.md, docs/config.md `lb`). The selector's own
+// parameters are the library's lb::LbConfig, checked by lb::ValidateLbConfig().
+struct LbConfig {
+  bool enabled = false;
+  lb::LbConfig params;  // balancer, pin, pin policy, flow unit, crossing, threshold (0: one BDP of
+                        // link_gbps x rtt_ns), seed, flowlet gap, REPS cache, entropy field, ...
+  bool has_default_paths = true;  // lb.paths.default: none turns it off
+  LbPathSetConfig default_paths;
+  std::vector<LbPathSetConfig> prefixes;
+
+  friend bool operator==(const LbConfig&, const LbConfig&) = default;
+};
+
 struct Config {
   // lcores
   unsigned main_lcore = 0;
@@ -92,6 +120,8 @@ struct Config {
   bool verify_icrc = false;  // drop RoCEv2 frames with a bad ICRC (costs a CRC per packet)
   // storm
   StormConfig storm;
+  // lb (PIN)
+  LbConfig lb;
   // metrics
   bool metrics_enabled = true;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port; port 0 = any free port
@@ -121,6 +151,9 @@ uint64_t MbufsNeeded(const Config& c);
 // dataplane/storm/qp_table.h), at least 1024. 1 M QPs: 2 M entries on one worker, 1 M each on
 // two, 512 Ki each on four (66 bytes per entry with its tag).
 uint32_t QpCapacityPerWorker(const Config& c);
+// The path table spec of lb.paths: port names resolved to port indexes (an empty list: every
+// uplink), prefixes and entropies checked, next-hop MACs set. Errors name the lb.paths key.
+absl::StatusOr<lb::PathTableSpec> LbPathTableSpec(const Config& c);
 // The effective config rendered back to YAML (defaults filled in): `heddlectl show config`.
 std::string ToYaml(const Config& c);
 

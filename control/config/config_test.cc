@@ -60,6 +60,23 @@ storm:
   qp_capacity: 4096
   qp_idle_ms: 2000
   mtu: 1024
+lb:
+  enabled: true
+  balancer: flowlet
+  entropy: flow-label
+  seed: 7
+  flowlet_gap_ns: 20000
+  reps_cache_size: 4
+  flow_capacity: 4096
+  flow_idle_ms: 5
+  link_gbps: 400
+  rtt_ns: 4000
+  pin: { enabled: true, threshold_bytes: 65536, policy: least-loaded, flow: qp,
+         crossing: spray-rest }
+  paths:
+    default: { ports: [uplink0], entropies: 4, first_entropy: 0x100, next_hop_mac: "02:00:00:00:00:09" }
+    prefixes:
+      - { prefix: 10.1.0.0/16, values: [0x10, 0x2000, 77] }
 metrics: { enabled: false, listen: "[::1]:9464" }
 control: { socket: /run/heddle/test.sock }
 log: { level: debug }
@@ -826,6 +843,147 @@ TEST(StormConfigTest, ValidateChecksProgrammaticConfigs) {
   EXPECT_TRUE(HasError(Validate(c), "storm.mtu"));
 }
 
+// --- lb --------------------------------------------------------------------------------------
+
+TEST(LbConfigTest, FullExample) {
+  absl::StatusOr<Config> c = LoadString(kFull, "full.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const LbConfig& l = c->lb;
+  EXPECT_TRUE(l.enabled);
+  EXPECT_EQ(l.params.balancer, lb::BalancerKind::kFlowlet);
+  EXPECT_EQ(l.params.entropy_field, lb::EntropyField::kIpv6FlowLabel);
+  EXPECT_EQ(l.params.seed, 7u);
+  EXPECT_EQ(l.params.flowlet_gap_ns, 20000u);
+  EXPECT_EQ(l.params.reps_cache_size, 4u);
+  EXPECT_EQ(l.params.flow_capacity, 4096u);
+  EXPECT_EQ(l.params.flow_idle_ns, 5'000'000u);
+  EXPECT_EQ(l.params.link_gbps, 400u);
+  EXPECT_EQ(l.params.rtt_ns, 4000u);
+  EXPECT_TRUE(l.params.pin);
+  EXPECT_EQ(l.params.threshold_bytes, 65536u);
+  EXPECT_EQ(l.params.pin_policy, lb::PinPolicy::kLeastLoaded);
+  EXPECT_EQ(l.params.flow_unit, lb::FlowUnit::kQp);
+  EXPECT_EQ(l.params.crossing, lb::CrossingRule::kSprayRest);
+  EXPECT_EQ(l.default_paths.ports, std::vector<std::string>{"uplink0"});
+  EXPECT_EQ(l.default_paths.entropies, 4u);
+  EXPECT_EQ(l.default_paths.first_entropy, 0x100u);
+  ASSERT_EQ(l.prefixes.size(), 1u);
+  EXPECT_EQ(l.prefixes[0].prefix, "10.1.0.0/16");
+  EXPECT_EQ(l.prefixes[0].values, (std::vector<uint32_t>{0x10, 0x2000, 77}));
+
+  // The path table: the /16 on every uplink (uplink0 is the only one), the default set with its
+  // next-hop MAC; port names resolved to port indexes.
+  absl::StatusOr<lb::PathTableSpec> spec = LbPathTableSpec(*c);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->sets.size(), 2u);
+  ASSERT_EQ(spec->sets[0].size(), 3u);
+  EXPECT_EQ(spec->sets[0][1].entropy, 0x2000u);
+  EXPECT_EQ(spec->sets[0][1].port, 1);
+  EXPECT_FALSE(spec->sets[0][1].has_next_hop_mac);
+  ASSERT_EQ(spec->sets[1].size(), 4u);
+  EXPECT_EQ(spec->sets[1][3].entropy, 0x103u);
+  EXPECT_TRUE(spec->sets[1][3].has_next_hop_mac);
+  EXPECT_EQ(spec->sets[1][3].next_hop_mac, (lb::Mac{2, 0, 0, 0, 0, 9}));
+  EXPECT_EQ(spec->default_set, 1);
+}
+
+TEST(LbConfigTest, DefaultsAreOffValidAndOneBdp) {
+  Config c = Minimal();
+  EXPECT_FALSE(c.lb.enabled);
+  EXPECT_EQ(c.lb.params, lb::LbConfig{});
+  EXPECT_TRUE(c.lb.has_default_paths);
+  EXPECT_TRUE(c.lb.default_paths.ports.empty());  // every uplink
+  // The threshold is derived: one bandwidth-delay product of link_gbps x rtt_ns.
+  EXPECT_EQ(c.lb.params.threshold_bytes, 0u);
+  EXPECT_EQ(lb::EffectiveThreshold(c.lb.params), 100'000u);
+  EXPECT_THAT(ToYaml(c), HasSubstr("threshold_bytes: auto  # 100000 bytes"));
+  absl::StatusOr<Config> e =
+      LoadString(std::string(kMinimal) + "lb: { enabled: true, link_gbps: 200, rtt_ns: 12000 }\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(lb::EffectiveThreshold(e->lb.params), 300'000u);
+  absl::StatusOr<lb::PathTableSpec> spec = LbPathTableSpec(*e);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->sets.size(), 1u);
+  ASSERT_EQ(spec->sets[0].size(), 8u);  // 8 source ports from 0xC000 on uplink0
+  EXPECT_EQ(spec->sets[0][0].entropy, 0xc000u);
+  EXPECT_EQ(spec->sets[0][0].port, 1);
+}
+
+TEST(LbConfigTest, BadValuesNameKeyAndFix) {
+  // Path sets are checked when lb is enabled.
+  auto bad = [](const std::string& lb) {
+    return Fails(std::string(kMinimal) + "lb: { enabled: true, " + lb.substr(2) + "\n");
+  };
+  EXPECT_TRUE(HasError(bad("{ balancer: ecmpp }"), "lb.balancer", "rps"));
+  EXPECT_TRUE(HasError(bad("{ entropy: sport }"), "lb.entropy", "\"udp-sport\""));
+  EXPECT_TRUE(HasError(bad("{ reps_cache_size: 17 }"), "lb.reps_cache_size", "1..16"));
+  EXPECT_TRUE(HasError(bad("{ flow_capacity: 8 }"), "lb.flow_capacity", "16.."));
+  EXPECT_TRUE(HasError(bad("{ flowlet_gap_ns: 0 }"), "lb.flowlet_gap_ns", "1.."));
+  EXPECT_TRUE(HasError(bad("{ link_gbps: 0 }"), "lb.link_gbps", "1.."));
+  EXPECT_TRUE(HasError(bad("{ pin: { threshold_bytes: 4294967296 } }"), "lb.pin.threshold_bytes",
+                       "1..2147483648"));
+  EXPECT_TRUE(HasError(bad("{ pin: { threshold_bytes: lots } }"), "lb.pin.threshold_bytes",
+                       "not an integer"));
+  EXPECT_TRUE(HasError(bad("{ pin: { policy: random } }"), "lb.pin.policy", "\"least-loaded\""));
+  EXPECT_TRUE(HasError(bad("{ pin: { flow: message } }"), "lb.pin.flow", "\"request\""));
+  EXPECT_TRUE(HasError(bad("{ pin: { crossing: move } }"), "lb.pin.crossing", "\"spray-rest\""));
+  EXPECT_TRUE(HasError(bad("{ pin: { enable: true } }"), "lb.pin.enable", "did you mean"));
+  EXPECT_TRUE(
+      HasError(bad("{ link_gbps: 3200, rtt_ns: 10000000 }"), "lb.pin.threshold_bytes", "2^31"));
+  // Path sets.
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { ports: [uplink9] } } }"),
+                       "lb.paths.default.ports[0]", "names no port"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { ports: [host0] } } }"),
+                       "lb.paths.default.ports[0]", "host port"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { entropies: 65 } } }"),
+                       "lb.paths.default.entropies", "1..64"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { first_entropy: 0xfffff } } }"),
+                       "lb.paths.default", "does not fit"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { values: [1, 1] } } }"), "lb.paths.default",
+                       "listed twice"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { values: [0xzz] } } }"),
+                       "lb.paths.default.values[0]", "not an entropy"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: { next_hop_mac: 02:00 } } }"),
+                       "lb.paths.default.next_hop_mac", "six hex bytes"));
+  EXPECT_TRUE(HasError(bad("{ paths: { prefixes: [ { ports: [uplink0] } ] } }"),
+                       "lb.paths.prefixes[0].prefix", "missing"));
+  EXPECT_TRUE(HasError(bad("{ paths: { prefixes: [ { prefix: 10.1.0.1/16 } ] } }"),
+                       "lb.paths.prefixes[0].prefix", ""));
+  EXPECT_TRUE(HasError(bad("{ paths: { prefixes: [ { prefix: 10.1.0.0/16 }, "
+                           "{ prefix: 10.1.0.0/16 } ] } }"),
+                       "lb.paths.prefixes[1].prefix", "twice"));
+  EXPECT_TRUE(HasError(bad("{ paths: { default: none } }"), "lb.paths", "no path set"));
+  // Errors point at the line.
+  EXPECT_THAT(std::string(bad("{ balancer: ecmpp }").message()), HasSubstr("(test.yaml:5:"));
+  // Disabled, the path sets are not checked (the default set of every uplink may not fit).
+  EXPECT_TRUE(LoadString(std::string(kMinimal) + "lb: { paths: { default: none } }\n").ok());
+  // Disabled, the path sets are not checked (the default set of every uplink may not fit).
+  EXPECT_TRUE(LoadString(std::string(kMinimal) + "lb: { paths: { default: none } }\n").ok());
+}
+
+TEST(LbConfigTest, RoundTripAndNoDefaultSet) {
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) + R"yaml(lb:
+  enabled: true
+  balancer: reps
+  pin: { threshold_bytes: auto }
+  paths:
+    default: none
+    prefixes:
+      - { prefix: "fd00::/64", ports: [uplink0], entropies: 16, first_entropy: 0xd000 }
+)yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->lb.has_default_paths);
+  absl::StatusOr<lb::PathTableSpec> spec = LbPathTableSpec(*c);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->default_set, -1);
+  const std::string yaml = ToYaml(*c);
+  EXPECT_THAT(yaml, HasSubstr("default: none"));
+  EXPECT_THAT(yaml, HasSubstr("first_entropy: 0xd000"));
+  absl::StatusOr<Config> back = LoadString(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(back->lb, c->lb);
+}
+
 // --- Round trip --------------------------------------------------------------------------------
 
 TEST(ToYamlTest, RoundTripFull) {
@@ -901,7 +1059,7 @@ TEST(LoadFileTest, ReadsAndNamesTheFileInPositions) {
 }
 
 TEST(ExamplesTest, EveryShippedExampleIsValid) {
-  size_t n = 0;
+  size_t n = 0, with_lb = 0;
   for (const auto& entry : std::filesystem::directory_iterator(HEDDLE_EXAMPLES_DIR)) {
     if (entry.path().extension() != ".yaml") continue;
     ++n;
@@ -911,7 +1069,12 @@ TEST(ExamplesTest, EveryShippedExampleIsValid) {
     absl::StatusOr<Config> back = LoadString(ToYaml(*c));
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, *c) << entry.path();
+    if (c->lb.enabled) {
+      ++with_lb;
+      EXPECT_TRUE(LbPathTableSpec(*c).ok()) << entry.path();
+    }
   }
+  EXPECT_GE(with_lb, 1u) << "expected pin.yaml (lb enabled) in " << HEDDLE_EXAMPLES_DIR;
   EXPECT_GE(n, 3u) << "expected virtual.yaml, mlx5-host.yaml and ring.yaml in "
                    << HEDDLE_EXAMPLES_DIR;
 }

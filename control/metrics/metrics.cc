@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -414,6 +415,94 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
         out.push_back(std::move(joins));
       }
     }
+  }
+
+  if (sources_.lb) {
+    const LbMetrics l = sources_.lb();
+    MetricFamily kind = NewFamily(
+        "heddle_lb_balancer",
+        "1 for the load balancer in force under PIN (lb.balancer, heddlectl set lb balancer), 0 "
+        "for the others.",
+        MetricType::Gauge);
+    for (const std::string& b : l.balancers) {
+      AddSample(kind, {{"balancer", b}}, b == l.balancer ? 1 : 0);
+    }
+    out.push_back(std::move(kind));
+    MetricFamily threshold =
+        NewFamily("heddle_lb_pin_threshold_bytes",
+                  "PIN's threshold in force: messages of at most this many bytes keep one path.",
+                  MetricType::Gauge);
+    AddSample(threshold, {}, static_cast<double>(l.threshold_bytes));
+    out.push_back(std::move(threshold));
+    MetricFamily flows = NewFamily(
+        "heddle_lb_flows_total",
+        "Flows (messages, or QP periods in qp flow mode) started pinned to one path or sprayed by "
+        "the balancer.",
+        MetricType::Counter);
+    AddSample(flows, {{"verdict", "pinned"}}, static_cast<double>(l.pinned_flows));
+    AddSample(flows, {{"verdict", "sprayed"}}, static_cast<double>(l.sprayed_flows));
+    out.push_back(std::move(flows));
+    MetricFamily packets = NewFamily(
+        "heddle_lb_packets_total",
+        "Request-direction packets pin-select sent on a path: pinned, sprayed, or stateless "
+        "(control packets and flow-table-full fallbacks on their QP's hashed path).",
+        MetricType::Counter);
+    MetricFamily bytes = NewFamily("heddle_lb_bytes_total",
+                                   "Bytes (whole frames) of those packets, by the same verdicts.",
+                                   MetricType::Counter);
+    const std::tuple<const char*, uint64_t, uint64_t> verdicts[] = {
+        {"pinned", l.pinned_packets, l.pinned_bytes},
+        {"sprayed", l.sprayed_packets, l.sprayed_bytes},
+        {"stateless", l.stateless_packets, l.stateless_bytes}};
+    for (const auto& [name, p, b] : verdicts) {
+      AddSample(packets, {{"verdict", name}}, static_cast<double>(p));
+      AddSample(bytes, {{"verdict", name}}, static_cast<double>(b));
+    }
+    out.push_back(std::move(packets));
+    out.push_back(std::move(bytes));
+    MetricFamily path_bytes = NewFamily(
+        "heddle_lb_path_bytes_total",
+        "Bytes pin-select sent on each path (set = path set id, path = index in the set; heddlectl "
+        "show lb names their uplink and entropy).",
+        MetricType::Counter);
+    MetricFamily path_packets =
+        NewFamily("heddle_lb_path_packets_total", "Packets pin-select sent on each path, as above.",
+                  MetricType::Counter);
+    MetricFamily jain = NewFamily(
+        "heddle_lb_path_jain_index",
+        "Jain's fairness index of the bytes over a path set's paths since start: 1 is even, 1/n "
+        "all on one path, 0 nothing sent yet.",
+        MetricType::Gauge);
+    for (const LbMetrics::Set& set : l.sets) {
+      const std::string sid = absl::StrCat(set.set);
+      for (size_t i = 0; i < set.paths.size(); ++i) {
+        const std::string pid = absl::StrCat(i);
+        AddSample(path_bytes, {{"set", sid}, {"path", pid}},
+                  static_cast<double>(set.paths[i].bytes));
+        AddSample(path_packets, {{"set", sid}, {"path", pid}},
+                  static_cast<double>(set.paths[i].packets));
+      }
+      AddSample(jain, {{"set", sid}}, set.jain_index);
+    }
+    out.push_back(std::move(path_bytes));
+    out.push_back(std::move(path_packets));
+    out.push_back(std::move(jain));
+    MetricFamily entries =
+        NewFamily("heddle_lb_flow_entries",
+                  "PIN's flow table entries over all workers: live, capacity.", MetricType::Gauge);
+    AddSample(entries, {{"state", "live"}}, static_cast<double>(l.flows_live));
+    AddSample(entries, {{"state", "capacity"}}, static_cast<double>(l.flow_capacity));
+    out.push_back(std::move(entries));
+    MetricFamily events = NewFamily(
+        "heddle_lb_events_total",
+        "Every PIN selector and pin-select counter by its stable name (docs/pin.md; heddlectl "
+        "show lb explains each): malformed, table-full, crossed-threshold, feedback and join "
+        "outcomes, REPS recycling, ...",
+        MetricType::Counter);
+    for (const auto& [name, v] : l.events) {
+      AddSample(events, {{"event", name}}, static_cast<double>(v));
+    }
+    out.push_back(std::move(events));
   }
 
   MetricFamily build =

@@ -27,6 +27,10 @@
 //   heddle_storm_read_streams_total{result}, heddle_storm_read_responses_total{reason},
 //   heddle_storm_response_window_guarded_total (if storm_levels > 0 and storm_reads is set)
 //   heddle_storm_read_joins_total{result}     (also storm_reads().join: backlog source host)
+//   heddle_lb_balancer{balancer} (1: the one in force), heddle_lb_pin_threshold_bytes,
+//   heddle_lb_{flows,packets,bytes}_total{verdict}, heddle_lb_path_{bytes,packets}_total{set,path},
+//   heddle_lb_path_jain_index{set}, heddle_lb_flow_entries{state}, heddle_lb_events_total{event}
+//                                             (if lb is set: PIN, docs/pin.md)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once
 
@@ -82,6 +86,28 @@ struct StormReadCounters {
            pending_full = 0, stale = 0, too_late = 0;
 };
 
+// PIN and the load balancer (docs/pin.md), summed over workers. Bounded label sets: six balancer
+// kinds, three verdicts, at most 8 path sets of at most 64 paths, the counters' stable names.
+struct LbMetrics {
+  std::vector<std::string> balancers;  // every kind, for heddle_lb_balancer
+  std::string balancer;                // the one in force
+  uint64_t threshold_bytes = 0;
+  uint64_t pinned_flows = 0, sprayed_flows = 0;
+  uint64_t pinned_packets = 0, sprayed_packets = 0, stateless_packets = 0;
+  uint64_t pinned_bytes = 0, sprayed_bytes = 0, stateless_bytes = 0;
+  uint64_t flows_live = 0, flow_capacity = 0;
+  struct Path {
+    uint64_t bytes = 0, packets = 0;
+  };
+  struct Set {
+    uint32_t set = 0;
+    std::vector<Path> paths;  // by path index
+    double jain_index = 0;    // 0: nothing sent yet
+  };
+  std::vector<Set> sets;
+  std::vector<std::pair<std::string, uint64_t>> events;  // (stable counter name, value)
+};
+
 // Where a scrape reads from. The callbacks run on the HTTP server's threads, one scrape at a time
 // (DataplaneCollectable serializes them), never on a worker lcore.
 struct MetricsSources {
@@ -99,6 +125,8 @@ struct MetricsSources {
   std::function<StormJoinCounters()> storm_join;
   // Optional: the READ responses the host sends as responder.
   std::function<StormReadCounters()> storm_reads;
+  // Optional: PIN and the load balancer (lb.enabled); its families are exported only when set.
+  std::function<LbMetrics()> lb;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

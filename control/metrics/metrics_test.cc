@@ -207,6 +207,25 @@ class MetricsTest : public ::testing::Test {
       j.fabric_guarded = 7;
       return j;
     };
+    s.lb = [] {
+      LbMetrics l;
+      l.balancers = {"ecmp", "rps", "reps"};
+      l.balancer = "reps";
+      l.threshold_bytes = 100000;
+      l.pinned_flows = 90;
+      l.sprayed_flows = 10;
+      l.pinned_packets = 400;
+      l.sprayed_packets = 6000;
+      l.stateless_packets = 50;
+      l.pinned_bytes = 420000;
+      l.sprayed_bytes = 6300000;
+      l.stateless_bytes = 3000;
+      l.flows_live = 12;
+      l.flow_capacity = 65536;
+      l.sets = {{0, {{2000, 2}, {1000, 1}}, 0.9}, {1, {{0, 0}}, 0}};
+      l.events = {{"malformed", 3}, {"join-no-index", 7}};
+      return l;
+    };
     s.storm_reads = [] {
       StormReadCounters r;
       r.sized = 30;
@@ -338,7 +357,9 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
       for (const auto& l : m.label) {
         EXPECT_TRUE(l.name == "port" || l.name == "role" || l.name == "reason" ||
                     l.name == "class" || l.name == "lcore" || l.name == "state" ||
-                    l.name == "version" || l.name == "level" || l.name == "result")
+                    l.name == "version" || l.name == "level" || l.name == "result" ||
+                    l.name == "balancer" || l.name == "verdict" || l.name == "set" ||
+                    l.name == "path" || l.name == "event")
             << f.name << " has an unexpected label " << l.name;
       }
     }
@@ -357,6 +378,10 @@ TEST_F(MetricsTest, FamiliesHaveTypesHelpAndConventionalNames) {
                "heddle_storm_acks_total", "heddle_storm_fabric_guarded_total",
                "heddle_storm_read_streams_total", "heddle_storm_read_responses_total",
                "heddle_storm_response_window_guarded_total", "heddle_storm_read_joins_total"});
+  want.insert({"heddle_lb_balancer", "heddle_lb_pin_threshold_bytes", "heddle_lb_flows_total",
+               "heddle_lb_packets_total", "heddle_lb_bytes_total", "heddle_lb_path_bytes_total",
+               "heddle_lb_path_packets_total", "heddle_lb_path_jain_index",
+               "heddle_lb_flow_entries", "heddle_lb_events_total"});
   EXPECT_EQ(names, want);
 
   Exposition e = Parse(Serialize(c));
@@ -488,6 +513,32 @@ TEST_F(MetricsTest, StormReadFamiliesByResultAndReason) {
   off.storm_levels = 0;
   DataplaneCollectable c_off(std::move(off));
   EXPECT_EQ(Parse(Serialize(c_off)).samples.count("heddle_storm_read_streams_total"), 0u);
+}
+
+TEST_F(MetricsTest, LbFamiliesPerBalancerVerdictAndPath) {
+  DataplaneCollectable c(Sources());
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.Get("heddle_lb_balancer", {{"balancer", "reps"}}), 1);
+  EXPECT_EQ(e.Get("heddle_lb_balancer", {{"balancer", "rps"}}), 0);
+  EXPECT_EQ(e.samples["heddle_lb_balancer"].size(), 3u);
+  EXPECT_EQ(e.Get("heddle_lb_pin_threshold_bytes", {}), 100000);
+  EXPECT_EQ(e.Get("heddle_lb_flows_total", {{"verdict", "pinned"}}), 90);
+  EXPECT_EQ(e.Get("heddle_lb_flows_total", {{"verdict", "sprayed"}}), 10);
+  EXPECT_EQ(e.Get("heddle_lb_packets_total", {{"verdict", "stateless"}}), 50);
+  EXPECT_EQ(e.Get("heddle_lb_bytes_total", {{"verdict", "sprayed"}}), 6300000);
+  EXPECT_EQ(e.Get("heddle_lb_path_bytes_total", {{"path", "0"}, {"set", "0"}}), 2000);
+  EXPECT_EQ(e.Get("heddle_lb_path_packets_total", {{"path", "1"}, {"set", "0"}}), 1);
+  EXPECT_EQ(e.samples["heddle_lb_path_bytes_total"].size(), 3u);  // one per configured path
+  EXPECT_DOUBLE_EQ(e.Get("heddle_lb_path_jain_index", {{"set", "0"}}), 0.9);
+  EXPECT_EQ(e.Get("heddle_lb_flow_entries", {{"state", "live"}}), 12);
+  EXPECT_EQ(e.Get("heddle_lb_events_total", {{"event", "join-no-index"}}), 7);
+  EXPECT_EQ(e.type["heddle_lb_path_bytes_total"], "counter");
+  EXPECT_EQ(e.type["heddle_lb_path_jain_index"], "gauge");
+  // Optional: without lb the families are not exported.
+  MetricsSources none = Sources();
+  none.lb = nullptr;
+  DataplaneCollectable c_none(std::move(none));
+  EXPECT_EQ(Parse(Serialize(c_none)).samples.count("heddle_lb_flows_total"), 0u);
 }
 
 TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {

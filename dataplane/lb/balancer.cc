@@ -62,4 +62,11 @@ Balancer::Balancer(const BalancerParams& params, internal::Rng* rng, PathLoads* 
             &counters_),
       adaptive_(rng, loads) {}
 
+void Balancer::Reconfigure(const BalancerParams& params) {
+  kind_ = params.kind;
+  flowlet_.set_gap_ns(params.flowlet_gap_ns);
+  reps_.set_cache_size(
+      std::clamp<uint32_t>(params.reps_cache_size, 1, static_cast<uint32_t>(kMaxRepsCache)));
+}
+
 }  // namespace heddle::lb

@@ -57,6 +57,17 @@ constexpr std::array<uint32_t, 256> MakePowHi() {
 }
 constexpr std::array<uint32_t, 256> kPowHi = MakePowHi();
 
+// x^(8·n) for every n < kDirectPows (32 KiB): the tails of frames up to an MTU of 8 KiB take one
+// load instead of a load, a multiply and its reduction.
+constexpr uint32_t kDirectPows = 8192;
+constexpr std::array<uint32_t, kDirectPows> MakePowDirect() {
+  std::array<uint32_t, kDirectPows> t{};
+  t[0] = kOne;
+  for (uint32_t i = 1; i < kDirectPows; ++i) t[i] = TimesX8(t[i - 1]);
+  return t;
+}
+constexpr std::array<uint32_t, kDirectPows> kPowDirect = MakePowDirect();
+
 static_assert(MulModLoop(kOne, 0x12345678u) == 0x12345678u, "x^0 is the identity");
 static_assert(MulModLoop(kPowLo[3], kPowLo[5]) == kPowLo[8], "x^24 · x^40 == x^64");
 
@@ -66,16 +77,24 @@ uint32_t MulModPortable(uint32_t a, uint32_t b) noexcept { return MulModLoop(a, 
 
 #if defined(HEDDLE_LB_X86)
 // Reflected operands: the carry-less product of rev(A) and rev(B) is rev63(A·B), so shifted left
-// by one it is the 64-bit reflected product: its high half is the x^0..x^31 part H, its low half
-// the x^32..x^63 part L (as a reflected value times x^32). A·B mod P = H + L·x^32 mod P, and
-// L·x^32 is four steps of the byte table.
+// by one it is the 64-bit reflected product R: its high half is the x^0..x^31 part H, its low half
+// the x^32..x^63 part L (as a reflected value times x^32). A·B mod P = H + L·x^32 mod P. L·x^32 mod
+// P is a bit-reflected Barrett reduction (as in Intel's "Fast CRC Computation Using PCLMULQDQ"
+// and Linux's crc32-pclmul): T1 = L·µ, T2 = low32(T1)·P', and (R ^ T2) >> 32 is the result, with
+// µ = x^64 / P and P' = P as 33-bit reflected constants. Two more multiplies instead of four
+// dependent table loads.
 __attribute__((target("pclmul,sse2"))) uint32_t MulModClmul(uint32_t a, uint32_t b) noexcept {
+  constexpr int64_t kMu = 0x1F7011641;      // x^64 div P, reflected
+  constexpr int64_t kPoly33 = 0x1DB710641;  // P, reflected, with its x^32 term
   const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(a)),
                                          _mm_cvtsi32_si128(static_cast<int>(b)), 0x00);
   const uint64_t r = static_cast<uint64_t>(_mm_cvtsi128_si64(p)) << 1;
-  uint32_t lo = static_cast<uint32_t>(r);
-  lo = TimesX8(TimesX8(TimesX8(TimesX8(lo))));
-  return static_cast<uint32_t>(r >> 32) ^ lo;
+  const __m128i t1 = _mm_clmulepi64_si128(_mm_cvtsi64_si128(static_cast<int64_t>(r & 0xffffffffu)),
+                                          _mm_cvtsi64_si128(kMu), 0x00);
+  const uint64_t t1_lo = static_cast<uint64_t>(_mm_cvtsi128_si64(t1)) & 0xffffffffu;
+  const __m128i t2 = _mm_clmulepi64_si128(_mm_cvtsi64_si128(static_cast<int64_t>(t1_lo)),
+                                          _mm_cvtsi64_si128(kPoly33), 0x00);
+  return static_cast<uint32_t>((r ^ static_cast<uint64_t>(_mm_cvtsi128_si64(t2))) >> 32);
 }
 bool HaveClmul() noexcept {
   static const bool have = __builtin_cpu_supports("pclmul");
@@ -92,6 +111,7 @@ uint32_t MulMod(uint32_t a, uint32_t b) noexcept {
 
 uint32_t XPow8n(uint32_t n) noexcept {
   n &= 0xffff;
+  if (n < kDirectPows) return kPowDirect[n];
   const uint32_t lo = kPowLo[n & 0xff];
   return (n >> 8) == 0 ? lo : MulMod(kPowHi[n >> 8], lo);
 }

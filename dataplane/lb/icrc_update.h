@@ -24,6 +24,7 @@
 // constant data built at compile time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace heddle::lb {
@@ -32,6 +33,33 @@ namespace heddle::lb {
 // field covered by the ICRC changes from `old_value` to `new_value`, with `tail_len` bytes between
 // the end of the field and the start of the ICRC. Any tail_len < 65536 (every frame heddle sees).
 uint32_t IcrcDelta16(uint16_t old_value, uint16_t new_value, uint32_t tail_len) noexcept;
+
+// A memo of IcrcDelta16() for one thread (a worker owns one): the delta depends only on
+// old ^ new and the tail length, and traffic repeats both (a flow's original source port against a
+// few path entropies, a few frame sizes), so most packets find theirs in a 2 KiB direct-mapped
+// table instead of a carry-less multiply and its reduction. Not thread-safe.
+class IcrcDeltaCache {
+ public:
+  uint32_t Delta16(uint16_t old_value, uint16_t new_value, uint32_t tail_len) noexcept {
+    const uint32_t d = static_cast<uint32_t>(old_value ^ new_value);
+    if (d == 0 || tail_len > 0xffff) return IcrcDelta16(old_value, new_value, tail_len);
+    const uint32_t key = d | tail_len << 16;  // never 0: d != 0
+    Slot& s = slots_[(key * 0x9E3779B1u) >> (32 - kBits)];
+    if (s.key != key) {
+      s.key = key;
+      s.delta = IcrcDelta16(old_value, new_value, tail_len);
+    }
+    return s.delta;
+  }
+
+ private:
+  static constexpr int kBits = 8;
+  struct Slot {
+    uint32_t key = 0;  // 0: empty
+    uint32_t delta = 0;
+  };
+  std::array<Slot, 1u << kBits> slots_{};
+};
 
 namespace icrc_internal {
 // The product a(x)·b(x) mod P(x) of two CRC-32 register values, in zlib's reflected convention

@@ -35,7 +35,8 @@ TEST(IcrcUpdate, MulModAgreesBetweenClmulAndLoop) {
 // x^(8|B|)·crc(A) ^ crc(B).
 TEST(IcrcUpdate, XPowMatchesZlibCombine) {
   std::mt19937_64 rng(11);
-  for (uint32_t n : {0u, 1u, 2u, 7u, 255u, 256u, 257u, 1000u, 1042u, 4114u, 9000u, 65535u}) {
+  for (uint32_t n :
+       {0u, 1u, 2u, 7u, 255u, 256u, 257u, 1000u, 1042u, 4114u, 8191u, 8192u, 9000u, 65535u}) {
     // One spare byte: zlib returns 0 for a null buffer, which an empty vector may hand it.
     std::vector<uint8_t> a(13), b(n + 1);
     for (auto& x : a) x = static_cast<uint8_t>(rng());
@@ -65,6 +66,21 @@ TEST(IcrcUpdate, Delta16MatchesRecomputeOnRandomBuffers) {
     ASSERT_EQ(before ^ IcrcDelta16(old_v, new_v, static_cast<uint32_t>(len - off - 2)), after)
         << "len=" << len << " off=" << off;
   }
+}
+
+// The memo answers what IcrcDelta16 answers, across collisions, repeats and every tail length.
+TEST(IcrcUpdate, CacheAgreesWithTheComputationUnderCollisions) {
+  std::mt19937_64 rng(5);
+  IcrcDeltaCache cache;
+  for (int iter = 0; iter < 200000; ++iter) {
+    // Few distinct values, so entries repeat and collide (256 slots).
+    const auto old_v = static_cast<uint16_t>(0xc000 + rng() % 40);
+    const auto new_v = static_cast<uint16_t>(0xc000 + rng() % 40);
+    const auto tail = static_cast<uint32_t>(iter % 7 == 0 ? rng() % 70000 : 1000 + rng() % 30);
+    ASSERT_EQ(cache.Delta16(old_v, new_v, tail), IcrcDelta16(old_v, new_v, tail))
+        << std::hex << old_v << " " << new_v << std::dec << " tail " << tail;
+  }
+  EXPECT_EQ(cache.Delta16(0xc000, 0xc000, 1000), 0u);
 }
 
 TEST(IcrcUpdate, NoChangeNoDelta) { EXPECT_EQ(IcrcDelta16(0xc000, 0xc000, 1000), 0u); }

@@ -189,6 +189,29 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
                       config.balancer == BalancerKind::kAdaptive ||
                       config.pin_policy == PinPolicy::kLeastLoaded) {}
 
+void PinSelector::Reconfigure(const LbConfig& config) {
+  config_.balancer = config.balancer;
+  config_.pin = config.pin;
+  config_.pin_policy = config.pin_policy;
+  config_.crossing = config.crossing;
+  config_.threshold_bytes = config.threshold_bytes;
+  config_.link_gbps = config.link_gbps;
+  config_.rtt_ns = config.rtt_ns;
+  config_.flowlet_gap_ns = config.flowlet_gap_ns;
+  config_.reps_cache_size = config.reps_cache_size;
+  balancer_.Reconfigure(BalancerParams{.kind = config_.balancer,
+                                       .flowlet_gap_ns = config_.flowlet_gap_ns,
+                                       .reps_cache_size = config_.reps_cache_size});
+  // Turning history on again may find PSN slots a flow filled before it was turned off: at most
+  // one stale path per slot is reported once (the acknowledged window is 16 PSNs), which is noise
+  // to the balancers, not an error. Clearing every entry here would stall the worker.
+  const bool record = config_.balancer == BalancerKind::kReps ||
+                      config_.balancer == BalancerKind::kAdaptive ||
+                      config_.pin_policy == PinPolicy::kLeastLoaded;
+  record_history_ = record;
+  threshold_.store(EffectiveThreshold(config_), std::memory_order_relaxed);
+}
+
 void PinSelector::SetPathTable(const PathTable* table) {
   table_ = table;
   loads_.Reset();
@@ -222,7 +245,7 @@ PathChoice PinSelector::Stateless(const pkt::PacketDesc& desc, const uint8_t* fr
   }
   Bump(counter);
   const auto i = static_cast<uint8_t>(FastRange(hash, set.size));
-  return {&set[i], i, verdict};
+  return {&set[i], i, verdict, set.id};
 }
 
 uint8_t PinSelector::PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
@@ -441,7 +464,7 @@ PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame
   if (record_history_) Record(*e, desc.psn, i);
   loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
   if (desc.flags & pkt::kFlagLast) e->flags &= static_cast<uint8_t>(~kFlowInMessage);
-  return {&set[i], i, verdict};
+  return {&set[i], i, verdict, set.id};
 }
 
 void PinSelector::Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal,

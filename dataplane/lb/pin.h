@@ -104,6 +104,8 @@ struct LbConfig {
   uint32_t flow_capacity = 1u << 16;   // flow entries per worker (128 B each)
   uint64_t flow_idle_ns = 10'000'000;  // an entry idle this long may be reused; a QP-mode flow ends
   uint32_t max_path_sets = 256;        // path sets with their own PathLoads slots
+
+  friend bool operator==(const LbConfig&, const LbConfig&) = default;
 };
 
 // threshold_bytes, or the bandwidth-delay product when it is 0.
@@ -166,6 +168,7 @@ struct PathChoice {
   const Path* path = nullptr;  // nullptr: leave the packet alone (kNotRoce/kNoPathSet/kMalformed)
   uint8_t index = kNoPath;     // index in the set
   Verdict verdict = Verdict::kNotRoce;
+  uint32_t set_id = 0;  // PathSetView::id of the set `index` is in (valid when path != nullptr)
 };
 
 // Feedback decoded from one reverse-direction packet.
@@ -194,6 +197,15 @@ class PinSelector {
   // pinned path if the new table's set has the same (port, entropy); otherwise they are re-pinned
   // (counted). Per-path loads and REPS caches restart.
   void SetPathTable(const PathTable* table);
+
+  // Owning worker only, between bursts (after the RCU publish of new parameters): the balancer
+  // kind, pin on/off, the pin policy, the crossing rule, the threshold (and the link speed and RTT
+  // it derives from), the flowlet gap and the REPS cache size of `config` take effect; the other
+  // fields (flow unit, entropy field, seed, table sizes, idle time) are fixed at construction and
+  // ignored here. Nothing moves: a message in progress keeps its verdict (a pinned message stays
+  // on its path to its last packet), flows starting afterwards follow the new rule, sprayed
+  // packets take the new balancer's paths. Flow entries and counters are kept.
+  void Reconfigure(const LbConfig& config);
 
   // Any thread (relaxed atomic): takes effect for flows that start afterwards. 0 = the default.
   void SetThresholdBytes(uint64_t bytes);

@@ -256,6 +256,56 @@ TEST_F(PinTest, ThresholdChangesAtRunTimeForFlowsStartingAfterwards) {
   EXPECT_EQ(sel_->threshold_bytes(), 100'000u);
 }
 
+// Reconfigure() between bursts: the message in progress keeps its verdict and path; what starts
+// afterwards follows the new balancer, policy and threshold; flow state and counters survive.
+TEST_F(PinTest, ReconfigureKeepsMessagesInProgressAndAppliesToNewOnes) {
+  Make({.balancer = BalancerKind::kRps, .threshold_bytes = kT});
+  // A pinned SEND of unknown size, half sent.
+  std::vector<Packet> send = Message(Hosts(1, 2), false, 10, 0, 32 * 1024);
+  std::vector<PathChoice> before;
+  for (size_t i = 0; i < 16; ++i) {
+    before.push_back(sel_->Choose(send[i].desc, send[i].data(), send[i].size(), now_ += 100));
+  }
+  ASSERT_TRUE(All(before, Verdict::kPinned));
+  const uint64_t flows = sel_->flows().size();
+
+  LbConfig next = sel_->config();
+  next.balancer = BalancerKind::kRoundRobin;
+  next.pin_policy = PinPolicy::kLeastLoaded;
+  next.threshold_bytes = 8 * 1024;  // the SEND in progress is now "long": it must not move
+  sel_->Reconfigure(next);
+  EXPECT_EQ(sel_->balancer().kind(), BalancerKind::kRoundRobin);
+  EXPECT_EQ(sel_->threshold_bytes(), 8u * 1024);
+  EXPECT_EQ(sel_->flows().size(), flows);
+  for (size_t i = 16; i < send.size(); ++i) {
+    const PathChoice c = sel_->Choose(send[i].desc, send[i].data(), send[i].size(), now_ += 100);
+    EXPECT_EQ(c.verdict, Verdict::kPinned);
+    EXPECT_EQ(c.index, before[0].index);
+  }
+  EXPECT_EQ(sel_->counter(LbCounter::kCrossedThreshold), 0u);  // it started under 100 KB
+  // A 16 KiB WRITE now passes the threshold: sprayed round-robin, each path in turn.
+  const auto w = Run(Message(Hosts(1, 2), true, 10, 100, 16 * 1024));
+  EXPECT_TRUE(All(w, Verdict::kSprayed));
+  EXPECT_EQ(Paths(w).size(), 16u);
+  for (size_t i = 1; i < w.size(); ++i) EXPECT_EQ(w[i].index, (w[i - 1].index + 1) % 16);
+  EXPECT_EQ(sel_->counter(LbCounter::kPinnedFlows), 1u);
+  EXPECT_EQ(sel_->counter(LbCounter::kSprayedFlows), 1u);
+
+  // Pin off, then REPS: every message sprayed, REPS explores (no feedback yet).
+  next.pin = false;
+  next.balancer = BalancerKind::kReps;
+  next.reps_cache_size = 2;
+  sel_->Reconfigure(next);
+  EXPECT_TRUE(All(Run(Message(Hosts(1, 2), true, 10, 200, 2048)), Verdict::kSprayed));
+  EXPECT_EQ(sel_->balancer().counters().reps_explored, 2u);
+  // Fixed at construction: the flow unit and the entropy field.
+  next.flow_unit = FlowUnit::kQp;
+  next.entropy_field = EntropyField::kIpv6FlowLabel;
+  sel_->Reconfigure(next);
+  EXPECT_EQ(sel_->config().flow_unit, FlowUnit::kRequest);
+  EXPECT_EQ(sel_->config().entropy_field, EntropyField::kUdpSourcePort);
+}
+
 TEST_F(PinTest, PinOffSpraysEverything) {
   Make({.balancer = BalancerKind::kRps, .pin = false});
   EXPECT_TRUE(All(Run(Message(Hosts(1, 2), true, 10, 0, 8192)), Verdict::kSprayed));

@@ -20,7 +20,7 @@ bool HeadersFit(size_t len, const pkt::PacketDesc& d) {
 
 RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& desc,
                              const Path& path, EntropyField field, uint32_t stored_icrc,
-                             uint32_t* icrc_delta) noexcept {
+                             uint32_t* icrc_delta, IcrcDeltaCache* cache) noexcept {
   *icrc_delta = 0;
   if ((desc.flags & pkt::kFlagRoce) == 0) return RewriteResult::kNotRoce;
   if (frame == nullptr || !HeadersFit(len, desc)) return RewriteResult::kMalformed;
@@ -48,7 +48,9 @@ RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& 
     udp[0] = static_cast<uint8_t>(new_port >> 8);
     udp[1] = static_cast<uint8_t>(new_port);
     // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC.
-    const uint32_t delta = IcrcDelta16(old_port, new_port, desc.icrc_off - desc.l4_off - 2u);
+    const uint32_t tail = desc.icrc_off - desc.l4_off - 2u;
+    const uint32_t delta = cache != nullptr ? cache->Delta16(old_port, new_port, tail)
+                                            : IcrcDelta16(old_port, new_port, tail);
     *icrc_delta = delta;
     const uint16_t csum = static_cast<uint16_t>(udp[6] << 8 | udp[7]);
     if (csum != 0) {
@@ -73,12 +75,12 @@ RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& 
 }
 
 RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
-                      EntropyField field) noexcept {
+                      EntropyField field, IcrcDeltaCache* cache) noexcept {
   if ((desc.flags & pkt::kFlagRoce) == 0) return RewriteResult::kNotRoce;
   if (static_cast<size_t>(desc.icrc_off) + pkt::kIcrcLen > len) return RewriteResult::kMalformed;
   uint32_t delta = 0;
   const RewriteResult r =
-      RewriteHeaders(frame, len, desc, path, field, pkt::StoredIcrc(frame, desc), &delta);
+      RewriteHeaders(frame, len, desc, path, field, pkt::StoredIcrc(frame, desc), &delta, cache);
   if (delta != 0) ApplyIcrcDelta(frame + desc.icrc_off, delta);
   return r;
 }

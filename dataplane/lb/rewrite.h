@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/path.h"
 #include "dataplane/pkt/parse.h"
 
@@ -46,8 +47,9 @@ enum class RewriteResult : uint8_t {
 
 // Rewrites a contiguous RoCEv2 frame of `len` bytes in place: entropy (+ ICRC / UDP checksum)
 // and next-hop MAC.
+// `cache` (optional, the caller's thread's own) memoizes the ICRC deltas.
 RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
-                      EntropyField field) noexcept;
+                      EntropyField field, IcrcDeltaCache* cache = nullptr) noexcept;
 
 // The same for a frame whose first `len` bytes (all its headers) are contiguous and whose ICRC
 // may lie beyond: writes the headers, and returns in *icrc_delta what to XOR into the ICRC word
@@ -55,7 +57,7 @@ RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, c
 // little-endian (pkt::StoredIcrc()); only read when the UDP checksum is non-zero.
 RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& desc,
                              const Path& path, EntropyField field, uint32_t stored_icrc,
-                             uint32_t* icrc_delta) noexcept;
+                             uint32_t* icrc_delta, IcrcDeltaCache* cache = nullptr) noexcept;
 
 // Applies a delta to the little-endian ICRC at `icrc`.
 inline void ApplyIcrcDelta(uint8_t* icrc, uint32_t delta) noexcept {

@@ -22,6 +22,7 @@ uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1
 TEST(Rewrite, SportIncrementalIcrcEqualsFullRecomputeOnRandomFrames) {
   std::mt19937_64 rng(2024);
   int v4 = 0, v6 = 0, vlan = 0, csum = 0;
+  IcrcDeltaCache cache;  // every other frame goes through the worker's memo
   for (int i = 0; i < 3000; ++i) {
     RandomFrame rf = MakeRandomFrame(rng);
     std::vector<uint8_t>& f = rf.bytes;
@@ -30,7 +31,8 @@ TEST(Rewrite, SportIncrementalIcrcEqualsFullRecomputeOnRandomFrames) {
     ASSERT_TRUE(pkt::VerifyIcrc(f.data(), d));
     const uint16_t ip_csum_before = d.l3 == pkt::L3::kIpv4 ? Load16(f.data() + d.l3_off + 10) : 0;
     const Path path{.entropy = static_cast<uint32_t>(rng() & 0xffff)};
-    const RewriteResult r = Rewrite(f.data(), f.size(), d, path, EntropyField::kUdpSourcePort);
+    const RewriteResult r = Rewrite(f.data(), f.size(), d, path, EntropyField::kUdpSourcePort,
+                                    i % 2 ? &cache : nullptr);
     ASSERT_NE(r, RewriteResult::kMalformed);
     EXPECT_EQ(Load16(f.data() + d.l4_off), path.entropy);
     // Incremental == full recompute (the independent zlib pass over the whole frame).

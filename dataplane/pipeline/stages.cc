@@ -10,12 +10,19 @@ namespace heddle::pipeline {
 
 uint16_t PortForwardStage::Process(WorkerContext& ctx, Burst& b) {
   const uint16_t out = b.ingress < kMaxPorts ? peer_[b.ingress] : kNoEgress;
-  if (out == kNoEgress) {
-    for (uint16_t i = 0; i < b.n; ++i) ctx.Drop(b, i, DropReason::kNoEgress);
-    return 0;
+  // An egress an earlier stage chose ("pin-select": the path's uplink) stands.
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < b.n; ++i) {
+    if (b.egress[i] == kNoEgress) {
+      if (out == kNoEgress) {
+        ctx.Drop(b, i, DropReason::kNoEgress);
+        continue;
+      }
+      b.egress[i] = out;
+    }
+    MoveSlot(b, kept++, i);
   }
-  for (uint16_t i = 0; i < b.n; ++i) b.egress[i] = out;
-  return b.n;
+  return kept;
 }
 
 bool MbufIcrcValid(const rte_mbuf* m, const pkt::PacketDesc& d) {

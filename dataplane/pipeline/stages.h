@@ -1,8 +1,9 @@
 // File: dataplane/pipeline/stages.h
 //
 // The stages of the foundation pipeline:
-//   "port-fwd"    — every packet leaves on its ingress port's peer (host <-> uplink); a port with
-//                   no peer drops under "no-egress".
+//   "port-fwd"    — every packet leaves on its ingress port's peer (host <-> uplink), unless an
+//                   earlier stage already chose its egress ("pin-select"); a packet with neither
+//                   drops under "no-egress".
 //   "icrc-verify" — drops RoCEv2 frames whose ICRC does not match (config dataplane.verify_icrc).
 #pragma once
 

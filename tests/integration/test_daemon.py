@@ -609,5 +609,207 @@ class StormTagging(unittest.TestCase):
             self.assertEqual(int(ecn, 0), f[l3 + 1] & 3, "frame %d" % (i + 1))
 
 
+class LbPinning(unittest.TestCase):
+    """pin-select on two pcap uplinks with PIN + REPS: every packet of a message at most the
+    threshold leaves on one path (one uplink, one UDP source port); longer messages are sprayed over
+    the configured ports and both uplinks; only the source port and the ICRC change, and both the
+    ICRC (recomputed here) and the IPv4 checksum (tshark) stay valid. Malformed frames are dropped
+    under their reasons, not-RoCE frames go to the host port's peer untouched."""
+
+    THRESHOLD = 16384
+    PORTS = {0xC000, 0xC001, 0xC002, 0xC003}
+    MTU = 1024
+
+    @staticmethod
+    def frame(dst, sport, opcode, qpn, psn, payload, dma_length=None):
+        """A RoCEv2 frame from 10.0.0.1 to 10.0.1.<dst>, built with struct (independent of the C++
+        frame builder); ICRC from scapy_roce_util."""
+        import scapy_roce_util
+        bth = struct.pack("!BBHII", opcode, 0x40, 0xFFFF, qpn & 0xFFFFFF, psn & 0xFFFFFF)
+        reth = struct.pack("!QII", 0x1000, 0x77, dma_length) if dma_length is not None else b""
+        body = bth + reth + bytes((i * 13 + psn) & 0xFF for i in range(payload)) + bytes(4)
+        udp = struct.pack("!HHHH", sport, 4791, 8 + len(body), 0)
+        ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0x02, 20 + len(udp) + len(body),
+                                   psn & 0xFFFF, 0x4000, 64, 17, 0, bytes([10, 0, 0, 1]),
+                                   bytes([10, 0, 1, dst])))
+        total = sum(struct.unpack("!10H", bytes(ip)))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        ip[10:12] = struct.pack("!H", ~total & 0xFFFF)
+        f = bytearray(b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" +
+                      bytes(ip) + udp + body)
+        f[-4:] = struct.pack("<I", scapy_roce_util.icrc_manual(bytes(f), 14, False))
+        return bytes(f)
+
+    def message(self, dst, qpn, psn, size, write):
+        """The packets of one WRITE (RETH on the first) or SEND of `size` bytes at MTU 1024."""
+        n = max(1, (size + self.MTU - 1) // self.MTU)
+        base = 0x06 if write else 0x00  # first; +1 middle, +2 last, +4 only (WRITE: 0x0A)
+        out = []
+        for i in range(n):
+            if n == 1:
+                op = 0x0A if write else 0x04
+            else:
+                op = base if i == 0 else base + 2 if i == n - 1 else base + 1
+            reth = size if write and i == 0 else None
+            out.append(self.frame(dst, 0xD000 + qpn, op, qpn, psn + i,
+                                  min(self.MTU, size - i * self.MTU), reth))
+        return out
+
+    def test_short_pinned_long_sprayed(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "data"))
+        # Six QPs, each: a 4 KiB WRITE, a 64 KiB WRITE, a 256 B SEND, an 8 KiB SEND (unknown size,
+        # short until proven long) and a 40 KiB SEND (unknown size: it starts pinned and stays so,
+        # stay-pinned). The NIC interleaves its QPs packet by packet.
+        plan = [(4096, True), (65536, True), (256, False), (8192, False), (40960, False)]
+        messages = []  # (dst, qpn, first psn, packets, size, known size)
+        per_qp = []
+        for q in range(6):
+            dst, qpn, psn, frames = q + 1, 0x100 + q, 100 * q, []
+            for size, write in plan:
+                pkts = self.message(dst, qpn, psn, size, write)
+                messages.append((dst, qpn, psn, len(pkts), size, write or len(pkts) == 1))
+                frames += pkts
+                psn += len(pkts)
+            per_qp.append(frames)
+        trace = []
+        while any(per_qp):
+            for frames in per_qp:
+                if frames:
+                    trace.append(frames.pop(0))
+        roce_trace = list(trace)
+        # Not RoCE (UDP to port 5000): forwarded to uplink0, untouched.
+        udp = bytearray(trace[0][:14 + 20 + 8]) + bytes(32)
+        udp[14 + 2:14 + 4] = struct.pack("!H", 20 + 8 + 32)
+        udp[14 + 10:14 + 12] = b"\x00\x00"
+        total = sum(struct.unpack("!10H", bytes(udp[14:34])))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        udp[14 + 10:14 + 12] = struct.pack("!H", ~total & 0xFFFF)
+        udp[14 + 20 + 2:14 + 20 + 4] = struct.pack("!H", 5000)
+        udp[14 + 20 + 4:14 + 20 + 6] = struct.pack("!H", 8 + 32)
+        trace.insert(7, bytes(udp))
+        # Malformed: a RoCE frame cut short of its IP length, one with IP version 5, one whose UDP
+        # length runs past the frame.
+        cut = trace[20][:60]
+        bad_version = bytearray(trace[21])
+        bad_version[14] = 0x55
+        bad_udp = bytearray(trace[22])
+        bad_udp[14 + 20 + 4:14 + 20 + 6] = struct.pack("!H", 4000)
+        malformed = [cut, bytes(bad_version), bytes(bad_udp)]
+        for i, m in enumerate(malformed):
+            trace.insert(30 + 40 * i, m)
+        roce_frames = sum(m[3] for m in messages)
+
+        tmp = tempfile.mkdtemp(prefix="heddle-lb-")
+        host_in = os.path.join(tmp, "host_in.pcap")
+        empty = os.path.join(tmp, "empty.pcap")
+        outs = {u: os.path.join(tmp, "%s_out.pcap" % u) for u in ("uplink0", "uplink1")}
+        with open(host_in, "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+            for i, fr in enumerate(trace):
+                f.write(struct.pack("<IIII", 1700000000, i, len(fr), len(fr)) + fr)
+        harness.write_empty_pcap(empty)
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s" % host_in, {"peer": "uplink0"}),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (empty, outs["uplink0"]),
+             {"peer": "host0"}),
+            ("uplink1", "uplink", "net_pcap2,rx_pcap=%s,tx_pcap=%s" % (empty, outs["uplink1"]),
+             {"peer": "host0"}),
+        ], tmp=os.path.join(tmp, "d"), data_room=4608,
+            extra_yaml="lb:\n  enabled: true\n  balancer: reps\n"
+            "  pin: { threshold_bytes: %d, policy: hash }\n"
+            "  paths: { default: { ports: [uplink0, uplink1], entropies: 4 } }\n" % self.THRESHOLD)
+        try:
+            d.start()
+            sent = lambda: sum(int(d.port_stats()[u].get("txPackets", 0)) for u in outs)
+            d.wait_for(lambda: sent() + sum(d.drops().values()) == len(trace),
+                       what="every frame sent or dropped")
+            drops = {k: v for k, v in d.drops().items() if v}
+            self.assertEqual(sum(drops.values()), len(malformed), drops)
+            self.assertEqual(sent(), roce_frames + 1)
+            # show lb and the metrics agree with the trace: 24 messages pinned (6 QPs x 4), 6
+            # sprayed; every RoCE packet counted on one path.
+            lb = d.wait_for(lambda: (lambda v: v if int(v["lb"].get("sprayedFlows", 0)) == 6
+                                     else None)(d.ctl("show", "lb", json_out=True)),
+                            what="the lb counters published")["lb"]
+            self.assertEqual(int(lb["pinnedFlows"]), 24)
+            self.assertEqual(lb["balancer"], "reps")
+            self.assertEqual(int(lb["thresholdBytes"]), self.THRESHOLD)
+            self.assertEqual(sum(int(p["packets"]) for p in lb["sets"][0]["paths"]), roce_frames)
+            self.assertGreater(lb["sets"][0]["jainIndex"], 0.5)
+            text = d.scrape()
+            self.assertEqual(metric_values(text, "heddle_lb_flows_total"),
+                             {'{verdict="pinned"}': 24, '{verdict="sprayed"}': 6})
+            self.assertEqual(sum(metric_values(text, "heddle_lb_path_packets_total").values()),
+                             roce_frames)
+            self.assertEqual(metric_values(text, "heddle_lb_balancer")['{balancer="reps"}'], 1)
+            # set lb while running: published, and show config prints it.
+            out = d.ctl("set", "lb", "balancer", "round-robin", json_out=True)
+            self.assertEqual(out["lb"]["balancer"], "round-robin")
+            self.assertEqual(int(out["lb"]["generation"]), int(lb["generation"]) + 1)
+            self.assertIn("balancer: round-robin", d.ctl("show", "config"))
+            self.assertEqual(d.stop(), 0, d.read_log())
+            self.check_output(roce_trace, bytes(udp), messages, outs)
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def check_output(self, trace, udp, messages, outs):
+        import scapy_roce_util
+        if not shutil.which("tshark"):
+            self.skipTest("tshark not installed")
+        by_key = {}  # (dst, qpn, psn) -> input frame
+        for f in trace:
+            by_key[(f[33], struct.unpack("!I", f[46:50])[0] & 0xFFFFFF,
+                        struct.unpack("!I", f[50:54])[0] & 0xFFFFFF)] = f
+        seen = {}  # (dst, qpn, psn) -> (uplink, source port)
+        not_roce = 0
+        for uplink, pcap in outs.items():
+            frames = read_pcap(pcap)
+            rows = subprocess.run(
+                ["tshark", "-n", "-r", pcap, "-o", "ip.check_checksum:TRUE", "-T", "fields",
+                 "-E", "separator=/t", "-e", "ip.dst", "-e", "udp.srcport", "-e",
+                 "infiniband.bth.destqp", "-e", "infiniband.bth.psn", "-e", "ip.checksum.status",
+                 "-e", "_ws.malformed"],
+                capture_output=True, text=True, check=True).stdout.splitlines()
+            self.assertEqual(len(rows), len(frames))
+            for row, o in zip(rows, frames):
+                dst, sport, qpn, psn, ip_ok, bad = (row.split("\t") + [""] * 6)[:6]
+                self.assertEqual(ip_ok, "1", "%s: IPv4 checksum (tshark) %s" % (uplink, row))
+                self.assertEqual(bad, "", row)
+                if not qpn:
+                    not_roce += 1
+                    self.assertEqual(uplink, "uplink0", "not RoCE: the host port's peer")
+                    self.assertEqual(o, udp, "not RoCE: untouched")
+                    continue
+                key = (int(dst.split(".")[3]), int(qpn, 0), int(psn, 0))
+                self.assertNotIn(key, seen, "sent twice")
+                seen[key] = (uplink, int(sport, 0))
+                self.assertIn(int(sport, 0), self.PORTS, row)
+                f = by_key[key]
+                # Only the UDP source port and the ICRC changed; the ICRC is valid for the bytes.
+                self.assertEqual(len(o), len(f))
+                self.assertEqual(o[:34] + o[36:-4], f[:34] + f[36:-4], row)
+                self.assertEqual(struct.unpack("<I", o[-4:])[0],
+                                 scapy_roce_util.icrc_manual(o, 14, False), "ICRC %s" % row)
+        self.assertEqual(not_roce, 1)
+        self.assertEqual(len(seen), len(by_key))
+        pinned = sprayed = 0
+        for dst, qpn, psn, n, size, known in messages:
+            paths = {seen[(dst, qpn, p)] for p in range(psn, psn + n)}
+            if size <= self.THRESHOLD or not known:
+                # Short, or of unknown size (a SEND: short until proven long, and never moved).
+                self.assertEqual(len(paths), 1, "message %s: %s" % ((dst, qpn, psn, size), paths))
+                pinned += 1
+            else:
+                ports = {p for _, p in paths}
+                uplinks = {u for u, _ in paths}
+                self.assertGreaterEqual(len(ports), 3, (dst, qpn, psn, size, paths))
+                self.assertEqual(uplinks, {"uplink0", "uplink1"}, (dst, qpn, psn, size))
+                sprayed += 1
+        self.assertEqual((pinned, sprayed), (24, 6))
+
+
 if __name__ == "__main__":
     unittest.main()

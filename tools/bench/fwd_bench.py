@@ -13,14 +13,19 @@ hits all of them alike:
   storm-off    heddled, storm: { enabled: false }
   storm-on     heddled, storm: { enabled: true }              (default levels, per-message mode)
   per-packet   heddled, storm: { enabled: true, mode: per-packet }   (with --per-packet)
+  lb-on        heddled, lb: PIN + REPS over 8 source ports (storm off)  (with --lb)
+  lb-spray     heddled, lb: REPS alone, pin off: every packet sprayed    (with --lb)
 
 Printed per mix: Mpps per configuration, each heddled configuration's ratio to testpmd, and the
 STORM cost 1 - storm-on / storm-off, paired within each round, as median [min, max] over the
-rounds. Quote the ratios, not the absolute rates: the machine is shared and noisy.
+rounds. Quote the ratios, not the absolute rates: the machine is shared and noisy. With --lb, also
+the lb ratio lb-on / storm-off (heddled with lb off, same run; target >= 0.8) and lb-spray's.
 
 After every STORM run the harness reads heddle_storm_level_packets_total from the metrics endpoint
 and fails if storm-tag tagged nothing (or far fewer packets than the host port received RoCE
-frames), so a configuration that silently skipped the stage cannot pass as "cheap".
+frames), so a configuration that silently skipped the stage cannot pass as "cheap". After every lb
+run it reads heddle_lb_packets_total the same way (pin-select must have placed about every RoCE
+frame on a path) and prints the pinned / sprayed split.
 
 PSNs: net_pcap replays the trace in a loop, so from the second pass on every QP's PSNs go back to
 where they started. STORM's tracker treats a PSN that is not after the last one as a duplicate (no
@@ -32,7 +37,8 @@ replays heddle-pktgen's trace unchanged (to see the duplicate path's cost).
   /usr/bin/python3 tools/bench/fwd_bench.py [--build build] [--seconds 8] [--mix small,1k]
                                             [--rounds N] [--mbuf-size auto|BYTES] [--qps Q]
                                             [--packets N] [--per-packet] [--raw-psns]
-                                            [--no-storm] [--json FILE] [--write-traces DIR]
+                                            [--no-storm] [--lb] [--json FILE]
+                                            [--write-traces DIR]
 """
 
 import argparse
@@ -61,6 +67,14 @@ HEDDLED_STORM = {
     "storm-off": "{ enabled: false }",
     "storm-on": "{ enabled: true }",
     "per-packet": "{ enabled: true, mode: per-packet }",
+    "lb-on": "{ enabled: false }",
+    "lb-spray": "{ enabled: false }",
+}
+# ... and its lb section: PIN (one BDP threshold) over REPS, and REPS alone, 8 source ports on the
+# one uplink. No feedback join (no verbs shim), so REPS explores at random: the per-packet path.
+HEDDLED_LB = {
+    "lb-on": "{ enabled: true, balancer: reps, pin: { enabled: true } }",
+    "lb-spray": "{ enabled: true, balancer: reps, pin: { enabled: false } }",
 }
 
 
@@ -110,7 +124,8 @@ def run_testpmd(trace, seconds, lcores, mbuf_size):
 # --- heddled ------------------------------------------------------------------------------------
 
 
-def run_heddled(build, trace, seconds, lcores, mbuf_size, storm="{ enabled: false }"):
+def run_heddled(build, trace, seconds, lcores, mbuf_size, storm="{ enabled: false }",
+                lb="{ enabled: false }"):
     """Returns (per-second tx pps samples, end-of-run counters dict)."""
     tmp = tempfile.mkdtemp(prefix="heddle-bench-")
     sock = os.path.join(tmp, "heddled.sock")
@@ -127,10 +142,11 @@ ports:
   - { name: uplink0, role: uplink, vdev: "net_null0,no-rx=1" }
 dataplane: { burst_size: 32 }
 storm: %s
+lb: %s
 metrics: { enabled: true, listen: "127.0.0.1:0" }
 control: { socket: %s }
 log: { level: warning }
-""" % (main_lcore, worker, mbuf_size, trace, storm, sock))
+""" % (main_lcore, worker, mbuf_size, trace, storm, lb, sock))
     heddled = os.path.join(build, "tools/heddled/heddled")
     heddlectl = os.path.join(build, "tools/heddlectl/heddlectl")
     log_path = os.path.join(tmp, "heddled.log")
@@ -154,10 +170,22 @@ def heddlectl_json(heddlectl, sock, *what):
     return json.loads(out.stdout)
 
 
+def scrape_lb(text):
+    """pin-select's packets by verdict from a scrape; None if the family is absent (lb off)."""
+    verdicts = {}
+    for line in text.splitlines():
+        m = re.match(r'heddle_lb_packets_total\{verdict="(\w+)"\}\s+(\S+)', line)
+        if m:
+            verdicts[m.group(1)] = int(float(m.group(2)))
+    return verdicts or None
+
+
 def scrape_storm(url):
-    """Sums of the storm-tag counters at `url` (Prometheus text); None if the family is absent."""
+    """Sums of the storm-tag counters at `url` (Prometheus text); None if the family is absent.
+    The lb counters of the same scrape ride along under "lb"."""
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
+    scrape_storm.lb = scrape_lb(text)
     levels, full = {}, 0.0
     for line in text.splitlines():
         m = re.match(r'heddle_storm_level_packets_total\{level="(\d+)"\}\s+(\S+)', line)
@@ -207,7 +235,7 @@ def measure_heddled(p, heddlectl, sock, seconds, log_path):
     storm = scrape_storm(url)
     stats = heddlectl_json(heddlectl, sock, "stats")
     ports = {x["name"]: x for x in stats["ports"]}
-    counters = {"storm": storm, "host_rx": int(ports["host0"]["rxPackets"])}
+    counters = {"storm": storm, "lb": scrape_storm.lb, "host_rx": int(ports["host0"]["rxPackets"])}
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=30)
     if rc != 0:
@@ -391,6 +419,21 @@ def check_tagging(name, counters, roce_share):
     return tagged / expected if expected else float("nan")
 
 
+def check_lb(name, counters, roce_share):
+    """Fails loudly unless pin-select placed about as many packets as RoCE frames came in; returns
+    (share of RoCE rx placed, share of those pinned)."""
+    lb = counters["lb"]
+    if lb is None:
+        raise SystemExit("%s: heddle_lb_packets_total is missing from the metrics: pin-select is "
+                         "not in the pipeline; the lb comparison is meaningless" % name)
+    placed = sum(lb.values())
+    expect = counters["host_rx"] * roce_share
+    if placed == 0 or placed < 0.9 * expect:
+        raise SystemExit("%s: pin-select placed %d packets of %d received on host0 (%.0f %% RoCE)"
+                         % (name, placed, counters["host_rx"], 100 * roce_share))
+    return placed / expect, lb.get("pinned", 0) / placed
+
+
 def busy_neighbours():
     """Other heddled / dpdk-testpmd processes: one polling on the same lcore takes half of it."""
     out = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True).stdout
@@ -420,6 +463,9 @@ def main():
                     help="also run heddled with storm.mode: per-packet")
     ap.add_argument("--no-storm", action="store_true",
                     help="only testpmd and heddled with storm off (the harness before STORM)")
+    ap.add_argument("--lb", action="store_true",
+                    help="also run heddled with lb (PIN + REPS, and REPS alone) and report its "
+                         "ratio to heddled with lb off")
     ap.add_argument("--raw-psns", action="store_true",
                     help="replay heddle-pktgen's trace unchanged (every pass after the first is a "
                          "PSN duplicate to STORM)")
@@ -444,6 +490,8 @@ def main():
         configs.append("storm-on")
         if args.per_packet:
             configs.append("per-packet")
+    if args.lb:
+        configs += ["lb-on", "lb-spray"]
     pktgen = os.path.join(args.build, "tools/pktgen/heddle-pktgen")
     tmp = args.write_traces or tempfile.mkdtemp(prefix="heddle-bench-traces-")
     if args.write_traces:
@@ -483,6 +531,7 @@ def main():
         pps = {c: [] for c in configs}
         tagged_share = {c: [] for c in configs}
         levels = {c: None for c in configs}
+        placed = {c: [] for c in configs}
         for r in range(args.rounds):
             order = configs[r % len(configs):] + configs[:r % len(configs)]
             for c in order:
@@ -490,8 +539,14 @@ def main():
                     pps[c].append(steady(run_testpmd(trace, args.seconds, args.lcores, mbuf)))
                     continue
                 samples, counters = run_heddled(args.build, trace, args.seconds, args.lcores, mbuf,
-                                                HEDDLED_STORM[c])
+                                                HEDDLED_STORM[c],
+                                                HEDDLED_LB.get(c, "{ enabled: false }"))
                 pps[c].append(steady(samples))
+                if c in HEDDLED_LB:
+                    placed[c].append(check_lb(c, counters, roce_share))
+                    continue
+                if counters["lb"] is not None:
+                    raise SystemExit("%s: pin-select ran with lb disabled" % c)
                 if c == "storm-off":
                     if counters["storm"] is not None and sum(counters["storm"]["level_packets"]):
                         raise SystemExit("storm-off: storm-tag tagged packets with storm disabled")
@@ -515,6 +570,15 @@ def main():
                 res["configs"][c]["storm"] = levels[c]
                 res["configs"][c]["tagged_share_of_roce_rx"] = tagged_share[c]
         for c in configs[2:]:
+            if c in HEDDLED_LB:
+                ratio = [on / off for on, off in zip(pps[c], pps["storm-off"])]
+                res["configs"][c]["lb_ratio"] = ratio
+                res["configs"][c]["placed_pinned"] = placed[c]
+                print("  lb ratio (%s): %s/storm-off = %s  (target >= 0.80); placed %.0f %% of "
+                      "RoCE rx, %.0f %% of them pinned" %
+                      (c, c, fmt_spread(ratio), 100 * min(x for x, _ in placed[c]),
+                       100 * statistics.median(y for _, y in placed[c])))
+                continue
             cost = [1 - on / off for on, off in zip(pps[c], pps["storm-off"])]
             res["configs"][c]["storm_cost"] = cost
             lv = levels[c]

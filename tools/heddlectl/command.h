@@ -65,6 +65,8 @@ void RegisterAllCommands(CommandRegistry& registry);
 void RegisterShowCommands(CommandRegistry& registry);
 // STORM: `show storm`, `show qp`, `set storm ...` (storm_commands.cc).
 void RegisterStormCommands(CommandRegistry& registry);
+// PIN and the load balancer: `show lb`, `set lb ...` (lb_commands.cc).
+void RegisterLbCommands(CommandRegistry& registry);
 
 // -j output: the response message as JSON (lowerCamelCase names, fields at their default value
 // included, so scripts always see every key).

@@ -9,6 +9,7 @@ namespace heddle::api::cli {
 void RegisterAllCommands(CommandRegistry& registry) {
   RegisterShowCommands(registry);
   RegisterStormCommands(registry);
+  RegisterLbCommands(registry);
 }
 
 absl::Status PrintJson(const google::protobuf::Message& message, std::ostream& out) {

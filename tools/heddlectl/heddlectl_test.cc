@@ -131,6 +131,11 @@ class HeddlectlTest : public ::testing::Test {
     return r;
   }
 
+  std::optional<LbUpdate> LastLbUpdate() {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    return view_.last_lb_update;
+  }
+
   std::optional<StormUpdate> LastUpdate() {
     std::lock_guard<std::mutex> lock(view_.mu);
     return view_.last_update;
@@ -648,6 +653,78 @@ TEST_F(HeddlectlTest, SetHelpListsTheSettings) {
        {"levels", "cutoffs", "mode", "dscp", "pcp", "control-level", "beta"}) {
     EXPECT_THAT(r.out, HasSubstr(setting));
   }
+}
+
+TEST_F(HeddlectlTest, ShowLbTable) {
+  const Result r = Ok({"show", "lb"});
+  EXPECT_THAT(r.out, HasSubstr("balancer:       reps\n"));
+  EXPECT_THAT(r.out, HasSubstr("pin threshold:  97.7 KiB (auto: one bandwidth-delay product)\n"));
+  EXPECT_THAT(r.out, HasSubstr("feedback join:  off (no host index: REPS explores)\n"));
+  EXPECT_THAT(r.out, HasSubstr("flows:          12 live of 65536 entries\n"));
+  EXPECT_THAT(r.out, HasSubstr("pinned     900  90.0 %     4000   4200000   6.2 %"));
+  EXPECT_THAT(r.out, HasSubstr("sprayed    100  10.0 %    60000  63000000  93.8 %"));
+  EXPECT_THAT(r.out, HasSubstr("path set 0 (default): 4 paths, Jain's index 0.9423\n"));
+  EXPECT_THAT(r.out, HasSubstr("   3  uplink1   0xc001    10000  10000000  14.3 %"));
+  EXPECT_THAT(r.out, HasSubstr("join-no-index"));
+}
+
+TEST_F(HeddlectlTest, ShowLbJsonAndDisabled) {
+  const v1::GetLbResponse r = ParseJson<v1::GetLbResponse>(Ok({"show", "lb", "-j"}).out);
+  EXPECT_EQ(r.lb().balancer(), "reps");
+  EXPECT_EQ(r.lb().sets(0).paths_size(), 4);
+  view_.lb_error = absl::FailedPreconditionError("lb is not enabled; set lb.enabled: true");
+  const Result off = Fails(1, {"show", "lb"});
+  EXPECT_EQ(off.err, "heddlectl: heddled GetLb: lb is not enabled; set lb.enabled: true\n");
+}
+
+TEST_F(HeddlectlTest, SetLbEachSettingIsOneUpdate) {
+  Result r = Ok({"set", "lb", "balancer", "adaptive"});
+  std::optional<LbUpdate> u = LastLbUpdate();
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->balancer, std::optional<std::string>("adaptive"));
+  EXPECT_FALSE(u->threshold_bytes.has_value());
+  EXPECT_FALSE(u->pin.has_value());
+  EXPECT_THAT(r.out, HasSubstr("balancer:       adaptive\n"));
+  EXPECT_THAT(r.out, HasSubstr("generation:     4\n"));
+
+  r = Ok({"set", "lb", "pin-threshold", "64K"});
+  u = LastLbUpdate();
+  EXPECT_EQ(u->threshold_bytes, std::optional<uint64_t>(65536));
+  EXPECT_FALSE(u->threshold_auto);
+  EXPECT_FALSE(u->balancer.has_value());
+  EXPECT_THAT(r.out, HasSubstr("pin threshold:  64 KiB\n"));
+
+  Ok({"set", "lb", "pin-threshold", "auto"});
+  u = LastLbUpdate();
+  EXPECT_TRUE(u->threshold_auto);
+  EXPECT_FALSE(u->threshold_bytes.has_value());
+
+  Ok({"set", "lb", "pin-policy", "least-loaded"});
+  EXPECT_EQ(LastLbUpdate()->pin_policy, std::optional<std::string>("least-loaded"));
+
+  r = Ok({"set", "lb", "pin", "off", "-j"});
+  EXPECT_EQ(LastLbUpdate()->pin, std::optional<bool>(false));
+  EXPECT_FALSE(ParseJson<v1::SetLbResponse>(r.out).lb().pin());
+}
+
+TEST_F(HeddlectlTest, SetLbBadArgumentsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"set", "lb"}, "expected one of: balancer, pin-threshold, pin-policy, pin"},
+      {{"set", "lb", "balancer", "spray"}, "spray"},
+      {{"set", "lb", "pin-threshold", "4KB"}, "ambiguous: write 4K or 4KiB"},
+      {{"set", "lb", "pin-threshold", "0"}, "use pin off"},
+      {{"set", "lb", "pin-policy", "random"}, "random"},
+      {{"set", "lb", "pin", "maybe"}, "maybe"},
+  };
+  for (const Case& c : cases) {
+    const Result r = Fails(2, c.args);
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
+  }
+  EXPECT_FALSE(LastLbUpdate().has_value());
 }
 
 }  // namespace

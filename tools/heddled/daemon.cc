@@ -19,6 +19,7 @@
 #include "control/api/daemon_view.h"
 #include "control/api/server.h"
 #include "control/metrics/metrics.h"
+#include "dataplane/pipeline/pin_stage.h"
 #include "dataplane/pipeline/stages.h"
 #include "dataplane/pipeline/stats.h"
 #include "dataplane/pipeline/storm_stage.h"
@@ -26,6 +27,7 @@
 #include "drivers/dpdk/eal.h"
 #include "drivers/dpdk/port.h"
 #include "drivers/verbs/discovery.h"
+#include "tools/heddled/lb_service.h"
 #include "tools/heddled/storm_service.h"
 
 namespace heddle::heddled {
@@ -83,7 +85,9 @@ struct Daemon::Impl : public api::DaemonView {
   std::unique_ptr<pipeline::DataplaneStats> stats;
   // Declared before the workers: their storm-tag stages read its StormControl until destroyed.
   std::unique_ptr<StormService> storm_svc;
-  std::mutex cfg_mu;  // cfg.storm changes at run time (set storm); readers of it take this
+  // Declared before the workers: their pin-select stages read its LbControl until destroyed.
+  std::unique_ptr<LbService> lb_svc;
+  std::mutex cfg_mu;  // cfg.storm and cfg.lb change at run time (set storm, set lb)
   std::vector<std::unique_ptr<pipeline::Worker>> workers;
   std::atomic<bool> stop_workers{false};
   bool workers_running = false;
@@ -203,6 +207,27 @@ struct Daemon::Impl : public api::DaemonView {
     return storm_svc->View(stats->Snapshot());
   }
 
+  absl::StatusOr<api::LbView> GetLb() override {
+    if (!lb_svc) return LbOff();
+    return lb_svc->View();
+  }
+
+  absl::StatusOr<api::LbView> SetLb(const api::LbUpdate& u) override {
+    if (!lb_svc) return LbOff();
+    {
+      std::lock_guard<std::mutex> g(cfg_mu);
+      config::LbConfig next = cfg.lb;
+      HEDDLE_RETURN_IF_ERROR(lb_svc->Apply(u, &next));
+      cfg.lb = std::move(next);
+    }
+    return lb_svc->View();
+  }
+
+  static absl::Status LbOff() {
+    return absl::FailedPreconditionError(
+        "lb is not enabled; set lb.enabled: true in the configuration and restart heddled");
+  }
+
   static absl::Status StormOff() {
     return absl::FailedPreconditionError(
         "storm is not enabled; set storm.enabled: true in the configuration and restart heddled");
@@ -310,6 +335,28 @@ absl::Status Daemon::Impl::Start() {
                static_cast<unsigned>((uint64_t{config::QpCapacityPerWorker(cfg)} * 66) >> 20));
     storm_svc = std::make_unique<StormService>(cfg.storm, num_workers);
   }
+  if (cfg.lb.enabled) {
+    HEDDLE_ASSIGN_OR_RETURN(lb_svc, LbService::Create(cfg, num_workers));
+    const lb::LbConfig& l = cfg.lb.params;
+    HEDDLE_LOG(kInfo,
+               "pin-select: %s%s, threshold %llu bytes%s, %zu path set(s), flow table of %u "
+               "entries per worker (%u MiB), feedback join %s",
+               lb::BalancerKindName(l.balancer), l.pin ? " under PIN" : " (pin off)",
+               static_cast<unsigned long long>(lb::EffectiveThreshold(l)),
+               l.threshold_bytes == 0 ? " (one BDP)" : "",
+               lb_svc->control()->current().table->num_sets(), l.flow_capacity,
+               static_cast<unsigned>((uint64_t{l.flow_capacity} * 136) >> 20),
+               cfg.storm.enabled && cfg.storm.backlog_source == storm::BacklogSource::kHostShim
+                   ? "through the verbs shim"
+                   : "off (no host index: REPS explores at random)");
+    // The feedback join reads the verbs shim's pair index, which the storm thread reads.
+    if (storm_svc && cfg.storm.backlog_source == storm::BacklogSource::kHostShim) {
+      pipeline::LbControl* lb_ctl = lb_svc->control();
+      storm_svc->set_host_listener([lb_ctl](std::shared_ptr<const verbs::HostBacklogIndex> index) {
+        lb_ctl->PublishHostBacklog(std::move(index));
+      });
+    }
+  }
 
   // Spread every (port, RX queue) over the workers, round-robin.
   std::vector<pipeline::WorkerSetup> setups(num_workers);
@@ -344,6 +391,15 @@ absl::Status Daemon::Impl::Start() {
           .fabric_guard = cfg.storm.fabric_guard,
           .read_streams = cfg.storm.read_stream_capacity,
           .response_window_ms = cfg.storm.response_window_ms}));
+    }
+    if (cfg.lb.enabled) {
+      // After storm-tag (which levels the packet whatever its path), before port-fwd (which
+      // keeps the egress chosen here). The flow table is allocated here, off the hot path.
+      s.stages.push_back(std::make_unique<pipeline::PinSelectStage>(
+          pipeline::PinSelectStage::Options{.host_ports = host_ports,
+                                            .control = lb_svc->control(),
+                                            .worker = w,
+                                            .config = cfg.lb.params}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
@@ -424,6 +480,45 @@ absl::Status Daemon::Impl::Start() {
         return r;
       };
     }
+    if (lb_svc) {
+      src.lb = [this] {
+        const api::LbView v = lb_svc->View();
+        metrics::LbMetrics m;
+        for (int k = 0; k < static_cast<int>(lb::BalancerKind::kCount); ++k) {
+          m.balancers.push_back(lb::BalancerKindName(static_cast<lb::BalancerKind>(k)));
+        }
+        m.balancer = v.balancer;
+        m.threshold_bytes = v.pin ? v.threshold_bytes : 0;
+        m.pinned_flows = v.pinned_flows;
+        m.sprayed_flows = v.sprayed_flows;
+        m.pinned_packets = v.pinned_packets;
+        m.sprayed_packets = v.sprayed_packets;
+        m.pinned_bytes = v.pinned_bytes;
+        m.sprayed_bytes = v.sprayed_bytes;
+        m.stateless_bytes = v.stateless_bytes;
+        m.flows_live = v.flows_live;
+        m.flow_capacity = v.flow_capacity;
+        for (const api::LbCounterView& c : v.counters) {
+          if (c.name == lb::LbCounterName(lb::LbCounter::kControl) ||
+              c.name == lb::LbCounterName(lb::LbCounter::kTableFull)) {
+            m.stateless_packets += c.value;
+          }
+          // Gauges are exported as such above (flow entries) or not at all (generation).
+          if (c.name == "flows-live" || c.name == "flow-capacity" || c.name == "generation") {
+            continue;
+          }
+          m.events.emplace_back(c.name, c.value);
+        }
+        for (const api::LbPathSetView& s : v.sets) {
+          metrics::LbMetrics::Set set;
+          set.set = s.set;
+          set.jain_index = s.jain_index;
+          for (const api::LbPathView& p : s.paths) set.paths.push_back({p.bytes, p.packets});
+          m.sets.push_back(std::move(set));
+        }
+        return m;
+      };
+    }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }
@@ -446,6 +541,7 @@ void Daemon::Impl::Stop() {
     workers_running = false;
   }
   if (storm_svc) storm_svc->WorkersStopped();
+  if (lb_svc) lb_svc->WorkersStopped();
   // The API and exposer read ports and stats: shut them before the ports go.
   if (api) api->Shutdown();
   api.reset();

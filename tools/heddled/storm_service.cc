@@ -143,7 +143,9 @@ void StormService::HostTick() {
     host_ambiguous_pairs_ = r.index->ambiguous_pairs();
     host_errors_ = r.errors;
   }
-  control_->PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIndex>(std::move(r.index)));
+  std::shared_ptr<const verbs::HostBacklogIndex> index(std::move(r.index));
+  if (host_listener_) host_listener_(index);
+  control_->PublishHostBacklog(std::move(index));
 }
 
 api::StormView StormService::View(const pipeline::StatsSnapshot& snap) const {

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,12 @@ class StormService {
   // The most levels ever in force (the metrics export that many, so no series disappears).
   int max_levels() const { return max_levels_.load(std::memory_order_relaxed); }
 
+  // Also hand every host index read to `listener` (lb's feedback join); set before StartThread().
+  void set_host_listener(
+      std::function<void(std::shared_ptr<const verbs::HostBacklogIndex>)> listener) {
+    host_listener_ = std::move(listener);
+  }
+
   void StartThread();
   void StopThread();
   // Every worker returned: they go offline, so no grace period waits for them any more.
@@ -65,6 +72,7 @@ class StormService {
   int num_workers_;
   std::unique_ptr<pipeline::StormControl> control_;
   std::unique_ptr<verbs::HostBacklogReader> host_reader_;  // storm thread only (keeps maps open)
+  std::function<void(std::shared_ptr<const verbs::HostBacklogIndex>)> host_listener_;
 
   mutable std::mutex host_mu_;
   uint64_t host_tables_ = 0, host_qps_ = 0, host_pairs_ = 0, host_ambiguous_pairs_ = 0;

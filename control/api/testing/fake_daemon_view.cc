@@ -87,6 +87,36 @@ FakeDaemonView::FakeDaemonView() {
   dev.ports = {rport};
   rdma.devices = {dev};
 
+  lb.enabled = true;
+  lb.balancer = "reps";
+  lb.pin = true;
+  lb.threshold_bytes = 100000;
+  lb.threshold_auto = true;
+  lb.pin_policy = "hash";
+  lb.flow_unit = "request";
+  lb.crossing = "stay-pinned";
+  lb.entropy = "udp-sport";
+  lb.generation = 3;
+  lb.pinned_flows = 900;
+  lb.sprayed_flows = 100;
+  lb.pinned_packets = 4000;
+  lb.sprayed_packets = 60000;
+  lb.pinned_bytes = 4'200'000;
+  lb.sprayed_bytes = 63'000'000;
+  lb.flows_live = 12;
+  lb.flow_capacity = 65536;
+  LbPathSetView set;
+  set.set = 0;
+  set.prefix = "default";
+  for (uint32_t i = 0; i < 4; ++i) {
+    set.paths.push_back({i, i < 2 ? "uplink0" : "uplink1", 0xc000 + i % 2,
+                         i == 3 ? 10'000'000u : 20'000'000u, i == 3 ? 10000u : 20000u});
+  }
+  set.jain_index = 0.9423;  // 20, 20, 20, 10 MB
+  lb.sets = {set};
+  lb.counters = {{"pinned-flows", "messages started pinned", 900},
+                 {"join-no-index", "reverse packets with feedback but no host index to join", 77}};
+
   storm.enabled = true;
   storm.levels = 4;
   storm.mode = "per-message";
@@ -326,6 +356,45 @@ absl::StatusOr<StormView> FakeDaemonView::SetStorm(const StormUpdate& update) {
   ++next.generation;
   storm = next;
   return storm;
+}
+
+}  // namespace heddle::api::testing
+
+namespace heddle::api::testing {
+
+absl::StatusOr<LbView> FakeDaemonView::GetLb() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!lb_error.ok()) return lb_error;
+  return lb;
+}
+
+absl::StatusOr<LbView> FakeDaemonView::SetLb(const LbUpdate& update) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_lb_update = update;
+  if (!lb_error.ok()) return lb_error;
+  LbView next = lb;
+  if (update.balancer) {
+    static const char* const kKinds[] = {"ecmp",    "rps",  "round-robin",
+                                         "flowlet", "reps", "adaptive"};
+    if (std::find(std::begin(kKinds), std::end(kKinds), *update.balancer) == std::end(kKinds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lb.balancer: unknown load balancer \"", *update.balancer, "\""));
+    }
+    next.balancer = *update.balancer;
+  }
+  if (update.threshold_bytes) {
+    next.threshold_bytes = *update.threshold_bytes;
+    next.threshold_auto = false;
+  }
+  if (update.threshold_auto) {
+    next.threshold_bytes = 100000;
+    next.threshold_auto = true;
+  }
+  if (update.pin_policy) next.pin_policy = *update.pin_policy;
+  if (update.pin) next.pin = *update.pin;
+  ++next.generation;
+  lb = next;
+  return lb;
 }
 
 }  // namespace heddle::api::testing

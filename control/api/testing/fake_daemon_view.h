@@ -8,6 +8,10 @@
 // SetStorm records the update in `last_update`, checks list lengths the way the daemon does,
 // applies it to `storm` (levels and ranges recomputed, generation + 1) and returns the result. A
 // non-OK `storm_error` is returned by all three instead; `set_storm_error` by SetStorm only.
+//
+// lb: GetLb returns `lb`; SetLb records the update in `last_lb_update`, checks the names the way
+// the daemon does, applies it (generation + 1) and returns the result; a non-OK `lb_error` is
+// returned by both instead.
 #pragma once
 
 #include <mutex>
@@ -33,6 +37,8 @@ class FakeDaemonView : public DaemonView {
   absl::StatusOr<StormView> GetStorm() override;
   absl::StatusOr<std::vector<QpView>> ListQps(uint32_t top, const std::string& sort) override;
   absl::StatusOr<StormView> SetStorm(const StormUpdate& update) override;
+  absl::StatusOr<LbView> GetLb() override;
+  absl::StatusOr<LbView> SetLb(const LbUpdate& update) override;
 
   // (r_min, r_max] of each level for these cutoffs, level K-1 first in the order the daemon lists.
   static std::vector<StormLevelView> LevelsFor(const std::vector<uint64_t>& cutoffs,
@@ -52,6 +58,10 @@ class FakeDaemonView : public DaemonView {
   std::optional<StormUpdate> last_update;
   uint32_t last_top = 0;
   std::string last_sort;
+
+  LbView lb;
+  absl::Status lb_error;
+  std::optional<LbUpdate> last_lb_update;
 };
 
 }  // namespace heddle::api::testing
