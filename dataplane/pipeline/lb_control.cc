@@ -1,6 +1,5 @@
 #include "dataplane/pipeline/lb_control.h"
 
-#include <rte_rcu_qsbr.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +35,7 @@ const char* PinStageCounterDescription(PinStageCounter c) {
 LbControl::LbControl(const lb::LbConfig& config, std::shared_ptr<const lb::PathTable> table,
                      int num_workers, size_t ring_slots)
     : num_workers_(std::max(num_workers, 1)),
+      rcu_(num_workers_, "lb"),
       workers_(new WorkerBlock[std::max(num_workers, 1)]),
       rings_(new std::unique_ptr<FeedbackRing>[static_cast<size_t>(num_workers_) * num_workers_]) {
   for (int from = 0; from < num_workers_; ++from) {
@@ -46,17 +46,6 @@ LbControl::LbControl(const lb::LbConfig& config, std::shared_ptr<const lb::PathT
       }
     }
   }
-  const size_t sz = rte_rcu_qsbr_get_memsize(num_workers_);
-  const size_t rounded = (sz + RTE_CACHE_LINE_SIZE - 1) / RTE_CACHE_LINE_SIZE * RTE_CACHE_LINE_SIZE;
-  void* mem = std::aligned_alloc(RTE_CACHE_LINE_SIZE, rounded);
-  if (mem == nullptr) std::abort();  // start-up only
-  std::memset(mem, 0, rounded);
-  qsbr_ = static_cast<rte_rcu_qsbr*>(mem);
-  rte_rcu_qsbr_init(qsbr_, num_workers_);
-  for (int w = 0; w < num_workers_; ++w) {
-    rte_rcu_qsbr_thread_register(qsbr_, w);
-    rte_rcu_qsbr_thread_online(qsbr_, w);
-  }
   absl::MutexLock l(&mu_);
   PublishLocked(config, std::move(table));
 }
@@ -65,18 +54,14 @@ LbControl::~LbControl() {
   {
     absl::MutexLock l(&mu_);
     // Whoever destroys this has stopped the workers: nothing reads the published objects any more.
-    retired_.clear();
+    rcu_.Clear();
     params_.store(nullptr, std::memory_order_relaxed);
     host_.store(nullptr, std::memory_order_relaxed);
     params_owner_.reset();
     host_owner_.reset();
   }
-  std::free(qsbr_);
 }
 
-void LbControl::Quiescent(int w) { rte_rcu_qsbr_quiescent(qsbr_, w); }
-void LbControl::Offline(int w) { rte_rcu_qsbr_thread_offline(qsbr_, w); }
-void LbControl::Online(int w) { rte_rcu_qsbr_thread_online(qsbr_, w); }
 
 void LbControl::PublishLocked(const lb::LbConfig& config,
                               std::shared_ptr<const lb::PathTable> table) {
@@ -89,7 +74,7 @@ void LbControl::PublishLocked(const lb::LbConfig& config,
   // release: a worker that loads the pointer (acquire) sees the whole object and its table.
   params_.store(params_owner_.get(), std::memory_order_release);
   generation_.store(params_owner_->generation, std::memory_order_relaxed);
-  if (old) RetireLocked(std::move(old));
+  if (old) rcu_.Retire(std::move(old));
 }
 
 absl::Status LbControl::Update(const LbChange& change) {
@@ -122,32 +107,9 @@ void LbControl::PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIndex
   std::shared_ptr<const verbs::HostBacklogIndex> old = std::move(host_owner_);
   host_owner_ = std::move(index);
   host_.store(host_owner_.get(), std::memory_order_release);
-  if (old) RetireLocked(std::move(old));
+  if (old) rcu_.Retire(std::move(old));
 }
 
-void LbControl::RetireLocked(std::shared_ptr<const void> old) {
-  // The token covers every worker's state as of now: once each has passed a quiescent state (or
-  // is offline) after it, none can still use `old` (see the header on the selector's table).
-  retired_.push_back({std::move(old), rte_rcu_qsbr_start(qsbr_)});
-  const absl::Time deadline = absl::Now() + grace_timeout_;
-  while (!retired_.empty()) {
-    size_t done = 0;
-    while (done < retired_.size() && rte_rcu_qsbr_check(qsbr_, retired_[done].token, false) == 1) {
-      ++done;
-    }
-    retired_.erase(retired_.begin(), retired_.begin() + done);
-    if (retired_.empty()) return;
-    if (absl::Now() >= deadline) {
-      slow_grace_.fetch_add(1, std::memory_order_relaxed);
-      HEDDLE_LOG(kWarning,
-                 "lb: a worker has not passed a quiescent state for %s; %zu old "
-                 "configuration(s) kept until it does",
-                 absl::FormatDuration(grace_timeout_).c_str(), retired_.size());
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
 
 LbTotals LbControl::totals() const {
   LbTotals t;

@@ -44,9 +44,8 @@
 #include "absl/time/time.h"
 #include "dataplane/lb/path.h"
 #include "dataplane/lb/pin.h"
+#include "dataplane/pipeline/rcu_domain.h"
 #include "dataplane/pipeline/spsc_ring.h"
-
-struct rte_rcu_qsbr;
 
 namespace heddle::verbs {
 class HostBacklogIndex;
@@ -152,9 +151,9 @@ class LbControl {
   const verbs::HostBacklogIndex* host_backlog() const {
     return host_.load(std::memory_order_acquire);
   }
-  void Quiescent(int w);
-  void Offline(int w);
-  void Online(int w);
+  void Quiescent(int w) { rcu_.Quiescent(w); }
+  void Offline(int w) { rcu_.Offline(w); }
+  void Online(int w) { rcu_.Online(w); }
   // The feedback ring from worker `from` (its only producer) to `to` (its only consumer); nullptr
   // when from == to or either is out of range.
   FeedbackRing* ring(int from, int to) {
@@ -188,14 +187,13 @@ class LbControl {
   bool has_host_backlog() const { return host_.load(std::memory_order_relaxed) != nullptr; }
 
   LbTotals totals() const;
-  uint64_t slow_grace_periods() const { return slow_grace_.load(std::memory_order_relaxed); }
-  void set_grace_timeout(absl::Duration d) { grace_timeout_ = d; }
+  uint64_t slow_grace_periods() const { return rcu_.slow_grace_periods(); }
+  void set_grace_timeout(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    rcu_.set_grace_timeout(d);
+  }
 
  private:
-  struct Retired {
-    std::shared_ptr<const void> object;
-    uint64_t token;
-  };
   struct alignas(64) WorkerBlock {
     std::array<std::atomic<uint64_t>, lb::kNumLbCounters> selector{};
     std::array<std::atomic<uint64_t>, kNumPinStageCounters> stage{};
@@ -205,22 +203,18 @@ class LbControl {
 
   void PublishLocked(const lb::LbConfig& config, std::shared_ptr<const lb::PathTable> table)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RetireLocked(std::shared_ptr<const void> old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_workers_;
-  rte_rcu_qsbr* qsbr_ = nullptr;  // aligned heap block
+  RcuDomain rcu_;  // Retire under mu_
   std::unique_ptr<WorkerBlock[]> workers_;
   std::unique_ptr<std::unique_ptr<FeedbackRing>[]> rings_;  // [from * num_workers_ + to]
   std::atomic<const LbParams*> params_{nullptr};
   std::atomic<const verbs::HostBacklogIndex*> host_{nullptr};
   std::atomic<uint64_t> generation_{0};  // relaxed: for display
-  std::atomic<uint64_t> slow_grace_{0};
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const LbParams> params_owner_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const verbs::HostBacklogIndex> host_owner_ ABSL_GUARDED_BY(mu_);
-  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
-  absl::Duration grace_timeout_ = absl::Seconds(1);
 };
 
 }  // namespace heddle::pipeline

@@ -1,6 +1,5 @@
 #include "dataplane/pipeline/storm_control.h"
 
-#include <rte_rcu_qsbr.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -49,6 +48,7 @@ bool QpRowBefore(const QpRow& a, const QpRow& b, QpSort sort) {
 StormControl::StormControl(const storm::LevelConfig& levels, int num_workers, bool auto_cutoffs,
                            size_t ack_ring_slots)
     : num_workers_(std::max(num_workers, 1)),
+      rcu_(num_workers_, "storm"),
       workers_(new WorkerBlock[std::max(num_workers, 1)]),
       ack_rings_(new std::unique_ptr<AckRing>[static_cast<size_t>(num_workers_) * num_workers_]),
       read_rings_(new std::unique_ptr<ReadRing>[static_cast<size_t>(num_workers_) * num_workers_]) {
@@ -62,18 +62,7 @@ StormControl::StormControl(const storm::LevelConfig& levels, int num_workers, bo
       }
     }
   }
-  const size_t sz = rte_rcu_qsbr_get_memsize(num_workers_);
-  const size_t rounded = (sz + RTE_CACHE_LINE_SIZE - 1) / RTE_CACHE_LINE_SIZE * RTE_CACHE_LINE_SIZE;
-  void* mem = std::aligned_alloc(RTE_CACHE_LINE_SIZE, rounded);
-  if (mem == nullptr) std::abort();  // start-up only
-  std::memset(mem, 0, rounded);
-  qsbr_ = static_cast<rte_rcu_qsbr*>(mem);
-  rte_rcu_qsbr_init(qsbr_, num_workers_);
-  for (int w = 0; w < num_workers_; ++w) {
-    rte_rcu_qsbr_thread_register(qsbr_, w);
-    rte_rcu_qsbr_thread_online(qsbr_, w);
-    workers_[w].rows.reserve(kMaxTopQps);
-  }
+  for (int w = 0; w < num_workers_; ++w) workers_[w].rows.reserve(kMaxTopQps);
   auto_.store(auto_cutoffs, std::memory_order_relaxed);
   absl::MutexLock l(&mu_);
   PublishParamsLocked(levels);
@@ -83,18 +72,14 @@ StormControl::~StormControl() {
   {
     absl::MutexLock l(&mu_);
     // Whoever destroys this has stopped the workers: nothing reads the published objects any more.
-    retired_.clear();
+    rcu_.Clear();
     params_.store(nullptr, std::memory_order_relaxed);
     host_.store(nullptr, std::memory_order_relaxed);
     params_owner_.reset();
     host_owner_.reset();
   }
-  std::free(qsbr_);
 }
 
-void StormControl::Quiescent(int w) { rte_rcu_qsbr_quiescent(qsbr_, w); }
-void StormControl::Offline(int w) { rte_rcu_qsbr_thread_offline(qsbr_, w); }
-void StormControl::Online(int w) { rte_rcu_qsbr_thread_online(qsbr_, w); }
 
 void StormControl::PublishCounters(int w, const StormWorkerCounters& c) {
   uint64_t v[kNumCounters];
@@ -124,7 +109,7 @@ void StormControl::PublishParamsLocked(const storm::LevelConfig& levels) {
   params_owner_ = std::move(p);
   params_.store(params_owner_.get(), std::memory_order_release);
   generation_.store(params_owner_->generation, std::memory_order_relaxed);
-  if (old) RetireLocked(std::move(old));
+  if (old) rcu_.Retire(std::move(old));
 }
 
 absl::Status StormControl::SetLevels(const storm::LevelConfig& levels,
@@ -155,37 +140,10 @@ void StormControl::PublishHostBacklog(std::shared_ptr<const verbs::HostBacklogIn
   std::shared_ptr<const verbs::HostBacklogIndex> old = std::move(host_owner_);
   host_owner_ = std::move(index);
   host_.store(host_owner_.get(), std::memory_order_release);
-  if (old) RetireLocked(std::move(old));
+  if (old) rcu_.Retire(std::move(old));
 }
 
-void StormControl::RetireLocked(std::shared_ptr<const void> old) {
-  // The token covers every worker's state as of now: once each has passed a quiescent state (or
-  // is offline) after it, none can still hold `old`.
-  retired_.push_back({std::move(old), rte_rcu_qsbr_start(qsbr_)});
-  ReclaimLocked(/*wait=*/true);
-}
 
-void StormControl::ReclaimLocked(bool wait) {
-  const absl::Time deadline = absl::Now() + grace_timeout_;
-  while (!retired_.empty()) {
-    // Tokens grow with publication order: the first pending one is the oldest.
-    size_t done = 0;
-    while (done < retired_.size() && rte_rcu_qsbr_check(qsbr_, retired_[done].token, false) == 1) {
-      ++done;
-    }
-    retired_.erase(retired_.begin(), retired_.begin() + done);
-    if (retired_.empty() || !wait) return;
-    if (absl::Now() >= deadline) {
-      slow_grace_.fetch_add(1, std::memory_order_relaxed);
-      HEDDLE_LOG(kWarning,
-                 "storm: a worker has not passed a quiescent state for %s; %zu old "
-                 "configuration(s) kept until it does",
-                 absl::FormatDuration(grace_timeout_).c_str(), retired_.size());
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
 
 bool StormControl::AutoStep(double keep) {
   storm::SizeHistogram sum;
@@ -199,7 +157,7 @@ bool StormControl::AutoStep(double keep) {
   const storm::SizeHistogram fresh = storm::HistogramDelta(sum, last_sum_);
   last_sum_ = sum;
   storm::AgeHistogram(&aged_, fresh, keep);
-  ReclaimLocked(/*wait=*/false);
+  rcu_.Reclaim(/*wait=*/false);
   if (!auto_.load(std::memory_order_relaxed)) return false;
   storm::LevelConfig next = params_owner_->levels;
   auto cut = storm::AutoCutoffs(aged_, next.levels);

@@ -40,10 +40,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dataplane/pipeline/rcu_domain.h"
 #include "dataplane/pipeline/spsc_ring.h"
 #include "dataplane/storm/levels.h"
-
-struct rte_rcu_qsbr;
 
 namespace heddle::verbs {
 class HostBacklogIndex;
@@ -172,11 +171,11 @@ class StormControl {
     return host_.load(std::memory_order_acquire);
   }
   // Once per poll loop, holding no pointer obtained above.
-  void Quiescent(int w);
+  void Quiescent(int w) { rcu_.Quiescent(w); }
   // A worker that stops polling for good (or for long) goes offline so grace periods do not wait
   // for it; Online() before it reads again.
-  void Offline(int w);
-  void Online(int w);
+  void Offline(int w) { rcu_.Offline(w); }
+  void Online(int w) { rcu_.Online(w); }
   storm::SizeHistogram* histogram(int w) { return &workers_[w].hist; }
   void PublishCounters(int w, const StormWorkerCounters& c);
   // The response-join ring from worker `from` (its only producer) to worker `to` (its only
@@ -245,17 +244,16 @@ class StormControl {
   absl::StatusOr<std::vector<QpRow>> TopQps(int n, QpSort sort, absl::Duration timeout);
 
   // Grace periods that had not completed within grace_timeout (their objects are freed later).
-  uint64_t slow_grace_periods() const { return slow_grace_.load(std::memory_order_relaxed); }
-  void set_grace_timeout(absl::Duration d) { grace_timeout_ = d; }
+  uint64_t slow_grace_periods() const { return rcu_.slow_grace_periods(); }
+  void set_grace_timeout(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    rcu_.set_grace_timeout(d);
+  }
 
  private:
   struct Params {
     storm::LevelConfig levels;
     uint64_t generation = 0;
-  };
-  struct Retired {
-    std::shared_ptr<const void> object;
-    uint64_t token;
   };
   struct alignas(64) WorkerBlock {
     storm::SizeHistogram hist;
@@ -267,13 +265,10 @@ class StormControl {
     std::vector<QpRow> rows;  // written by the worker before answered_seq (release)
   };
 
-  // Retires `old` after a grace period; waits up to grace_timeout_ for it (and older ones).
-  void RetireLocked(std::shared_ptr<const void> old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReclaimLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishParamsLocked(const storm::LevelConfig& levels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_workers_;
-  rte_rcu_qsbr* qsbr_ = nullptr;  // aligned heap block
+  RcuDomain rcu_;  // Retire/Reclaim under mu_
   std::unique_ptr<WorkerBlock[]> workers_;
   std::unique_ptr<std::unique_ptr<AckRing>[]> ack_rings_;    // [from * num_workers_ + to]
   std::unique_ptr<std::unique_ptr<ReadRing>[]> read_rings_;  // [from * num_workers_ + to]
@@ -281,16 +276,13 @@ class StormControl {
   std::atomic<const verbs::HostBacklogIndex*> host_{nullptr};
   std::atomic<bool> auto_{false};
   std::atomic<uint64_t> auto_published_{0};
-  std::atomic<uint64_t> slow_grace_{0};
   std::atomic<uint64_t> generation_{0};  // relaxed: a number for display, nothing hangs on it
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const Params> params_owner_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const verbs::HostBacklogIndex> host_owner_ ABSL_GUARDED_BY(mu_);
-  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
   storm::SizeHistogram last_sum_ ABSL_GUARDED_BY(mu_);
   storm::SizeHistogram aged_ ABSL_GUARDED_BY(mu_);
-  absl::Duration grace_timeout_ = absl::Seconds(1);
   absl::Mutex query_mu_;  // one `show qp` at a time
   uint64_t query_seq_ ABSL_GUARDED_BY(query_mu_) = 0;
 };
