@@ -18,6 +18,7 @@
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
@@ -28,20 +29,9 @@ using lb::testing::Hosts;
 using lb::testing::Message;
 using lb::testing::Packet;
 
-class Env : public ::testing::Environment {
+class Env : public test_util::EalPoolEnv {
  public:
-  void SetUp() override {
-    dpdk::EalParams p;
-    p.program = "pin_stage_test";
-    p.no_huge = true;
-    p.memory_mb = 64;
-    p.log_level = "error";
-    ASSERT_TRUE(dpdk::InitEal(p).ok());
-    pool = rte_pktmbuf_pool_create("pin_stage_test", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
-    ASSERT_NE(pool, nullptr);
-  }
-  void TearDown() override { dpdk::CleanupEal(); }
-  static inline rte_mempool* pool = nullptr;
+  Env() : EalPoolEnv("pin_stage_test", 4095) {}
 };
 ::testing::Environment* const env = ::testing::AddGlobalTestEnvironment(new Env);
 

@@ -17,25 +17,15 @@
 #include "dataplane/pipeline/worker.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
 namespace {
 
-class Env : public ::testing::Environment {
+class Env : public test_util::EalPoolEnv {
  public:
-  void SetUp() override {
-    dpdk::EalParams p;
-    p.program = "storm_guard_test";
-    p.no_huge = true;
-    p.memory_mb = 128;
-    p.log_level = "error";
-    ASSERT_TRUE(dpdk::InitEal(p).ok());
-    pool = rte_pktmbuf_pool_create("storm_guard_test", 4095, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
-    ASSERT_NE(pool, nullptr);
-  }
-  void TearDown() override { dpdk::CleanupEal(); }
-  static inline rte_mempool* pool = nullptr;
+  Env() : EalPoolEnv("storm_guard_test", 4095, 128) {}
 };
 ::testing::Environment* const env = ::testing::AddGlobalTestEnvironment(new Env);
 

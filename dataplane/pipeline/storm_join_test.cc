@@ -16,25 +16,15 @@
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
 namespace {
 
-class Env : public ::testing::Environment {
+class Env : public test_util::EalPoolEnv {
  public:
-  void SetUp() override {
-    dpdk::EalParams p;
-    p.program = "storm_join_test";
-    p.no_huge = true;
-    p.memory_mb = 64;
-    p.log_level = "error";
-    ASSERT_TRUE(dpdk::InitEal(p).ok());
-    pool = rte_pktmbuf_pool_create("storm_join_test", 2047, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
-    ASSERT_NE(pool, nullptr);
-  }
-  void TearDown() override { dpdk::CleanupEal(); }
-  static inline rte_mempool* pool = nullptr;
+  Env() : EalPoolEnv("storm_join_test", 2047) {}
 };
 ::testing::Environment* const env = ::testing::AddGlobalTestEnvironment(new Env);
 
