@@ -18,11 +18,13 @@
 //
 // Binary layout (little-endian, every section 8-byte aligned, so a reader can use a mapped file
 // in place): a 64-byte header (magic "HDLNUWA1", format version, role, tier, total length, CRC-32C
-// of everything after the header, fabric digest, section count) followed by a section directory
-// and typed sections (SHAPE, ADDR, HASH, CLASSES, NODE_MASKS, OVERRIDES, ENTROPY, NAME). Decode()
-// rejects a wrong magic, an unknown major version, a length or checksum mismatch, sections out of
-// bounds or overlapping, unsorted or duplicate keys, values out of range (a digit, a port, a tier),
-// with an error that names the section and the field.
+// of everything after the header, a CRC-32C of the header itself, fabric digest, section count)
+// followed by a section directory and typed sections (SHAPE, ADDR, HASH, CLASSES (the routing
+// policy: max_paths, rail_local, the classes), NODE_MASKS, OVERRIDES, ENTROPY, NAME); artifact.cc
+// spells out every field. With both checksums no byte of an artifact goes unchecked. Decode()
+// rejects a wrong magic, an unknown version, a length or checksum mismatch, sections out of bounds
+// or overlapping, unsorted or duplicate keys, values out of range (a digit, a port, a tier),
+// non-zero padding, with an error that names the section and the field.
 #pragma once
 
 #include <array>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/fwd/internal/fields.h"
 
 namespace heddle::fwd {
 
@@ -169,7 +172,32 @@ class SwitchTable {
   NextHops Lookup6(const uint8_t* dst16) const;  // network order
   void LookupBulk4(const uint32_t* dst, NextHops* out, size_t n) const;
   size_t memory_bytes() const;
-  // ... private members chosen by the implementation
+
+ private:
+  struct OverrideSlot {
+    uint32_t key = 0;  // 0: empty; else 1 + (level << 24 | dst)
+    NextHops hops;
+  };
+  struct Restriction {
+    internal::ClassMatch match;
+    uint64_t allowed = ~uint64_t{0};  // the class's allowed_up_mask if it restricts tier + 1
+  };
+  NextHops Resolve(uint64_t v, uint64_t allowed) const;
+  const NextHops* FindOverride(uint32_t key) const;
+  uint64_t Allowed4(uint32_t dst) const;
+  uint64_t Allowed6(const uint8_t* dst16) const;
+
+  internal::Fields fields_;
+  uint8_t tier_ = 0;
+  uint8_t down_shift_ = 0;
+  uint32_t down_mask_ = 0;
+  uint64_t own_above_ = 0;   // this node's a-digits above its tier, packed like an address
+  uint64_t above_mask_ = 0;  // the field bits of tiers above this node's
+  std::array<uint64_t, kMaxTiers + 1> up_mask_{};  // by LCA tier: usable up ports
+  // Classes in match order up to the last one that restricts tier + 1 (empty: none does).
+  std::vector<Restriction> restrictions_;
+  std::vector<OverrideSlot> overrides_;  // open-addressed, power-of-two size; empty: none
+  uint32_t override_shift_ = 32;
 };
 
 // ---- Lookup: hosts ---------------------------------------------------------------------------
@@ -203,7 +231,42 @@ class HostTable {
     std::vector<HostPath> paths;
   };
   std::vector<PrefixPaths> PrefixPathSets(bool ipv6) const;
-  uint32_t host() const;
+  uint32_t host() const { return host_; }
+
+ private:
+  struct HostClass {
+    internal::ClassMatch match;
+    std::array<uint8_t, 16> prefix{};
+    uint8_t prefix_len = 0;
+    uint32_t max_paths = 0;  // the effective cap for the class
+    uint64_t port_mask = 0;  // the ports of the class's planes
+  };
+  struct HostOverride {
+    uint32_t key = 0;  // level << 24 | dst
+    NextHops hops;
+  };
+  int Class4(uint32_t dst) const;
+  int Class6(const uint8_t* dst16) const;
+  uint32_t Paths(uint64_t v, int cls, HostPath* out, uint32_t cap, HopKind* kind) const;
+  // The path set towards a destination with LCA tier `lca`, class `cls` (-1: none), under a
+  // host override `ovr` (or null).
+  uint32_t Compose(int lca, int cls, const NextHops* ovr, HostPath* out, uint32_t cap,
+                   HopKind* kind) const;
+  const NextHops* FindOverride(uint32_t level, uint32_t dst) const;
+
+  internal::Fields fields_;
+  AddressSpec addresses_;
+  uint32_t host_ = 0;
+  uint64_t own_fields_ = 0;  // this host's digits, packed like an address
+  uint32_t rails_ = 0;       // rail_local only; else 0
+  uint32_t own_rail_ = 0;    // a_2 % rails
+  uint32_t max_paths_ = 0;
+  uint64_t all_ports_ = 0;
+  std::array<uint64_t, kMaxTiers + 1> port_mask_{};           // by LCA tier (node masks applied)
+  std::array<std::vector<uint32_t>, kMaxTiers + 1> entropy_;  // by LCA tier, never empty
+  std::array<std::array<uint8_t, 6>, kMaxHostPaths> port_mac_{};
+  std::vector<HostClass> classes_;
+  std::vector<HostOverride> overrides_;  // sorted by key
 };
 
 }  // namespace heddle::fwd

@@ -1,0 +1,76 @@
+// File: dataplane/fwd/internal/fields.h
+//
+// The address plan and destination classes in the form the lookups evaluate them: a destination
+// is in the fabric when its bits outside the digit fields equal the prefix (one masked compare),
+// and its digits a_1..a_h are shifts and masks of the rest. Slots for tiers the fabric does not
+// have extract 0 and allow only 0, so the lookups run the same straight-line code for 2 and 3
+// tiers. Built by artifact code only (lookup.cc).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace heddle::fwd::internal {
+
+inline uint64_t LoadBe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | p[i];
+  return v;
+}
+
+struct Fields {
+  uint8_t tiers = 0;
+  // IPv4: (addr & ~v4_field_bits) == v4_base  <=>  inside the prefix with the bits between the
+  // prefix and the fields zero; the fields are addr & v4_field_bits.
+  uint32_t v4_field_bits = 0;
+  uint32_t v4_base = 0;
+  // IPv6 (prefix <= /64): the high 64 bits equal v6_hi exactly, the low 64 bits above the fields
+  // are zero.
+  bool has_v6 = false;
+  uint64_t v6_hi = 0;
+  uint64_t v6_field_bits = 0;
+  std::array<uint8_t, 4> shift{};
+  std::array<uint32_t, 4> digit_mask{};
+  std::array<uint32_t, 4> m{1, 1, 1, 1};
+  // bit_tier[b]: the tier whose field holds bit b of the packed fields (0 above them).
+  std::array<uint8_t, 64> bit_tier{};
+
+  bool Fields4(uint32_t addr, uint64_t* v) const {
+    *v = addr & v4_field_bits;
+    return (addr & ~v4_field_bits) == v4_base;
+  }
+  bool Fields6(const uint8_t* addr, uint64_t* v) const {
+    *v = LoadBe64(addr + 8);
+    return has_v6 & (LoadBe64(addr) == v6_hi) & ((*v & ~v6_field_bits) == 0);
+  }
+  // The digits a_1..a_3 (0 beyond the fabric's tiers); false when one is >= m_j.
+  bool Digits(uint64_t v, std::array<uint32_t, 4>& d) const {
+    d[1] = static_cast<uint32_t>(v >> shift[1]) & digit_mask[1];
+    d[2] = static_cast<uint32_t>(v >> shift[2]) & digit_mask[2];
+    d[3] = static_cast<uint32_t>(v >> shift[3]) & digit_mask[3];
+    return (d[1] < m[1]) & (d[2] < m[2]) & (d[3] < m[3]);
+  }
+  // Host index (a_h most significant) and tier-1 group (host / m_1).
+  uint32_t Group(const std::array<uint32_t, 4>& d) const { return d[3] * m[2] + d[2]; }
+  uint32_t Host(const std::array<uint32_t, 4>& d) const { return Group(d) * m[1] + d[1]; }
+  // The highest tier whose digit differs between two packed field values (0: equal).
+  int HighestDiff(uint64_t x) const { return x == 0 ? 0 : bit_tier[63 - __builtin_clzll(x)]; }
+};
+
+// A destination class's prefix as masked compares: IPv4 destinations (as ::ffff:a.b.c.d) and
+// IPv6 ones. v4_any: the class can match IPv4 destinations at all.
+struct ClassMatch {
+  bool v4_any = false;
+  uint32_t v4_mask = 0;
+  uint32_t v4_value = 0;
+  std::array<uint64_t, 2> v6_mask{};
+  std::array<uint64_t, 2> v6_value{};
+
+  bool Match4(uint32_t addr) const { return v4_any & ((addr & v4_mask) == v4_value); }
+  bool Match6(const uint8_t* addr) const {
+    return ((LoadBe64(addr) & v6_mask[0]) == v6_value[0]) &
+           ((LoadBe64(addr + 8) & v6_mask[1]) == v6_value[1]);
+  }
+};
+
+}  // namespace heddle::fwd::internal
