@@ -213,6 +213,11 @@ struct HostPath {
 // A host's view: its path set per destination. Paths interleave ports first (port 0 entropy 0,
 // port 1 entropy 0, ..., port 0 entropy 1, ...) so a cap keeps every port in use; the class of the
 // destination may lower the cap and drop planes; rail-local fabrics give no path to other rails.
+// The entropy list is entropy.by_lca[L] for the LCA tier L; a tier without a list (usually L = 1,
+// the same ToR group) gets one value, the first of the lowest tier that has a list (else 0).
+// Host artifacts may carry failures too, keyed like a switch's with plane 0 and the host index:
+// a node mask (bit p = host port p) narrows the ports per LCA tier, an override (kUp: the ports,
+// kUnreachable) replaces them for one destination host or tier-1 group.
 class HostTable {
  public:
   static absl::StatusOr<HostTable> Build(const ArtifactSpec& spec, uint32_t host);
