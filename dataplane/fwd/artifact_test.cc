@@ -22,49 +22,8 @@ using testing::FatTree;
 using ::testing::HasSubstr;
 using testing::MakeSpec;
 
-// A tier-1 switch artifact of a k=4 fat tree with every section populated.
-ArtifactSpec RichSwitch() {
-  ArtifactSpec spec = FatTree(4, Role::kSwitch, 1);
-  spec.role_name = "tor";
-  spec.node_masks = {{0, 1, {0, 0, 0b01, 0b11}}, {0, 5, {0, 0, 0b10, 0b10}}};
-  spec.overrides = {
-      {0, 1, 0, 3, {HopKind::kUp, 0, 0b10}},
-      {0, 1, 1, 6, {HopKind::kUnreachable, 0, 0}},
-      {0, 4, 1, 0, {HopKind::kDown, 1, 0}},
-  };
-  ClassSpec storage;
-  storage.name = "storage";
-  storage.prefix = testing::Mapped(10u << 24 | 8);
-  storage.prefix_len = 96 + 29;
-  storage.max_paths = 2;
-  storage.planes_mask = 1;
-  storage.restrict_tier = 2;
-  storage.allowed_up_mask = 0b01;
-  ClassSpec all;
-  all.name = "everything-else";
-  all.prefix_len = 0;
-  spec.classes = {storage, all};
-  return spec;
-}
-
-ArtifactSpec RichHost() {
-  ArtifactSpec spec = MakeSpec(Role::kHost, 0, {4, 8, 2}, {2, 4, 2}, /*planes=*/2, /*rails=*/4);
-  spec.rail_local = true;
-  spec.max_paths = 8;
-  spec.entropy.by_lca[1] = {0xC000};
-  spec.entropy.by_lca[2] = {0xC000, 0xC001, 0xC002};
-  spec.entropy.by_lca[3] = {0xC000, 0xC001, 0xC002, 0xC003, 0xFFFFF};
-  spec.node_masks = {{0, 2, {0, 0b1111, 0b1011, 0b1011}}};
-  spec.overrides = {{0, 2, 0, 9, {HopKind::kUp, 0, 0b0100}}};
-  ClassSpec c;
-  c.name = "v6-storage";
-  c.prefix = {0xfd, 0x00, 0x00, 0x0a};
-  c.prefix_len = 60;
-  c.max_paths = 3;
-  c.planes_mask = 2;
-  spec.classes = {c};
-  return spec;
-}
+using testing::RichHost;
+using testing::RichSwitch;
 
 // Recomputes both checksums after a test edits the bytes, so the edit reaches the validation
 // behind them.

@@ -241,7 +241,7 @@ void SwitchTable::LookupBulk4(const uint32_t* dst, NextHops* out, size_t n) cons
       uint64_t v;
       const bool in = fields_.Fields4(dst[i], &v);
       std::array<uint32_t, 4> d;
-      const bool valid = fields_.Digits(v, d) & in;
+      const bool valid = static_cast<int>(fields_.Digits(v, d)) & static_cast<int>(in);
       const uint64_t diff = (v ^ own_above_) & above_mask_;
       NextHops nh;
       const uint64_t up = up_mask_[fields_.HighestDiff(diff)];
@@ -249,9 +249,9 @@ void SwitchTable::LookupBulk4(const uint32_t* dst, NextHops* out, size_t n) cons
                 : diff == 0 ? HopKind::kDown
                 : up != 0   ? HopKind::kUp
                             : HopKind::kUnreachable;
-      nh.down_port = valid & (diff == 0) ? static_cast<uint16_t>((v >> down_shift_) & down_mask_)
-                                         : uint16_t{0};
-      nh.up_mask = valid & (diff != 0) ? up : 0;
+      nh.down_port =
+          valid && diff == 0 ? static_cast<uint16_t>((v >> down_shift_) & down_mask_) : uint16_t{0};
+      nh.up_mask = valid && diff != 0 ? up : 0;
       out[i] = nh;
     }
     return;

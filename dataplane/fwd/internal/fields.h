@@ -41,14 +41,16 @@ struct Fields {
   }
   bool Fields6(const uint8_t* addr, uint64_t* v) const {
     *v = LoadBe64(addr + 8);
-    return has_v6 & (LoadBe64(addr) == v6_hi) & ((*v & ~v6_field_bits) == 0);
+    return static_cast<int>(has_v6) & static_cast<int>(LoadBe64(addr) == v6_hi) &
+           static_cast<int>((*v & ~v6_field_bits) == 0);
   }
   // The digits a_1..a_3 (0 beyond the fabric's tiers); false when one is >= m_j.
   bool Digits(uint64_t v, std::array<uint32_t, 4>& d) const {
     d[1] = static_cast<uint32_t>(v >> shift[1]) & digit_mask[1];
     d[2] = static_cast<uint32_t>(v >> shift[2]) & digit_mask[2];
     d[3] = static_cast<uint32_t>(v >> shift[3]) & digit_mask[3];
-    return (d[1] < m[1]) & (d[2] < m[2]) & (d[3] < m[3]);
+    // d < m (both below 2^31) exactly when d - m wraps, setting the top bit: one AND, no branch.
+    return ((d[1] - m[1]) & (d[2] - m[2]) & (d[3] - m[3])) >> 31;
   }
   // Host index (a_h most significant) and tier-1 group (host / m_1).
   uint32_t Group(const std::array<uint32_t, 4>& d) const { return d[3] * m[2] + d[2]; }
@@ -66,10 +68,12 @@ struct ClassMatch {
   std::array<uint64_t, 2> v6_mask{};
   std::array<uint64_t, 2> v6_value{};
 
-  bool Match4(uint32_t addr) const { return v4_any & ((addr & v4_mask) == v4_value); }
+  bool Match4(uint32_t addr) const {
+    return static_cast<int>(v4_any) & static_cast<int>((addr & v4_mask) == v4_value);
+  }
   bool Match6(const uint8_t* addr) const {
-    return ((LoadBe64(addr) & v6_mask[0]) == v6_value[0]) &
-           ((LoadBe64(addr + 8) & v6_mask[1]) == v6_value[1]);
+    return static_cast<int>((LoadBe64(addr) & v6_mask[0]) == v6_value[0]) &
+           static_cast<int>((LoadBe64(addr + 8) & v6_mask[1]) == v6_value[1]);
   }
 };
 
