@@ -193,6 +193,10 @@ class SwitchTable {
   uint32_t down_mask_ = 0;
   uint64_t own_above_ = 0;   // this node's a-digits above its tier, packed like an address
   uint64_t above_mask_ = 0;  // the field bits of tiers above this node's
+  // The fast path: no classes restrict this tier, no overrides, the same up mask for every LCA
+  // tier (no failures near this node): one answer for every destination reached upwards.
+  internal::FastSwitch4 fast_;
+  internal::FastSwitch4Fn fast_fn_ = nullptr;  // null: the general path
   std::array<uint64_t, kMaxTiers + 1> up_mask_{};  // by LCA tier: usable up ports
   // Classes in match order up to the last one that restricts tier + 1 (empty: none does).
   std::vector<Restriction> restrictions_;

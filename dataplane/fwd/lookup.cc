@@ -9,6 +9,8 @@
 // first, and only on nodes that have any.
 #include <algorithm>
 #include <bit>
+#include <cstddef>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -150,6 +152,10 @@ absl::StatusOr<SwitchTable> SwitchTable::Build(const ArtifactSpec& spec, uint8_t
     r.allowed = c.restrict_tier == spec.tier + 1 ? c.allowed_up_mask : ~uint64_t{0};
     t.restrictions_.push_back(r);
   }
+  bool uniform = true;
+  for (int l = spec.tier + 2; l <= s.tiers; ++l) {
+    uniform = uniform && t.up_mask_[l] == t.up_mask_[l - 1];
+  }
   // Overrides of this node: an open-addressed table at most half full.
   size_t n = 0;
   for (const OverrideSpec& o : spec.overrides) n += o.plane == plane && o.node == index;
@@ -174,6 +180,25 @@ absl::StatusOr<SwitchTable> SwitchTable::Build(const ArtifactSpec& spec, uint8_t
       }
       t.overrides_[i] = OverrideSlot{key, o.hops};
     }
+  }
+  if (uniform && t.restrictions_.empty() && t.overrides_.empty()) {
+    internal::FastSwitch4& f = t.fast_;
+    f.field_bits = t.fields_.v4_field_bits;
+    f.base = t.fields_.v4_base;
+    f.own = static_cast<uint32_t>(t.own_above_);
+    f.above = static_cast<uint32_t>(t.above_mask_);
+    f.down_shift = t.down_shift_;
+    f.down_mask = t.down_mask_;
+    for (int j = 1; j <= kMaxTiers; ++j) {
+      f.shift[j] = t.fields_.shift[j];
+      f.digit_mask[j] = t.fields_.digit_mask[j];
+      f.m[j] = t.fields_.m[j];
+      f.pow2 = f.pow2 && std::has_single_bit(f.m[j]);
+    }
+    const uint64_t up = spec.tier < s.tiers ? t.up_mask_[spec.tier + 1] : 0;
+    f.up_word = static_cast<uint64_t>(up != 0 ? HopKind::kUp : HopKind::kUnreachable);
+    f.up_mask = up;
+    t.fast_fn_ = internal::PickFastSwitch4();
   }
   return t;
 }
@@ -222,7 +247,24 @@ inline uint64_t SwitchTable::Allowed6(const uint8_t* dst16) const {
   return ~uint64_t{0};
 }
 
+static_assert(offsetof(NextHops, kind) == 0 && offsetof(NextHops, down_port) == 2 &&
+                  offsetof(NextHops, up_mask) == 8 && sizeof(NextHops) == 16 &&
+                  static_cast<int>(HopKind::kNotInFabric) == 3 &&
+                  static_cast<int>(HopKind::kDown) == 0,
+              "FastSwitch4 writes NextHops as two words");
+
 NextHops SwitchTable::Lookup4(uint32_t dst) const {
+  if (fast_fn_ != nullptr) {
+    uint64_t words[2];
+    if (fast_.pow2) {
+      internal::FastSwitch4Words<true>(fast_, dst, words);
+    } else {
+      internal::FastSwitch4Words<false>(fast_, dst, words);
+    }
+    NextHops nh;
+    std::memcpy(&nh, words, sizeof(nh));
+    return nh;
+  }
   uint64_t v;
   if (!fields_.Fields4(dst, &v)) return NextHops{};
   return Resolve(v, restrictions_.empty() ? ~uint64_t{0} : Allowed4(dst));
@@ -235,25 +277,8 @@ NextHops SwitchTable::Lookup6(const uint8_t* dst16) const {
 }
 
 void SwitchTable::LookupBulk4(const uint32_t* dst, NextHops* out, size_t n) const {
-  if (restrictions_.empty() && overrides_.empty()) {
-    // The common case, branch-light: every field compare is a select.
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t v;
-      const bool in = fields_.Fields4(dst[i], &v);
-      std::array<uint32_t, 4> d;
-      const bool valid = static_cast<int>(fields_.Digits(v, d)) & static_cast<int>(in);
-      const uint64_t diff = (v ^ own_above_) & above_mask_;
-      NextHops nh;
-      const uint64_t up = up_mask_[fields_.HighestDiff(diff)];
-      nh.kind = !valid      ? HopKind::kNotInFabric
-                : diff == 0 ? HopKind::kDown
-                : up != 0   ? HopKind::kUp
-                            : HopKind::kUnreachable;
-      nh.down_port =
-          valid && diff == 0 ? static_cast<uint16_t>((v >> down_shift_) & down_mask_) : uint16_t{0};
-      nh.up_mask = valid && diff != 0 ? up : 0;
-      out[i] = nh;
-    }
+  if (fast_fn_ != nullptr) {
+    fast_fn_(fast_, dst, out, n);
     return;
   }
   for (size_t i = 0; i < n; ++i) out[i] = Lookup4(dst[i]);

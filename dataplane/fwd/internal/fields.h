@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace heddle::fwd::internal {
@@ -76,5 +77,45 @@ struct ClassMatch {
            static_cast<int>((LoadBe64(addr + 8) & v6_mask[1]) == v6_value[1]);
   }
 };
+
+// A switch's IPv4 lookup when one answer covers every destination reached upwards (no failures
+// near the node, no class restricting its tier, no overrides): the straight-line form that
+// SwitchTable::LookupBulk4 runs, scalar or with AVX2 (chosen once, when the table is built).
+// Answers are written as NextHops: the 64-bit words {kind | down_port << 16} and up_mask.
+struct FastSwitch4 {
+  uint32_t field_bits = 0;
+  uint32_t base = 0;
+  uint32_t own = 0;    // the node's a-digits above its tier, packed
+  uint32_t above = 0;  // their field bits
+  uint32_t down_shift = 0;
+  uint32_t down_mask = 0;
+  bool pow2 = true;  // every m_j a power of two: no digit range check
+  std::array<uint32_t, 4> shift{};
+  std::array<uint32_t, 4> digit_mask{};
+  std::array<uint32_t, 4> m{};
+  uint64_t up_word = 0;  // the first word of the upward answer (its kind)
+  uint64_t up_mask = 0;
+};
+// One answer, as the two words of a NextHops.
+template <bool kPow2>
+inline void FastSwitch4Words(const FastSwitch4& f, uint32_t a, uint64_t words[2]) {
+  const uint32_t v = a & f.field_bits;
+  uint32_t in = (a & ~f.field_bits) == f.base;
+  if constexpr (!kPow2) {
+    // d < m exactly when d - m wraps (both below 2^31).
+    in &= (((v >> f.shift[1] & f.digit_mask[1]) - f.m[1]) &
+           ((v >> f.shift[2] & f.digit_mask[2]) - f.m[2]) &
+           ((v >> f.shift[3] & f.digit_mask[3]) - f.m[3])) >>
+          31;
+  }
+  const bool up = ((v ^ f.own) & f.above) != 0;
+  const uint64_t down_word = uint64_t{(v >> f.down_shift) & f.down_mask} << 16;
+  words[0] = !in ? uint64_t{3} /* kNotInFabric */ : up ? f.up_word : down_word;
+  words[1] = in && up ? f.up_mask : 0;
+}
+using FastSwitch4Fn = void (*)(const FastSwitch4& f, const uint32_t* dst, void* out, size_t n);
+void FastSwitch4Scalar(const FastSwitch4& f, const uint32_t* dst, void* out, size_t n);
+// AVX2 when the CPU has it, else the scalar form.
+FastSwitch4Fn PickFastSwitch4();
 
 }  // namespace heddle::fwd::internal
