@@ -664,17 +664,20 @@ fwd::EntropySpec ChooseEntropies(const Fabric& f) {
 }
 
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec) {
+  // Format version 1 (dataplane/fwd/artifact.cc): a 64-byte header, a 16-byte directory entry per
+  // section, eight sections, each 8-byte aligned.
   auto align8 = [](uint64_t n) { return (n + 7) & ~uint64_t{7}; };
-  uint64_t n = 64;             // header
-  n += 8 * 16;                 // section directory
-  n += align8(4 + 4 * 8 * 2);  // SHAPE
-  n += align8(48);             // ADDR
-  n += align8(16);             // HASH
-  for (const auto& c : spec.classes) n += align8(40 + c.name.size());
-  n += align8(8 + spec.node_masks.size() * (8 + 8 * spec.shape.tiers));
-  n += align8(8 + spec.overrides.size() * 24);
-  for (const auto& l : spec.entropy.by_lca) n += align8(8 + 4 * l.size());
-  n += align8(spec.fabric_name.size() + spec.role_name.size() + 8);
+  uint64_t n = 64 + 8 * 16;
+  n += 40 + 32 + 16;  // SHAPE, ADDR, HASH
+  uint64_t names = 0;
+  for (const auto& c : spec.classes) names += c.name.size();
+  n += align8(8 + 40 * spec.classes.size() + names);  // CLASSES
+  n += 8 + 40 * spec.node_masks.size();               // NODE_MASKS
+  n += 8 + 24 * spec.overrides.size();                // OVERRIDES
+  uint64_t values = 0;
+  for (const auto& l : spec.entropy.by_lca) values += l.size();
+  n += align8(16 + 4 * values);                                      // ENTROPY
+  n += align8(8 + spec.fabric_name.size() + spec.role_name.size());  // NAME
   return n;
 }
 

@@ -75,7 +75,8 @@ uint64_t FabricDigest(const Fabric& fabric);
 // The entropy (UDP source port) lists of the host artifact, by LCA tier (docs/nuwa.md §5).
 fwd::EntropySpec ChooseEntropies(const Fabric& fabric);
 
-// The bytes fwd::Serialize would write for `spec`, from the section sizes of artifact.h's layout.
+// The bytes fwd::Serialize writes for `spec`, from the section sizes of format version 1
+// (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides.
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec);
 
 // The next-hop set a switch artifact gives node (plane, index) of its tier for the IPv4
