@@ -1,6 +1,7 @@
 #include "control/nuwa/compiler.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <random>
 #include <set>
@@ -134,7 +135,7 @@ TEST(Compiler, FailedTopSwitchNeedsOnlyMasks) {
 TEST(CompilerProperty, RandomSmallFabricsMatchTheOracleEverywhere) {
   std::mt19937 rng(20240605);
   uint64_t pairs = 0, exceptions = 0;
-  for (int trial = 0; trial < 600; ++trial) {
+  for (int trial = 0; trial < 3000; ++trial) {
     const Fabric f = testing::RandomFabric(rng);
     ASSERT_TRUE(Validate(f).ok()) << Validate(f) << " " << Describe(f);
     auto c = Compile(f);
@@ -150,7 +151,7 @@ TEST(CompilerProperty, RandomSmallFabricsMatchTheOracleEverywhere) {
 // More failures than the random mix has, on slightly larger shapes.
 TEST(CompilerProperty, HeavyFailuresMatchTheOracle) {
   std::mt19937 rng(77);
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 600; ++trial) {
     testing::RandomOptions o;
     o.max_children = 5;
     o.max_fanout = 5;
@@ -163,27 +164,44 @@ TEST(CompilerProperty, HeavyFailuresMatchTheOracle) {
   }
 }
 
-void LargeFatTree(uint32_t k, int samples) {
+void LargeFatTree(uint32_t k, int samples, bool with_class) {
   std::mt19937 rng(k);
   Fabric f = FatTree(k);
+  if (with_class) {
+    // Pods 0..k/4-1 reach each other only through the lower half of the cores, and agg 40 has
+    // lost every link into that half: its edges must avoid it for those destinations only.
+    DestinationClass c;
+    c.name = "low-pods";
+    const uint32_t pod_shift = f.addresses.shift[3];
+    const int pod_bits = std::bit_width(k / 4 - 1);
+    c.prefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 0};
+    c.prefix_len = static_cast<uint8_t>(128 - pod_shift - pod_bits);
+    c.restrict_tier = 3;
+    c.allowed_up_mask = (uint64_t{1} << (k / 4)) - 1;
+    f.routing.classes.push_back(c);
+    for (uint32_t u = 0; u < k / 4; ++u) f.failures.links.push_back({{0, 2, 40}, u});
+  }
   testing::AddRandomFailures(rng, f, 8, 2);
   // Make sure some failures sit low in the tree, where they change down-reachability.
   f.failures.links.push_back({{0, 1, 17}, 2});
-  f.failures.links.push_back({{0, 2, 40}, 1});
+  f.failures.links.push_back({{0, 2, 41}, 1});
   f.failures.links.push_back({{0, 0, 123}, 0});
   auto c = Compile(f);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_GT(c->stats.overrides, 0u);
   // Destinations: a random sample plus every host below a failed element's lower end.
-  std::set<uint32_t> dsts = {123, 17 * (k / 2), 17 * (k / 2) + 1, (40 / (k / 2)) * (k * k / 4)};
+  std::set<uint32_t> dsts = {123, 17 * (k / 2), 17 * (k / 2) + 1, (41 / (k / 2)) * (k * k / 4), 0,
+                             1};
   const uint32_t hosts = static_cast<uint32_t>(NodeCount(f.shape, 0));
   while (dsts.size() < static_cast<size_t>(samples)) dsts.insert(rng() % hosts);
   const uint64_t checked = CheckAgainstOracle(f, *c, {dsts.begin(), dsts.end()});
   EXPECT_GE(checked, static_cast<uint64_t>(samples) * (5 * k * k / 4 - 64));
 }
 
-TEST(CompilerProperty, FatTree32SampledPairs) { LargeFatTree(32, 120); }
-TEST(CompilerProperty, FatTree64SampledPairs) { LargeFatTree(64, 40); }
+// ~1M (switch, destination) pairs each.
+TEST(CompilerProperty, FatTree32SampledPairs) { LargeFatTree(32, 800, false); }
+TEST(CompilerProperty, FatTree32ClassAndFailuresSampledPairs) { LargeFatTree(32, 400, true); }
+TEST(CompilerProperty, FatTree64SampledPairs) { LargeFatTree(64, 200, false); }
 
 // ---- Entropy ---------------------------------------------------------------------------------
 
