@@ -167,4 +167,27 @@ absl::StatusOr<v1::SetLbResponse> ApiClient::SetLb(const v1::SetLbRequest& reque
   return Call<v1::SetLbRequest, v1::SetLbResponse>("SetLb", &v1::Heddle::Stub::SetLb, request);
 }
 
+absl::StatusOr<v1::InstallArtifactResponse> ApiClient::InstallArtifact(
+    const v1::InstallArtifactRequest& request) {
+  return Call<v1::InstallArtifactRequest, v1::InstallArtifactResponse>(
+      "InstallArtifact", &v1::Heddle::Stub::InstallArtifact, request);
+}
+
+absl::StatusOr<v1::GetArtifactResponse> ApiClient::GetArtifact() {
+  return Call<v1::GetArtifactRequest, v1::GetArtifactResponse>(
+      "GetArtifact", &v1::Heddle::Stub::GetArtifact, v1::GetArtifactRequest());
+}
+
+absl::StatusOr<v1::DiffArtifactResponse> ApiClient::DiffArtifact(
+    const v1::DiffArtifactRequest& request) {
+  return Call<v1::DiffArtifactRequest, v1::DiffArtifactResponse>(
+      "DiffArtifact", &v1::Heddle::Stub::DiffArtifact, request);
+}
+
+absl::StatusOr<v1::RollbackArtifactResponse> ApiClient::RollbackArtifact(
+    const v1::RollbackArtifactRequest& request) {
+  return Call<v1::RollbackArtifactRequest, v1::RollbackArtifactResponse>(
+      "RollbackArtifact", &v1::Heddle::Stub::RollbackArtifact, request);
+}
+
 }  // namespace heddle::api

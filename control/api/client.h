@@ -49,6 +49,13 @@ class ApiClient {
   absl::StatusOr<v1::GetLbResponse> GetLb();
   // Fields left unset in `request` keep their value in the daemon.
   absl::StatusOr<v1::SetLbResponse> SetLb(const v1::SetLbRequest& request);
+  // Nüwa artifacts (docs/nuwa-install.md).
+  absl::StatusOr<v1::InstallArtifactResponse> InstallArtifact(
+      const v1::InstallArtifactRequest& request);
+  absl::StatusOr<v1::GetArtifactResponse> GetArtifact();
+  absl::StatusOr<v1::DiffArtifactResponse> DiffArtifact(const v1::DiffArtifactRequest& request);
+  absl::StatusOr<v1::RollbackArtifactResponse> RollbackArtifact(
+      const v1::RollbackArtifactRequest& request);
 
   const std::string& socket_path() const { return socket_path_; }
 

@@ -217,6 +217,61 @@ struct LbUpdate {
   std::optional<bool> pin;
 };
 
+// ---- Nüwa forwarding artifacts (docs/nuwa-install.md) -------------------------------------------
+// One installed (or examined) host artifact.
+struct ArtifactView {
+  uint64_t id = 0;     // install number this daemon gave it (1, 2, ...); 0: not installed
+  std::string source;  // the file name heddlectl sent, or the configured fwd.artifact path
+  int64_t installed_unix_ms = 0;
+  uint64_t bytes = 0;
+  uint32_t version = 0;
+  uint32_t checksum = 0;  // CRC-32C the header carries
+  uint64_t fabric_digest = 0;
+  std::string fabric;  // the fabric's name
+  std::string role;    // the artifact's role name ("host")
+  std::string node;    // this host as the artifact numbers it, "host[3] (10.0.0.3)"
+  uint32_t host = 0;   // its index
+  std::string shape;   // "2 tiers, m 4x4, w 1x4, 1 plane"
+  std::string hash;    // "crc32 seed 0x1234" or "unknown"
+  uint32_t max_paths = 0;
+  bool rail_local = false;
+  uint32_t classes = 0, node_masks = 0, overrides = 0;
+  uint32_t path_sets = 0;  // distinct path sets the table holds
+  uint32_t prefixes = 0;   // prefixes with a path set
+  uint32_t no_path = 0;    // prefixes explicitly without one (unreachable, this host)
+};
+
+struct ArtifactStateView {
+  std::string node;    // fwd.node as configured
+  std::string fabric;  // fwd.fabric ("" = any)
+  std::optional<ArtifactView> installed;
+  std::vector<ArtifactView> history;  // earlier installs still kept, newest first
+  uint64_t generation = 0;            // path tables published from artifacts (installs, rollbacks)
+  uint64_t installs = 0, rejected = 0, rollbacks = 0;
+};
+
+struct ArtifactInstall {
+  std::string bytes;   // the artifact file's content
+  std::string source;  // a name for it (the client's file name); shown by `artifact show`
+  bool dry_run = false;
+};
+
+struct ArtifactDiffLine {
+  std::string field;  // "fabric_digest", "shape", "overrides", ...
+  std::string installed, given;
+};
+// A destination prefix whose path set differs; "-" where one side has no such prefix.
+struct ArtifactPathDiff {
+  std::string prefix;
+  std::string installed, given;
+};
+struct ArtifactDiffView {
+  ArtifactView installed, given;
+  std::vector<ArtifactDiffLine> fields;
+  std::vector<ArtifactPathDiff> paths;
+  uint32_t prefixes_same = 0;
+};
+
 class DaemonView {
  public:
   virtual ~DaemonView() = default;
@@ -256,7 +311,26 @@ class DaemonView {
   // with threshold_auto; names and ranges are the daemon's to check.
   virtual absl::StatusOr<LbView> SetLb(const LbUpdate& update) { return LbUnimplemented(); }
 
+  // Nüwa artifacts. FailedPrecondition when fwd is not configured (or, for diff and rollback,
+  // when there is nothing to compare with or go back to); InvalidArgument for an artifact the
+  // daemon refuses, with the reason — the running artifact then stays. Install and rollback
+  // publish one path table (RCU) and return once the old one can no longer be read.
+  virtual absl::StatusOr<ArtifactView> InstallArtifact(const ArtifactInstall& install) {
+    return FwdUnimplemented();
+  }
+  virtual absl::StatusOr<ArtifactStateView> GetArtifact() { return FwdUnimplemented(); }
+  virtual absl::StatusOr<ArtifactDiffView> DiffArtifact(const std::string& bytes) {
+    return FwdUnimplemented();
+  }
+  // `to`: an install id from the history; unset: the install before the running one.
+  virtual absl::StatusOr<ArtifactView> RollbackArtifact(std::optional<uint64_t> to) {
+    return FwdUnimplemented();
+  }
+
  private:
+  static absl::Status FwdUnimplemented() {
+    return absl::UnimplementedError("this heddled has no forwarding artifact control yet");
+  }
   static absl::Status LbUnimplemented() {
     return absl::UnimplementedError("this heddled has no load-balancing control yet");
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -28,8 +29,11 @@ constexpr mode_t kSocketMode = 0660;
 // In-flight calls get this long to finish when the server stops; every RPC here is a snapshot read
 // or, for SetStorm and SetLb, one publication.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
-// Requests are tiny; anything bigger is a confused or hostile client.
-constexpr int kMaxRequestBytes = 64 * 1024;
+// Requests are tiny except InstallArtifact and DiffArtifact, which carry an artifact file (a host
+// artifact is a few KiB; kMaxArtifactBytes bounds it); anything bigger is a confused or hostile
+// client.
+constexpr size_t kMaxArtifactBytes = 4 << 20;
+constexpr int kMaxRequestBytes = kMaxArtifactBytes + 64 * 1024;
 
 void ToProto(const PortView& in, v1::Port* out) {
   out->set_name(in.name);
@@ -297,6 +301,42 @@ absl::StatusOr<StormUpdate> FromProto(const v1::SetStormRequest& in) {
   return update;
 }
 
+void ToProto(const ArtifactView& in, v1::Artifact* out) {
+  out->set_id(in.id);
+  out->set_source(in.source);
+  out->set_installed_unix_ms(in.installed_unix_ms);
+  out->set_bytes(in.bytes);
+  out->set_version(in.version);
+  out->set_checksum(in.checksum);
+  out->set_fabric_digest(in.fabric_digest);
+  out->set_fabric(in.fabric);
+  out->set_role(in.role);
+  out->set_node(in.node);
+  out->set_host(in.host);
+  out->set_shape(in.shape);
+  out->set_hash(in.hash);
+  out->set_max_paths(in.max_paths);
+  out->set_rail_local(in.rail_local);
+  out->set_classes(in.classes);
+  out->set_node_masks(in.node_masks);
+  out->set_overrides(in.overrides);
+  out->set_path_sets(in.path_sets);
+  out->set_prefixes(in.prefixes);
+  out->set_no_path(in.no_path);
+}
+
+absl::Status CheckArtifactSize(const std::string& bytes) {
+  if (bytes.empty()) {
+    return absl::InvalidArgumentError("the artifact is empty; give the file heddle-nuwa wrote");
+  }
+  if (bytes.size() > kMaxArtifactBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the artifact is ", bytes.size(), " bytes, more than the ", kMaxArtifactBytes,
+                     " a host artifact can be; is it the right file?"));
+  }
+  return absl::OkStatus();
+}
+
 constexpr uint32_t kDefaultQpTop = 20;
 constexpr uint32_t kMaxQpTop = 1000;
 
@@ -438,6 +478,72 @@ class HeddleServiceImpl final : public v1::Heddle::Service {
       HEDDLE_ASSIGN_OR_RETURN(const LbUpdate update, FromProto(*req));
       HEDDLE_ASSIGN_OR_RETURN(const LbView lb, view_->SetLb(update));
       ToProto(lb, out->mutable_lb());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status InstallArtifact(grpc::ServerContext*, const v1::InstallArtifactRequest* req,
+                               v1::InstallArtifactResponse* out) override {
+    return Guarded("InstallArtifact", [&]() -> absl::Status {
+      HEDDLE_RETURN_IF_ERROR(CheckArtifactSize(req->artifact()));
+      ArtifactInstall install;
+      install.bytes = req->artifact();
+      install.source = req->source();
+      install.dry_run = req->dry_run();
+      HEDDLE_ASSIGN_OR_RETURN(const ArtifactView a, view_->InstallArtifact(install));
+      ToProto(a, out->mutable_artifact());
+      out->set_dry_run(req->dry_run());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status GetArtifact(grpc::ServerContext*, const v1::GetArtifactRequest*,
+                           v1::GetArtifactResponse* out) override {
+    return Guarded("GetArtifact", [&]() -> absl::Status {
+      HEDDLE_ASSIGN_OR_RETURN(const ArtifactStateView st, view_->GetArtifact());
+      out->set_node(st.node);
+      out->set_fabric(st.fabric);
+      if (st.installed) ToProto(*st.installed, out->mutable_installed());
+      for (const ArtifactView& a : st.history) ToProto(a, out->add_history());
+      out->set_generation(st.generation);
+      out->set_installs(st.installs);
+      out->set_rejected(st.rejected);
+      out->set_rollbacks(st.rollbacks);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status DiffArtifact(grpc::ServerContext*, const v1::DiffArtifactRequest* req,
+                            v1::DiffArtifactResponse* out) override {
+    return Guarded("DiffArtifact", [&]() -> absl::Status {
+      HEDDLE_RETURN_IF_ERROR(CheckArtifactSize(req->artifact()));
+      HEDDLE_ASSIGN_OR_RETURN(const ArtifactDiffView d, view_->DiffArtifact(req->artifact()));
+      ToProto(d.installed, out->mutable_installed());
+      ToProto(d.given, out->mutable_given());
+      for (const ArtifactDiffLine& f : d.fields) {
+        v1::ArtifactFieldDiff* o = out->add_fields();
+        o->set_field(f.field);
+        o->set_installed(f.installed);
+        o->set_given(f.given);
+      }
+      for (const ArtifactPathDiff& p : d.paths) {
+        v1::ArtifactPathDiff* o = out->add_paths();
+        o->set_prefix(p.prefix);
+        o->set_installed(p.installed);
+        o->set_given(p.given);
+      }
+      out->set_prefixes_same(d.prefixes_same);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status RollbackArtifact(grpc::ServerContext*, const v1::RollbackArtifactRequest* req,
+                                v1::RollbackArtifactResponse* out) override {
+    return Guarded("RollbackArtifact", [&]() -> absl::Status {
+      std::optional<uint64_t> to;
+      if (req->has_to()) to = req->to();
+      HEDDLE_ASSIGN_OR_RETURN(const ArtifactView a, view_->RollbackArtifact(to));
+      ToProto(a, out->mutable_artifact());
       return absl::OkStatus();
     });
   }

@@ -775,6 +775,118 @@ TEST_F(ApiServerTest, SetLbCarriesWhatIsSetAndRefusesEmptyOrContradictoryRequest
   EXPECT_EQ(off.status().message(), "heddled GetLb: lb is not enabled");
 }
 
+TEST_F(ApiServerTest, ArtifactRpcsCarryBytesAndMapEveryField) {
+  auto server = ApiServer::Start(socket_path_, &view_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client(socket_path_);
+
+  auto got = client->GetArtifact();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->node(), "host[3]");
+  EXPECT_EQ(got->fabric(), "pod-a");
+  ASSERT_TRUE(got->has_installed());
+  const v1::Artifact& a = got->installed();
+  EXPECT_EQ(a.id(), 2u);
+  EXPECT_EQ(a.source(), "pod-a-host.nuwa");
+  EXPECT_EQ(a.installed_unix_ms(), 1'700'000'000'000);
+  EXPECT_EQ(a.bytes(), 1432u);
+  EXPECT_EQ(a.version(), 1u);
+  EXPECT_EQ(a.checksum(), 0xdeadbeefu);
+  EXPECT_EQ(a.fabric_digest(), 0x0123456789abcdefull);
+  EXPECT_EQ(a.fabric(), "pod-a");
+  EXPECT_EQ(a.role(), "host");
+  EXPECT_EQ(a.node(), "host[3] (10.0.0.3)");
+  EXPECT_EQ(a.host(), 3u);
+  EXPECT_EQ(a.shape(), "2 tiers, m 4x4, w 1x2, 1 plane");
+  EXPECT_EQ(a.hash(), "crc32 seed 0x00000007 bits 0/8/0");
+  EXPECT_EQ(a.max_paths(), 16u);
+  EXPECT_EQ(a.classes(), 1u);
+  EXPECT_EQ(a.node_masks(), 2u);
+  EXPECT_EQ(a.overrides(), 1u);
+  EXPECT_EQ(a.path_sets(), 3u);
+  EXPECT_EQ(a.prefixes(), 4u);
+  EXPECT_EQ(a.no_path(), 1u);
+  ASSERT_EQ(got->history_size(), 1);
+  EXPECT_EQ(got->history(0).id(), 1u);
+  EXPECT_EQ(got->generation(), 2u);
+  EXPECT_EQ(got->installs(), 2u);
+  EXPECT_EQ(got->rejected(), 1u);
+
+  // Install: the bytes arrive unchanged (binary, larger than the old 64 KiB request limit).
+  std::string bytes(200 * 1024, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  v1::InstallArtifactRequest req;
+  req.set_artifact(bytes);
+  req.set_source("b.nuwa");
+  auto inst = client->InstallArtifact(req);
+  ASSERT_TRUE(inst.ok()) << inst.status();
+  ASSERT_TRUE(view_.last_install.has_value());
+  EXPECT_EQ(view_.last_install->bytes, bytes);
+  EXPECT_EQ(view_.last_install->source, "b.nuwa");
+  EXPECT_FALSE(view_.last_install->dry_run);
+  EXPECT_EQ(inst->artifact().id(), 3u);
+  EXPECT_EQ(inst->artifact().bytes(), bytes.size());
+  EXPECT_FALSE(inst->dry_run());
+  req.set_dry_run(true);
+  inst = client->InstallArtifact(req);
+  ASSERT_TRUE(inst.ok()) << inst.status();
+  EXPECT_TRUE(view_.last_install->dry_run);
+  EXPECT_TRUE(inst->dry_run());
+  EXPECT_EQ(inst->artifact().id(), 0u);
+
+  // Refusals: the daemon's reason, and the server's own size checks without asking the daemon.
+  req.set_dry_run(false);
+  req.set_artifact("bad bytes");
+  auto bad = client->InstallArtifact(req);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("heddled InstallArtifact: artifact b.nuwa: "
+                                                "checksum mismatch"));
+  view_.last_install.reset();
+  req.set_artifact("");
+  bad = client->InstallArtifact(req);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("empty"));
+  req.set_artifact(std::string((4 << 20) + 1, 'x'));
+  bad = client->InstallArtifact(req);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("more than the 4194304"));
+  EXPECT_FALSE(view_.last_install.has_value());
+
+  // Diff.
+  v1::DiffArtifactRequest dreq;
+  dreq.set_artifact("other");
+  auto diff = client->DiffArtifact(dreq);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_EQ(view_.last_diff_bytes, std::optional<std::string>("other"));
+  EXPECT_EQ(diff->installed().id(), 2u);
+  EXPECT_EQ(diff->given().checksum(), 0x01020304u);
+  ASSERT_EQ(diff->fields_size(), 2);
+  EXPECT_EQ(diff->fields(1).field(), "overrides");
+  EXPECT_EQ(diff->fields(1).installed(), "1");
+  EXPECT_EQ(diff->fields(1).given(), "0");
+  ASSERT_EQ(diff->paths_size(), 1);
+  EXPECT_EQ(diff->paths(0).prefix(), "10.0.4.0/22");
+  EXPECT_EQ(diff->paths(0).given(), "-");
+  EXPECT_EQ(diff->prefixes_same(), 3u);
+
+  // Rollback: unset `to` stays unset; a given one arrives.
+  auto rb = client->RollbackArtifact(v1::RollbackArtifactRequest());
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  ASSERT_TRUE(view_.last_rollback_to.has_value());
+  EXPECT_FALSE(view_.last_rollback_to->has_value());
+  EXPECT_EQ(rb->artifact().id(), 2u);
+  v1::RollbackArtifactRequest to;
+  to.set_to(1);
+  rb = client->RollbackArtifact(to);
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(*view_.last_rollback_to, std::optional<uint64_t>(1));
+  EXPECT_EQ(rb->artifact().id(), 1u);
+  rb = client->RollbackArtifact(to);
+  ASSERT_FALSE(rb.ok());
+  EXPECT_EQ(rb.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // A daemon whose DaemonView has no STORM methods yet: the defaults answer UNIMPLEMENTED.
 class NoStormView : public DaemonView {
  public:
@@ -806,6 +918,10 @@ TEST(ApiServerStormTest, DefaultViewMethodsAnswerUnimplemented) {
   v1::SetLbRequest lb;
   lb.set_pin(true);
   EXPECT_EQ(client->SetLb(lb).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(client->GetArtifact().status().code(), absl::StatusCode::kUnimplemented);
+  v1::InstallArtifactRequest install;
+  install.set_artifact("x");
+  EXPECT_EQ(client->InstallArtifact(install).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ApiServerStormTest, DaemonWithoutTheRpcIsCalledOlder) {

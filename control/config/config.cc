@@ -58,9 +58,9 @@ constexpr size_t kMaxSocketPath = 107;       // sizeof(sockaddr_un::sun_path) - 
 constexpr size_t kMaxFileSize = 16 << 20;
 
 // The keys each mapping accepts, in the order docs/config.md and ToYaml() use.
-constexpr absl::string_view kTopKeys[] = {"lcores",    "memory", "mempool", "ports",
-                                          "dataplane", "storm",  "lb",      "metrics",
-                                          "control",   "log",    "eal"};
+constexpr absl::string_view kTopKeys[] = {"lcores",    "memory",  "mempool", "ports",
+                                          "dataplane", "storm",   "lb",      "fwd",
+                                          "metrics",   "control", "log",     "eal"};
 constexpr absl::string_view kLcoreKeys[] = {"main", "workers"};
 constexpr absl::string_view kMemoryKeys[] = {"no_huge", "size_mb", "file_prefix"};
 constexpr absl::string_view kMempoolKeys[] = {"mbufs", "cache", "data_room"};
@@ -110,6 +110,7 @@ constexpr absl::string_view kLbPrefixSetKeys[] = {"prefix",        "ports",  "en
 constexpr uint32_t kMinLbFlows = 16;
 constexpr uint32_t kMaxLbFlows = 1u << 26;
 constexpr uint64_t kMaxLbThreshold = uint64_t{1} << 31;  // the largest RDMA message
+constexpr absl::string_view kFwdKeys[] = {"artifact", "node", "fabric", "ports"};
 constexpr absl::string_view kMetricsKeys[] = {"enabled", "listen"};
 constexpr absl::string_view kControlKeys[] = {"socket"};
 constexpr absl::string_view kLogKeys[] = {"level"};
@@ -214,6 +215,20 @@ bool IsPortName(absl::string_view s) {
     }
   }
   return true;
+}
+
+// "host[12]" (a node name as heddle-nuwa prints it; the install checks the name) or a dotted IPv4
+// address.
+bool IsFwdNodeName(absl::string_view s) {
+  in_addr a4;
+  if (inet_pton(AF_INET, std::string(s).c_str(), &a4) == 1) return true;
+  const size_t open = s.find('[');
+  if (open == absl::string_view::npos || open == 0 || s.back() != ']') return false;
+  const absl::string_view digits = s.substr(open + 1, s.size() - open - 2);
+  uint64_t v = 0;
+  return !digits.empty() && digits.size() <= 10 && absl::SimpleAtoi(digits, &v) &&
+         std::all_of(digits.begin(), digits.end(),
+                     [](char ch) { return absl::ascii_isdigit(static_cast<unsigned char>(ch)); });
 }
 
 bool IsFilePrefix(absl::string_view s) {
@@ -387,6 +402,13 @@ class Parser {
     }
     if (auto n = Section(root, "storm", kStormKeys)) Storm(*n, &c->storm);
     if (auto n = Section(root, "lb", kLbKeys)) Lb(*n, &c->lb);
+    if (auto n = Section(root, "fwd", kFwdKeys)) {
+      c->fwd.enabled = true;
+      if (auto v = Child(*n, "artifact")) String(*v, "fwd.artifact", &c->fwd.artifact);
+      if (auto v = Child(*n, "node")) String(*v, "fwd.node", &c->fwd.node);
+      if (auto v = Child(*n, "fabric")) String(*v, "fwd.fabric", &c->fwd.fabric);
+      if (auto v = Child(*n, "ports")) StringList(*v, "fwd.ports", &c->fwd.ports);
+    }
     if (auto n = Section(root, "metrics", kMetricsKeys)) {
       if (auto v = Child(*n, "enabled")) Bool(*v, "metrics.enabled", &c->metrics_enabled);
       if (auto v = Child(*n, "listen")) String(*v, "metrics.listen", &c->metrics_listen);
@@ -1259,6 +1281,23 @@ absl::Status Validate(const Config& c) {
     }
   }
 
+  // fwd: the node's form here; whether the artifact has it is the install's to check.
+  if (c.fwd.enabled) {
+    if (c.fwd.node.empty()) {
+      p.Add(
+          "fwd.node: missing; name this host as the fabric does, e.g. node: \"host[12]\" or its "
+          "address node: 10.0.3.4");
+    } else if (!IsFwdNodeName(c.fwd.node)) {
+      p.Add(absl::StrCat("fwd.node: ", Quote(c.fwd.node),
+                         " is neither name[index] (\"host[12]\") nor an IPv4 address"));
+    }
+    check_text("fwd.artifact", c.fwd.artifact);
+    check_text("fwd.fabric", c.fwd.fabric);
+    if (absl::StatusOr<std::vector<uint16_t>> m = FwdPortMap(c); !m.ok()) {
+      p.Add(std::string(m.status().message()));
+    }
+  }
+
   // metrics
   if (auto why = ListenProblem(c.metrics_listen)) {
     p.Add(absl::StrCat("metrics.listen: ", Quote(c.metrics_listen), " ", *why));
@@ -1407,6 +1446,40 @@ absl::StatusOr<lb::PathTableSpec> LbPathTableSpec(const Config& c) {
     spec.sets.push_back(*std::move(paths));
   }
   return spec;
+}
+
+absl::StatusOr<std::vector<uint16_t>> FwdPortMap(const Config& c) {
+  std::vector<uint16_t> map;
+  if (c.fwd.ports.empty()) {
+    for (size_t i = 0; i < c.ports.size(); ++i) {
+      if (c.ports[i].role == PortRole::kUplink) map.push_back(static_cast<uint16_t>(i));
+    }
+    if (map.empty()) {
+      return absl::InvalidArgumentError(
+          "fwd.ports: empty (every uplink) but no port has role uplink");
+    }
+    return map;
+  }
+  for (size_t k = 0; k < c.fwd.ports.size(); ++k) {
+    const std::string& name = c.fwd.ports[k];
+    size_t i = 0;
+    while (i < c.ports.size() && c.ports[i].name != name) ++i;
+    if (i == c.ports.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fwd.ports[", k, "]: ", Quote(name), " names no port; use a ports[].name"));
+    }
+    if (c.ports[i].role != PortRole::kUplink) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fwd.ports[", k, "]: ", Quote(name),
+                       " is a host port; the artifact's host ports are uplinks"));
+    }
+    if (std::find(map.begin(), map.end(), i) != map.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fwd.ports[", k, "]: ", Quote(name), " listed twice"));
+    }
+    map.push_back(static_cast<uint16_t>(i));
+  }
+  return map;
 }
 
 uint32_t QpCapacityPerWorker(const Config& c) {
@@ -1632,6 +1705,16 @@ std::string ToYaml(const Config& c) {
   for (const LbPathSetConfig& s : c.lb.prefixes) path_set(s, true);
   out << YAML::EndSeq;
   out << YAML::EndMap << YAML::EndMap;
+
+  if (c.fwd.enabled) {
+    out << YAML::Key << "fwd" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "artifact" << YAML::Value << YAML::DoubleQuoted << c.fwd.artifact;
+    out << YAML::Key << "node" << YAML::Value << YAML::DoubleQuoted << c.fwd.node;
+    out << YAML::Key << "fabric" << YAML::Value << YAML::DoubleQuoted << c.fwd.fabric;
+    out << YAML::Key << "ports" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& port : c.fwd.ports) out << YAML::DoubleQuoted << port;
+    out << YAML::EndSeq << YAML::EndMap;
+  }
 
   out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << c.metrics_enabled;

@@ -101,6 +101,28 @@ struct LbConfig {
   friend bool operator==(const LbConfig&, const LbConfig&) = default;
 };
 
+// Nüwa forwarding (docs/config.md `fwd`, docs/nuwa-install.md): heddled is a host of a fabric the
+// Nüwa compiler described; it installs the fabric's *host* artifact and takes its path sets
+// (uplink, next-hop MAC, entropies per destination prefix) instead of lb.paths. The section's
+// presence turns the pin-select stage on even when lb.enabled is false (then with balancer ecmp,
+// pin off).
+struct FwdConfig {
+  bool enabled = false;  // the `fwd` section is present
+  // A host artifact installed at start-up (heddle-nuwa compile writes it); "" = none until
+  // `heddlectl artifact install`. A relative path is relative to the configuration file.
+  std::string artifact;
+  // Which host of the fabric this heddled is: "host[12]" (any name[index]) or the host's IPv4
+  // address in the fabric's address plan. Required.
+  std::string node;
+  // When set, an artifact compiled for another fabric (by its name) is refused.
+  std::string fabric;
+  // Uplink port names by the artifact's host port number (plane * w_1 + b_1); empty: the uplink
+  // ports in config order.
+  std::vector<std::string> ports;
+
+  friend bool operator==(const FwdConfig&, const FwdConfig&) = default;
+};
+
 struct Config {
   // lcores
   unsigned main_lcore = 0;
@@ -122,6 +144,8 @@ struct Config {
   StormConfig storm;
   // lb (PIN)
   LbConfig lb;
+  // fwd (Nüwa artifact)
+  FwdConfig fwd;
   // metrics
   bool metrics_enabled = true;
   std::string metrics_listen = "127.0.0.1:9464";  // host:port; port 0 = any free port
@@ -154,6 +178,9 @@ uint32_t QpCapacityPerWorker(const Config& c);
 // The path table spec of lb.paths: port names resolved to port indexes (an empty list: every
 // uplink), prefixes and entropies checked, next-hop MACs set. Errors name the lb.paths key.
 absl::StatusOr<lb::PathTableSpec> LbPathTableSpec(const Config& c);
+// The daemon port indexes of fwd.ports (artifact host port p -> index [p]): the named ports, or
+// every uplink port in config order. Errors name the fwd.ports key.
+absl::StatusOr<std::vector<uint16_t>> FwdPortMap(const Config& c);
 // The effective config rendered back to YAML (defaults filled in): `heddlectl show config`.
 std::string ToYaml(const Config& c);
 

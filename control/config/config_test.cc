@@ -26,6 +26,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 constexpr char kFull[] = R"yaml(
@@ -982,6 +983,57 @@ TEST(LbConfigTest, RoundTripAndNoDefaultSet) {
   absl::StatusOr<Config> back = LoadString(yaml);
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
   EXPECT_EQ(back->lb, c->lb);
+}
+
+// --- fwd ---------------------------------------------------------------------------------------
+
+TEST(FwdConfigTest, ParsesRoundTripsAndMapsPorts) {
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) +
+                                        "  - { name: uplink1, role: uplink, vdev: net_ring2 }\n"
+                                        "fwd:\n"
+                                        "  artifact: /var/lib/heddle/host.nuwa\n"
+                                        "  node: \"host[3]\"\n"
+                                        "  fabric: pod-a\n"
+                                        "  ports: [uplink1, uplink0]\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->fwd.enabled);
+  EXPECT_EQ(c->fwd.artifact, "/var/lib/heddle/host.nuwa");
+  EXPECT_EQ(c->fwd.node, "host[3]");
+  EXPECT_EQ(c->fwd.fabric, "pod-a");
+  absl::StatusOr<std::vector<uint16_t>> map = FwdPortMap(*c);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(*map, (std::vector<uint16_t>{2, 1}));
+  const std::string yaml = ToYaml(*c);
+  absl::StatusOr<Config> back = LoadString(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(back->fwd, c->fwd);
+  // Without ports: the uplinks in config order. An address names the node too.
+  c = LoadString(std::string(kMinimal) +
+                 "  - { name: uplink1, role: uplink, vdev: net_ring2 }\n"
+                 "fwd: { node: 10.0.1.7 }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  map = FwdPortMap(*c);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(*map, (std::vector<uint16_t>{1, 2}));
+  // No fwd section: disabled, and not printed.
+  EXPECT_FALSE(Minimal().fwd.enabled);
+  EXPECT_THAT(ToYaml(Minimal()), Not(HasSubstr("fwd:")));
+}
+
+TEST(FwdConfigTest, BadValuesNameKeyAndFix) {
+  auto bad = [](const std::string& fwd) {
+    return Fails(std::string(kMinimal) + "fwd: " + fwd + "\n");
+  };
+  EXPECT_TRUE(HasError(bad("{ artifact: a.nuwa }"), "fwd.node", "missing"));
+  EXPECT_TRUE(HasError(bad("{ node: host12 }"), "fwd.node", "name[index]"));
+  EXPECT_TRUE(HasError(bad("{ node: \"host[x]\" }"), "fwd.node", "IPv4"));
+  EXPECT_TRUE(HasError(bad("{ node: 10.0.0.300 }"), "fwd.node", "IPv4"));
+  EXPECT_TRUE(
+      HasError(bad("{ node: \"host[1]\", ports: [uplink9] }"), "fwd.ports[0]", "names no port"));
+  EXPECT_TRUE(HasError(bad("{ node: \"host[1]\", ports: [host0] }"), "fwd.ports[0]", "host port"));
+  EXPECT_TRUE(
+      HasError(bad("{ node: \"host[1]\", ports: [uplink0, uplink0] }"), "fwd.ports[1]", "twice"));
+  EXPECT_TRUE(HasError(bad("{ node: \"host[1]\", artefact: x }"), "fwd.artefact", "did you mean"));
 }
 
 // --- Round trip --------------------------------------------------------------------------------

@@ -505,6 +505,31 @@ std::vector<MetricFamily> DataplaneCollectable::Collect() const {
     out.push_back(std::move(events));
   }
 
+  if (sources_.fwd) {
+    const FwdMetrics f = sources_.fwd();
+    MetricFamily installs = NewFamily(
+        "heddle_fwd_artifact_installs_total",
+        "Nüwa host artifacts installed, refused (the running one stayed) and rolled back to "
+        "(heddlectl artifact install|rollback, fwd.artifact at start-up).",
+        MetricType::Counter);
+    AddSample(installs, {{"result", "installed"}}, static_cast<double>(f.installs));
+    AddSample(installs, {{"result", "rejected"}}, static_cast<double>(f.rejected));
+    AddSample(installs, {{"result", "rolled_back"}}, static_cast<double>(f.rollbacks));
+    out.push_back(std::move(installs));
+    MetricFamily generation = NewFamily(
+        "heddle_fwd_artifact_generation",
+        "Path tables published from artifacts since start (each install or rollback adds one).",
+        MetricType::Gauge);
+    AddSample(generation, {}, static_cast<double>(f.generation));
+    out.push_back(std::move(generation));
+    MetricFamily installed =
+        NewFamily("heddle_fwd_artifact_installed",
+                  "1 when a Nüwa artifact's path sets are in force, 0 when none was installed yet.",
+                  MetricType::Gauge);
+    AddSample(installed, {}, f.installed ? 1 : 0);
+    out.push_back(std::move(installed));
+  }
+
   MetricFamily build =
       NewFamily("heddle_build_info", "Always 1; the version label names the running heddle build.",
                 MetricType::Gauge);

@@ -31,6 +31,9 @@
 //   heddle_lb_{flows,packets,bytes}_total{verdict}, heddle_lb_path_{bytes,packets}_total{set,path},
 //   heddle_lb_path_jain_index{set}, heddle_lb_flow_entries{state}, heddle_lb_events_total{event}
 //                                             (if lb is set: PIN, docs/pin.md)
+//   heddle_fwd_artifact_installs_total{result="installed"|"rejected"|"rolled_back"},
+//   heddle_fwd_artifact_generation, heddle_fwd_artifact_installed
+//                                             (if fwd is set: Nüwa, docs/nuwa-install.md)
 //   heddle_build_info{version} 1, heddle_uptime_seconds
 #pragma once
 
@@ -108,6 +111,15 @@ struct LbMetrics {
   std::vector<std::pair<std::string, uint64_t>> events;  // (stable counter name, value)
 };
 
+// Nüwa artifact installs (docs/nuwa-install.md).
+struct FwdMetrics {
+  uint64_t installs = 0;  // artifacts installed (start-up and heddlectl artifact install)
+  uint64_t rejected = 0;  // refused: the running artifact stayed
+  uint64_t rollbacks = 0;
+  uint64_t generation = 0;  // path tables published from artifacts
+  bool installed = false;
+};
+
 // Where a scrape reads from. The callbacks run on the HTTP server's threads, one scrape at a time
 // (DataplaneCollectable serializes them), never on a worker lcore.
 struct MetricsSources {
@@ -127,6 +139,8 @@ struct MetricsSources {
   std::function<StormReadCounters()> storm_reads;
   // Optional: PIN and the load balancer (lb.enabled); its families are exported only when set.
   std::function<LbMetrics()> lb;
+  // Optional: Nüwa artifact installs (fwd configured).
+  std::function<FwdMetrics()> fwd;
 };
 
 // Builds the metric families from one snapshot per Collect(). Thread-safe.

@@ -541,6 +541,26 @@ TEST_F(MetricsTest, LbFamiliesPerBalancerVerdictAndPath) {
   EXPECT_EQ(Parse(Serialize(c_none)).samples.count("heddle_lb_flows_total"), 0u);
 }
 
+TEST_F(MetricsTest, FwdArtifactFamiliesByResult) {
+  MetricsSources src = Sources();
+  src.fwd = [] {
+    return FwdMetrics{
+        .installs = 5, .rejected = 2, .rollbacks = 1, .generation = 6, .installed = true};
+  };
+  DataplaneCollectable c(std::move(src));
+  Exposition e = Parse(Serialize(c));
+  EXPECT_EQ(e.Get("heddle_fwd_artifact_installs_total", {{"result", "installed"}}), 5);
+  EXPECT_EQ(e.Get("heddle_fwd_artifact_installs_total", {{"result", "rejected"}}), 2);
+  EXPECT_EQ(e.Get("heddle_fwd_artifact_installs_total", {{"result", "rolled_back"}}), 1);
+  EXPECT_EQ(e.Get("heddle_fwd_artifact_generation", {}), 6);
+  EXPECT_EQ(e.Get("heddle_fwd_artifact_installed", {}), 1);
+  EXPECT_EQ(e.type["heddle_fwd_artifact_installs_total"], "counter");
+  EXPECT_EQ(e.type["heddle_fwd_artifact_generation"], "gauge");
+  // Optional: without fwd the families are not exported.
+  DataplaneCollectable c_none(Sources());
+  EXPECT_EQ(Parse(Serialize(c_none)).samples.count("heddle_fwd_artifact_generation"), 0u);
+}
+
 TEST_F(MetricsTest, SecondServerOnTheSamePortIsAStatusNotAnException) {
   auto first = MetricsServer::Start("127.0.0.1:0", Sources());
   ASSERT_TRUE(first.ok()) << first.status();

@@ -33,20 +33,6 @@ std::pair<uint64_t, uint64_t> MaskWords(int len) {
   return {m(len), m(len - 64)};
 }
 
-std::string PrefixString(const Prefix& p) {
-  char buf[INET6_ADDRSTRLEN];
-  const bool v4 =
-      p.len >= 96 &&
-      std::all_of(p.addr.begin(), p.addr.begin() + 10, [](uint8_t b) { return b == 0; }) &&
-      p.addr[10] == 0xff && p.addr[11] == 0xff;
-  if (v4) {
-    inet_ntop(AF_INET, p.addr.data() + 12, buf, sizeof(buf));
-    return absl::StrCat(buf, "/", p.len - 96);
-  }
-  inet_ntop(AF_INET6, p.addr.data(), buf, sizeof(buf));
-  return absl::StrCat(buf, "/", p.len);
-}
-
 // The prefix with its host bits cleared.
 Prefix Masked(Prefix p) {
   for (int i = 0; i < 16; ++i) {
@@ -63,6 +49,20 @@ Prefix Masked(Prefix p) {
 std::atomic<uint32_t> next_generation{1};
 
 }  // namespace
+
+std::string PrefixString(const Prefix& p) {
+  char buf[INET6_ADDRSTRLEN];
+  const bool v4 =
+      p.len >= 96 &&
+      std::all_of(p.addr.begin(), p.addr.begin() + 10, [](uint8_t b) { return b == 0; }) &&
+      p.addr[10] == 0xff && p.addr[11] == 0xff;
+  if (v4) {
+    inet_ntop(AF_INET, p.addr.data() + 12, buf, sizeof(buf));
+    return absl::StrCat(buf, "/", p.len - 96);
+  }
+  inet_ntop(AF_INET6, p.addr.data(), buf, sizeof(buf));
+  return absl::StrCat(buf, "/", p.len);
+}
 
 const char* EntropyFieldName(EntropyField f) {
   switch (f) {
@@ -205,7 +205,7 @@ absl::StatusOr<std::unique_ptr<const PathTable>> PathTable::Build(const PathTabl
         "default path set %d does not exist (%d sets)", spec.default_set, spec.sets.size()));
   }
   for (const auto& r : spec.routes) {
-    if (r.set >= spec.sets.size()) {
+    if (r.set >= spec.sets.size() && r.set != kRouteNoSet) {
       return absl::InvalidArgumentError(
           absl::StrFormat("route %s points to path set %d; there are %d", PrefixString(r.prefix),
                           r.set, spec.sets.size()));

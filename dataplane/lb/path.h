@@ -12,13 +12,13 @@
 //   PathSetView set = table->Lookup(frame, desc);  // longest prefix match on the destination
 //   if (set.size != 0) { const Path& p = set[i]; ... }
 //
-// Where path sets come from: today from configuration (N entropies per destination prefix, or a
-// default set for every destination, PathTableSpecFromConfig()); later from the installed routing
-// artifact (Nüwa, dataplane/fwd), which knows the uplink, the next-hop MAC and entropy values that
-// the fabric actually spreads over distinct paths. Both produce a PathTableSpec; the table is
-// built and validated off the hot path, then published whole (an RCU pointer swap in the
-// pipeline), and never changes afterwards. Every table carries a distinct generation number, so
-// per-flow state can tell that the paths it refers to were replaced.
+// Where path sets come from: from configuration (N entropies per destination prefix, or a
+// default set for every destination, PathTableSpecFromConfig()), or from the installed routing
+// artifact (Nüwa, dataplane/fwd; heddled's FwdService), which knows the uplink, the next-hop MAC
+// and entropy values that the fabric actually spreads over distinct paths. Both produce a
+// PathTableSpec; the table is built and validated off the hot path, then published whole (an RCU
+// pointer swap in the pipeline), and never changes afterwards. Every table carries a distinct
+// generation number, so per-flow state can tell that the paths it refers to were replaced.
 //
 // Lookup() is a longest-prefix match by binary search within each prefix length in use (longest
 // first): meant for configuration-sized tables (tens to thousands of prefixes). PIN looks it up
@@ -82,13 +82,20 @@ struct Prefix {
 };
 // "10.1.0.0/16", "fd00::/64", "10.0.0.1" (a host: /32 or /128). Host bits must be zero.
 absl::StatusOr<Prefix> ParsePrefix(std::string_view text);
+// "10.1.0.0/16" (IPv4-mapped prefixes of length >= 96 in dotted form), "fd00::/64".
+std::string PrefixString(const Prefix& prefix);
 
-// The installed form of a path table: what the configuration gives today and the routing artifact
-// will give later.
+// A route to kRouteNoSet says "these destinations are not balanced" even where a shorter prefix
+// (or the default set) would give them a set: the routing artifact's unreachable destinations and
+// the host's own address inside its subtree's prefix.
+inline constexpr uint32_t kRouteNoSet = 0xffffffff;
+
+// The installed form of a path table: what the configuration gives (lb.paths) or the installed
+// routing artifact (Nüwa, docs/nuwa-install.md).
 struct PathTableSpec {
   struct Route {
     Prefix prefix;
-    uint32_t set = 0;  // index into sets
+    uint32_t set = 0;  // index into sets, or kRouteNoSet
   };
   std::vector<std::vector<Path>> sets;  // each 1..kMaxPaths paths
   std::vector<Route> routes;

@@ -91,6 +91,29 @@ TEST(PathTable, BuildRejectsBadSpecs) {
   EXPECT_THAT(PathTable::Build(s).status().message(), HasSubstr("does not exist"));
 }
 
+TEST(PathTable, RouteWithNoSetHidesShorterPrefixesAndTheDefault) {
+  PathTableSpec s;
+  s.sets = {{Path{.entropy = 1}}, {Path{.entropy = 2}}};
+  s.routes = {{*ParsePrefix("10.1.0.0/16"), 0},
+              {*ParsePrefix("10.1.2.0/24"), kRouteNoSet},
+              {*ParsePrefix("10.1.2.9/32"), 0}};
+  s.default_set = 1;
+  auto table = PathTable::Build(s);
+  ASSERT_TRUE(table.ok()) << table.status();
+  auto lookup = [&](const char* a) {
+    auto p = ParsePrefix(a);
+    EXPECT_TRUE(p.ok()) << a;
+    return (*table)->LookupAddress(p->addr.data());
+  };
+  EXPECT_EQ(lookup("10.1.3.4").size, 1u);
+  EXPECT_EQ(lookup("10.1.3.4").paths[0].entropy, 1u);
+  EXPECT_EQ(lookup("10.1.2.4").size, 0u);  // not balanced, though 10.1/16 and the default match
+  EXPECT_EQ(lookup("10.1.2.9").size, 1u);  // a longer prefix still wins
+  EXPECT_EQ(lookup("10.9.0.1").paths[0].entropy, 2u);
+  EXPECT_EQ(PrefixString(*ParsePrefix("10.1.2.0/24")), "10.1.2.0/24");
+  EXPECT_EQ(PrefixString(*ParsePrefix("fd00::/64")), "fd00::/64");
+}
+
 TEST(PathTable, LongestPrefixWinsThenDefault) {
   PathConfig c;
   c.prefixes.push_back({.prefix = "10.1.0.0/16", .entropies = 2});

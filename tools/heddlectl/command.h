@@ -67,6 +67,8 @@ void RegisterShowCommands(CommandRegistry& registry);
 void RegisterStormCommands(CommandRegistry& registry);
 // PIN and the load balancer: `show lb`, `set lb ...` (lb_commands.cc).
 void RegisterLbCommands(CommandRegistry& registry);
+// Nüwa artifacts: `artifact install|show|diff|rollback` (artifact_commands.cc).
+void RegisterArtifactCommands(CommandRegistry& registry);
 
 // -j output: the response message as JSON (lowerCamelCase names, fields at their default value
 // included, so scripts always see every key).

@@ -10,6 +10,7 @@ void RegisterAllCommands(CommandRegistry& registry) {
   RegisterShowCommands(registry);
   RegisterStormCommands(registry);
   RegisterLbCommands(registry);
+  RegisterArtifactCommands(registry);
 }
 
 absl::Status PrintJson(const google::protobuf::Message& message, std::ostream& out) {

@@ -136,6 +136,19 @@ class HeddlectlTest : public ::testing::Test {
     return view_.last_lb_update;
   }
 
+  std::optional<ArtifactInstall> LastInstall() {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    return view_.last_install;
+  }
+
+  // Writes `bytes` to a file in the test's directory and returns its path.
+  std::string WriteFile(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_.Join(name);
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    return path;
+  }
+
   std::optional<StormUpdate> LastUpdate() {
     std::lock_guard<std::mutex> lock(view_.mu);
     return view_.last_update;
@@ -725,6 +738,113 @@ TEST_F(HeddlectlTest, SetLbBadArgumentsAreUsageErrors) {
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
   }
   EXPECT_FALSE(LastLbUpdate().has_value());
+}
+
+TEST_F(HeddlectlTest, ArtifactInstallSendsTheFileBytes) {
+  std::string bytes = "HDLNUWA1";
+  bytes += std::string("\0\x01\xff\n binary", 12);
+  const std::string file = WriteFile("b.nuwa", bytes);
+  Result r = Ok({"artifact", "install", file});
+  std::optional<ArtifactInstall> in = LastInstall();
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->bytes, bytes);
+  EXPECT_EQ(in->source, file);
+  EXPECT_FALSE(in->dry_run);
+  EXPECT_THAT(r.out, HasSubstr("installed " + file + " as artifact #3\n"));
+  EXPECT_THAT(r.out, HasSubstr("fabric:      pod-a (digest 0123456789abcdef)\n"));
+  EXPECT_THAT(r.out, HasSubstr("node:        host[3] (10.0.0.3)\n"));
+  EXPECT_THAT(r.out, HasSubstr("path sets:   3 over 4 prefix(es); 1 prefix(es) without a path\n"));
+
+  r = Ok({"artifact", "install", file, "--dry-run"});
+  EXPECT_TRUE(LastInstall()->dry_run);
+  EXPECT_THAT(r.out, HasSubstr("dry run: " + file + " passes every check; not installed\n"));
+  EXPECT_THAT(r.out, HasSubstr("artifact:    (not installed)\n"));
+
+  const auto j =
+      ParseJson<v1::InstallArtifactResponse>(Ok({"-j", "artifact", "install", file}).out);
+  EXPECT_EQ(j.artifact().id(), 4u);
+  EXPECT_EQ(j.artifact().bytes(), bytes.size());
+}
+
+TEST_F(HeddlectlTest, ArtifactInstallRefusedKeepsTheDaemonsReason) {
+  const Result r = Fails(1, {"artifact", "install", WriteFile("bad.nuwa", "bad artifact")});
+  EXPECT_THAT(r.err, HasSubstr("heddled InstallArtifact: artifact "));
+  EXPECT_THAT(r.err, HasSubstr("checksum mismatch"));
+  EXPECT_EQ(view_.artifact.rejected, 2u);
+  // A missing file never reaches the daemon.
+  view_.last_install.reset();
+  const Result missing = Fails(1, {"artifact", "install", dir_.Join("nope.nuwa")});
+  EXPECT_THAT(missing.err, HasSubstr("cannot read " + dir_.Join("nope.nuwa")));
+  EXPECT_FALSE(LastInstall().has_value());
+  Fails(2, {"artifact", "install"});
+  {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    view_.artifact_error = absl::FailedPreconditionError("fwd is not configured");
+  }
+  EXPECT_THAT(Fails(1, {"artifact", "show"}).err,
+              HasSubstr("heddled GetArtifact: fwd is not configured"));
+}
+
+TEST_F(HeddlectlTest, ArtifactShowTableAndJson) {
+  const Result r = Ok({"artifact", "show"});
+  EXPECT_THAT(r.out, HasSubstr("node:          host[3]\n"));
+  EXPECT_THAT(r.out, HasSubstr("publications:  2 (2 install(s), 0 rollback(s), 1 refused)\n"));
+  EXPECT_THAT(r.out, HasSubstr("artifact:    #2\n"));
+  EXPECT_THAT(r.out, HasSubstr("installed:   2023-11-14 22:13:20 UTC\n"));
+  EXPECT_THAT(r.out, HasSubstr("format:      version 1, 1432 bytes, checksum deadbeef\n"));
+  EXPECT_THAT(r.out, HasSubstr("exceptions:  2 node mask(s), 1 override(s)\n"));
+  EXPECT_THAT(r.out, HasSubstr("ID  INSTALLED                SOURCE                       FABRIC  "
+                               "CHECKSUM  PATH SETS\n"
+                               " 1  2023-11-14 22:13:20 UTC  /etc/heddle/pod-a-host.nuwa  pod-a   "
+                               "01020304          3\n"));
+  const auto j = ParseJson<v1::GetArtifactResponse>(Ok({"artifact", "show", "-j"}).out);
+  EXPECT_EQ(j.installed().checksum(), 0xdeadbeefu);
+  ASSERT_EQ(j.history_size(), 1);
+  EXPECT_EQ(j.history(0).id(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    view_.artifact.installed.reset();
+  }
+  EXPECT_THAT(Ok({"artifact", "show"}).out, HasSubstr("no artifact installed"));
+}
+
+TEST_F(HeddlectlTest, ArtifactDiffListsFieldsAndPathSets) {
+  const std::string file = WriteFile("c.nuwa", "other artifact");
+  const Result r = Ok({"artifact", "diff", file});
+  EXPECT_EQ(view_.last_diff_bytes, std::optional<std::string>("other artifact"));
+  EXPECT_THAT(r.out, HasSubstr("installed #2 (pod-a-host.nuwa) vs " + file + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("FIELD      INSTALLED  GIVEN\n"
+                               "checksum   deadbeef   01020304\n"
+                               "overrides  1          0\n"));
+  EXPECT_THAT(r.out, HasSubstr("path sets: 1 prefix(es) differ, 3 the same\n"
+                               "  10.0.4.0/22\n"
+                               "    - 2 paths: uplink1 0xc000 @02:01:01:00:00:01\n"
+                               "    + -\n"));
+  const auto j = ParseJson<v1::DiffArtifactResponse>(Ok({"-j", "artifact", "diff", file}).out);
+  EXPECT_EQ(j.fields_size(), 2);
+  {
+    std::lock_guard<std::mutex> lock(view_.mu);
+    view_.diff.fields.clear();
+    view_.diff.paths.clear();
+  }
+  EXPECT_THAT(Ok({"artifact", "diff", file}).out,
+              HasSubstr("no difference (3 prefix(es) with the same path set)"));
+}
+
+TEST_F(HeddlectlTest, ArtifactRollbackToThePreviousOrAnId) {
+  Ok({"artifact", "install", WriteFile("b.nuwa", "b")});  // #3 over #2 over #1
+  Result r = Ok({"artifact", "rollback"});
+  EXPECT_THAT(r.out, HasSubstr("rolled back to artifact #2\n"));
+  ASSERT_TRUE(view_.last_rollback_to.has_value());
+  EXPECT_FALSE(view_.last_rollback_to->has_value());
+  r = Ok({"artifact", "rollback", "--to", "1", "-j"});
+  EXPECT_EQ(*view_.last_rollback_to, std::optional<uint64_t>(1));
+  EXPECT_EQ(ParseJson<v1::RollbackArtifactResponse>(r.out).artifact().id(), 1u);
+  EXPECT_THAT(Fails(1, {"artifact", "rollback"}).err, HasSubstr("no earlier artifact"));
+  Fails(2, {"artifact", "rollback", "--to", "x"});
+  Fails(2, {"artifact", "rollback", "--to", "0"});
+  EXPECT_THAT(Fails(2, {"artifact", "frobnicate"}).err,
+              HasSubstr("expected one of: install, show, diff, rollback"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <bitset>
 #include <mutex>
 #include <optional>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -27,6 +28,7 @@
 #include "drivers/dpdk/eal.h"
 #include "drivers/dpdk/port.h"
 #include "drivers/verbs/discovery.h"
+#include "tools/heddled/fwd_service.h"
 #include "tools/heddled/lb_service.h"
 #include "tools/heddled/storm_service.h"
 
@@ -87,6 +89,8 @@ struct Daemon::Impl : public api::DaemonView {
   std::unique_ptr<StormService> storm_svc;
   // Declared before the workers: their pin-select stages read its LbControl until destroyed.
   std::unique_ptr<LbService> lb_svc;
+  // Publishes through lb_svc's LbControl (declared after it, destroyed first).
+  std::unique_ptr<FwdService> fwd_svc;
   std::mutex cfg_mu;  // cfg.storm and cfg.lb change at run time (set storm, set lb)
   std::vector<std::unique_ptr<pipeline::Worker>> workers;
   std::atomic<bool> stop_workers{false};
@@ -213,7 +217,8 @@ struct Daemon::Impl : public api::DaemonView {
   }
 
   absl::StatusOr<api::LbView> SetLb(const api::LbUpdate& u) override {
-    if (!lb_svc) return LbOff();
+    // With fwd alone pin-select runs ecmp without PIN; changing that needs lb.enabled.
+    if (!lb_svc || !cfg.lb.enabled) return LbOff();
     {
       std::lock_guard<std::mutex> g(cfg_mu);
       config::LbConfig next = cfg.lb;
@@ -221,6 +226,35 @@ struct Daemon::Impl : public api::DaemonView {
       cfg.lb = std::move(next);
     }
     return lb_svc->View();
+  }
+
+  absl::StatusOr<api::ArtifactView> InstallArtifact(const api::ArtifactInstall& in) override {
+    if (!fwd_svc) return FwdOff();
+    return fwd_svc->Install(std::span<const uint8_t>(
+                                reinterpret_cast<const uint8_t*>(in.bytes.data()), in.bytes.size()),
+                            in.source, in.dry_run);
+  }
+
+  absl::StatusOr<api::ArtifactStateView> GetArtifact() override {
+    if (!fwd_svc) return FwdOff();
+    return fwd_svc->State();
+  }
+
+  absl::StatusOr<api::ArtifactDiffView> DiffArtifact(const std::string& bytes) override {
+    if (!fwd_svc) return FwdOff();
+    return fwd_svc->Diff(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  }
+
+  absl::StatusOr<api::ArtifactView> RollbackArtifact(std::optional<uint64_t> to) override {
+    if (!fwd_svc) return FwdOff();
+    return fwd_svc->Rollback(to);
+  }
+
+  static absl::Status FwdOff() {
+    return absl::FailedPreconditionError(
+        "fwd is not configured; add a fwd section (fwd: { node: \"host[N]\" }) naming this host "
+        "and restart heddled");
   }
 
   static absl::Status LbOff() {
@@ -335,17 +369,50 @@ absl::Status Daemon::Impl::Start() {
                static_cast<unsigned>((uint64_t{config::QpCapacityPerWorker(cfg)} * 66) >> 20));
     storm_svc = std::make_unique<StormService>(cfg.storm, num_workers);
   }
-  if (cfg.lb.enabled) {
-    HEDDLE_ASSIGN_OR_RETURN(lb_svc, LbService::Create(cfg, num_workers));
-    const lb::LbConfig& l = cfg.lb.params;
+  if (cfg.lb.enabled || cfg.fwd.enabled) {
+    // The artifact of fwd.artifact is checked and built before the workers exist: it is the
+    // table they start with. A bad one stops the start-up, naming what is wrong.
+    std::optional<FwdService::Prepared> artifact;
+    std::optional<FwdService::Options> fwd_options;
+    if (cfg.fwd.enabled) {
+      HEDDLE_ASSIGN_OR_RETURN(fwd_options, FwdService::OptionsFromConfig(cfg));
+      if (!cfg.fwd.artifact.empty()) {
+        const std::string path = ResolveArtifactPath(config_path, cfg.fwd.artifact);
+        absl::StatusOr<std::vector<uint8_t>> bytes = ReadWholeFile(path, 4 << 20);
+        if (!bytes.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("fwd.artifact: ", bytes.status().message()));
+        }
+        FwdService probe(*fwd_options);
+        absl::StatusOr<FwdService::Prepared> p = probe.Prepare(*bytes, path);
+        if (!p.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("fwd.artifact: ", p.status().message()));
+        }
+        artifact = *std::move(p);
+      }
+    }
+    HEDDLE_ASSIGN_OR_RETURN(
+        lb_svc, LbService::Create(cfg, num_workers, artifact ? artifact->table : nullptr));
+    if (fwd_options) {
+      pipeline::LbControl* lb_ctl = lb_svc->control();
+      fwd_options->publish = [lb_ctl](std::shared_ptr<const lb::PathTable> t) {
+        return lb_ctl->SetPathTable(std::move(t));
+      };
+      fwd_svc = std::make_unique<FwdService>(*std::move(fwd_options));
+      if (artifact) fwd_svc->Adopt(*std::move(artifact));
+    }
+    const lb::LbConfig l = LbService::EffectiveParams(cfg);
+    const std::shared_ptr<const lb::PathTable> table = lb_svc->control()->current().table;
     HEDDLE_LOG(kInfo,
-               "pin-select: %s%s, threshold %llu bytes%s, %zu path set(s), flow table of %u "
-               "entries per worker (%u MiB), feedback join %s",
+               "pin-select: %s%s, threshold %llu bytes%s, %zu path set(s) from %s, flow table of "
+               "%u entries per worker (%u MiB), feedback join %s",
                lb::BalancerKindName(l.balancer), l.pin ? " under PIN" : " (pin off)",
                static_cast<unsigned long long>(lb::EffectiveThreshold(l)),
-               l.threshold_bytes == 0 ? " (one BDP)" : "",
-               lb_svc->control()->current().table->num_sets(), l.flow_capacity,
-               static_cast<unsigned>((uint64_t{l.flow_capacity} * 136) >> 20),
+               l.threshold_bytes == 0 ? " (one BDP)" : "", table ? table->num_sets() : 0,
+               fwd_svc && fwd_svc->counters().installed ? "the artifact"
+               : cfg.lb.enabled                         ? "lb.paths"
+                                                        : "nowhere yet (no artifact)",
+               l.flow_capacity, static_cast<unsigned>((uint64_t{l.flow_capacity} * 136) >> 20),
                cfg.storm.enabled && cfg.storm.backlog_source == storm::BacklogSource::kHostShim
                    ? "through the verbs shim"
                    : "off (no host index: REPS explores at random)");
@@ -392,14 +459,14 @@ absl::Status Daemon::Impl::Start() {
           .read_streams = cfg.storm.read_stream_capacity,
           .response_window_ms = cfg.storm.response_window_ms}));
     }
-    if (cfg.lb.enabled) {
+    if (lb_svc) {
       // After storm-tag (which levels the packet whatever its path), before port-fwd (which
       // keeps the egress chosen here). The flow table is allocated here, off the hot path.
       s.stages.push_back(std::make_unique<pipeline::PinSelectStage>(
           pipeline::PinSelectStage::Options{.host_ports = host_ports,
                                             .control = lb_svc->control(),
                                             .worker = w,
-                                            .config = cfg.lb.params}));
+                                            .config = LbService::EffectiveParams(cfg)}));
     }
     s.stages.push_back(std::make_unique<pipeline::PortForwardStage>(peer));
     if (s.rx.empty()) {
@@ -519,6 +586,16 @@ absl::Status Daemon::Impl::Start() {
         return m;
       };
     }
+    if (fwd_svc) {
+      src.fwd = [this] {
+        const FwdService::Counters c = fwd_svc->counters();
+        return metrics::FwdMetrics{.installs = c.installs,
+                                   .rejected = c.rejected,
+                                   .rollbacks = c.rollbacks,
+                                   .generation = c.generation,
+                                   .installed = c.installed};
+      };
+    }
     HEDDLE_ASSIGN_OR_RETURN(metrics, metrics::MetricsServer::Start(cfg.metrics_listen, src));
     HEDDLE_LOG(kInfo, "metrics at %s", metrics->url().c_str());
   }
@@ -546,6 +623,7 @@ void Daemon::Impl::Stop() {
   if (api) api->Shutdown();
   api.reset();
   metrics.reset();
+  fwd_svc.reset();
   for (auto& p : ports) p.StopAndClose();
   if (pool) rte_mempool_free(pool);
   pool = nullptr;

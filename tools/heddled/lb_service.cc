@@ -7,36 +7,46 @@
 
 namespace heddle::heddled {
 
-absl::StatusOr<std::unique_ptr<LbService>> LbService::Create(const config::Config& cfg,
-                                                             int num_workers) {
-  absl::StatusOr<lb::PathTableSpec> spec = config::LbPathTableSpec(cfg);
-  if (!spec.ok()) return spec.status();
-  absl::StatusOr<std::unique_ptr<const lb::PathTable>> table = lb::PathTable::Build(*spec);
-  if (!table.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("lb.paths: ", table.status().message()));
+lb::LbConfig LbService::EffectiveParams(const config::Config& cfg) {
+  lb::LbConfig p = cfg.lb.params;
+  if (!cfg.lb.enabled) {
+    // fwd without lb: one path per flow (its hash), as the fabric's own ECMP would choose.
+    p.balancer = lb::BalancerKind::kEcmp;
+    p.pin = false;
   }
-  if (absl::Status s = lb::ValidateLbConfig(cfg.lb.params); !s.ok()) {
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<LbService>> LbService::Create(
+    const config::Config& cfg, int num_workers, std::shared_ptr<const lb::PathTable> table) {
+  if (!table && cfg.lb.enabled) {
+    absl::StatusOr<lb::PathTableSpec> spec = config::LbPathTableSpec(cfg);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<std::unique_ptr<const lb::PathTable>> built = lb::PathTable::Build(*spec);
+    if (!built.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("lb.paths: ", built.status().message()));
+    }
+    table = std::shared_ptr<const lb::PathTable>(std::move(*built));
+  }
+  if (absl::Status s = lb::ValidateLbConfig(EffectiveParams(cfg)); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
-  return std::unique_ptr<LbService>(
-      new LbService(cfg, std::shared_ptr<const lb::PathTable>(std::move(*table)), num_workers));
+  return std::unique_ptr<LbService>(new LbService(cfg, std::move(table), num_workers));
 }
 
 LbService::LbService(const config::Config& cfg, std::shared_ptr<const lb::PathTable> table,
                      int num_workers)
-    : num_workers_(num_workers) {
+    : num_workers_(num_workers), enabled_(cfg.lb.enabled) {
   for (const config::PortConfig& p : cfg.ports) port_names_.push_back(p.name);
-  // Set ids follow LbPathTableSpec(): the prefixes in order, then the default set.
-  for (const config::LbPathSetConfig& s : cfg.lb.prefixes) set_names_.push_back(s.prefix);
-  if (cfg.lb.has_default_paths) set_names_.push_back("default");
-  control_ = std::make_unique<pipeline::LbControl>(cfg.lb.params, std::move(table), num_workers);
+  control_ =
+      std::make_unique<pipeline::LbControl>(EffectiveParams(cfg), std::move(table), num_workers);
 }
 
 api::LbView LbService::View() const {
   const pipeline::LbControl::Current now = control_->current();
   const lb::LbConfig& c = now.config;
   api::LbView v;
-  v.enabled = true;
+  v.enabled = enabled_;
   v.balancer = lb::BalancerKindName(c.balancer);
   v.pin = c.pin;
   v.threshold_bytes = lb::EffectiveThreshold(c);
@@ -59,11 +69,20 @@ api::LbView LbService::View() const {
   v.flow_capacity = t.stage_counter(pipeline::PinStageCounter::kFlowCapacity);
   if (now.table) {
     const size_t n = std::min<size_t>(now.table->num_sets(), pipeline::kLbReportedSets);
+    // A set is named by the first prefix routed to it (lb.paths or the artifact), or "default".
+    std::vector<std::string> set_names(n);
+    const lb::PathTableSpec& spec = now.table->spec();
+    if (spec.default_set >= 0 && static_cast<size_t>(spec.default_set) < n) {
+      set_names[spec.default_set] = "default";
+    }
+    for (const lb::PathTableSpec::Route& r : spec.routes) {
+      if (r.set < n && set_names[r.set].empty()) set_names[r.set] = lb::PrefixString(r.prefix);
+    }
     for (size_t s = 0; s < n; ++s) {
       const lb::PathSetView set = now.table->set(static_cast<uint32_t>(s));
       api::LbPathSetView sv;
       sv.set = static_cast<uint32_t>(s);
-      sv.prefix = s < set_names_.size() ? set_names_[s] : absl::StrCat("set ", s);
+      sv.prefix = set_names[s].empty() ? absl::StrCat("set ", s) : set_names[s];
       double sum = 0, sum_sq = 0;
       for (uint32_t i = 0; i < set.size; ++i) {
         api::LbPathView pv;

@@ -10,6 +10,7 @@
 #include "common/version.h"
 #include "control/config/config.h"
 #include "tools/heddled/daemon.h"
+#include "tools/heddled/fwd_service.h"
 
 int main(int argc, char** argv) {
   // Everything after "--" goes to the EAL untouched.
@@ -53,6 +54,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (check_only) {
+    // A configured artifact is checked as an install would check it.
+    if (auto s = heddle::heddled::CheckConfiguredArtifact(*cfg, config_path); !s.ok()) {
+      std::fprintf(stderr, "heddled: %s: invalid configuration:\n%s\n", config_path.c_str(),
+                   std::string(s.message()).c_str());
+      return 1;
+    }
     std::printf("%s: OK (%zu ports, %zu worker lcore(s))\n", config_path.c_str(), cfg->ports.size(),
                 cfg->worker_lcores.size());
     return 0;

@@ -114,6 +114,46 @@ FakeDaemonView::FakeDaemonView() {
   }
   set.jain_index = 0.9423;  // 20, 20, 20, 10 MB
   lb.sets = {set};
+
+  ArtifactView art;
+  art.id = 2;
+  art.source = "pod-a-host.nuwa";
+  art.installed_unix_ms = 1'700'000'000'000;
+  art.bytes = 1432;
+  art.version = 1;
+  art.checksum = 0xdeadbeef;
+  art.fabric_digest = 0x0123456789abcdefull;
+  art.fabric = "pod-a";
+  art.role = "host";
+  art.node = "host[3] (10.0.0.3)";
+  art.host = 3;
+  art.shape = "2 tiers, m 4x4, w 1x2, 1 plane";
+  art.hash = "crc32 seed 0x00000007 bits 0/8/0";
+  art.max_paths = 16;
+  art.classes = 1;
+  art.node_masks = 2;
+  art.overrides = 1;
+  art.path_sets = 3;
+  art.prefixes = 4;
+  art.no_path = 1;
+  artifact.node = "host[3]";
+  artifact.fabric = "pod-a";
+  artifact.installed = art;
+  ArtifactView old = art;
+  old.id = 1;
+  old.source = "/etc/heddle/pod-a-host.nuwa";
+  old.checksum = 0x01020304;
+  old.node_masks = 0;
+  old.overrides = 0;
+  artifact.history = {old};
+  artifact.generation = 2;
+  artifact.installs = 2;
+  artifact.rejected = 1;
+  diff.installed = art;
+  diff.given = old;
+  diff.fields = {{"checksum", "deadbeef", "01020304"}, {"overrides", "1", "0"}};
+  diff.paths = {{"10.0.4.0/22", "2 paths: uplink1 0xc000 @02:01:01:00:00:01", "-"}};
+  diff.prefixes_same = 3;
   lb.counters = {{"pinned-flows", "messages started pinned", 900},
                  {"join-no-index", "reverse packets with feedback but no host index to join", 77}};
 
@@ -395,6 +435,67 @@ absl::StatusOr<LbView> FakeDaemonView::SetLb(const LbUpdate& update) {
   ++next.generation;
   lb = next;
   return lb;
+}
+
+}  // namespace heddle::api::testing
+
+namespace heddle::api::testing {
+
+absl::StatusOr<ArtifactView> FakeDaemonView::InstallArtifact(const ArtifactInstall& install) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_install = install;
+  if (!artifact_error.ok()) return artifact_error;
+  if (install.bytes.rfind("bad", 0) == 0) {
+    if (!install.dry_run) ++artifact.rejected;
+    return absl::InvalidArgumentError(absl::StrCat("artifact ", install.source,
+                                                   ": checksum mismatch (header says 12345678, "
+                                                   "content has 9abcdef0)"));
+  }
+  ArtifactView v = artifact.installed ? *artifact.installed : ArtifactView{};
+  v.source = install.source;
+  v.bytes = install.bytes.size();
+  if (install.dry_run) {
+    v.id = 0;
+    return v;
+  }
+  v.id = artifact.installed ? artifact.installed->id + 1 : 1;
+  if (artifact.installed) artifact.history.insert(artifact.history.begin(), *artifact.installed);
+  artifact.installed = v;
+  ++artifact.installs;
+  ++artifact.generation;
+  return v;
+}
+
+absl::StatusOr<ArtifactStateView> FakeDaemonView::GetArtifact() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!artifact_error.ok()) return artifact_error;
+  return artifact;
+}
+
+absl::StatusOr<ArtifactDiffView> FakeDaemonView::DiffArtifact(const std::string& bytes) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_diff_bytes = bytes;
+  if (!artifact_error.ok()) return artifact_error;
+  return diff;
+}
+
+absl::StatusOr<ArtifactView> FakeDaemonView::RollbackArtifact(std::optional<uint64_t> to) {
+  std::lock_guard<std::mutex> lock(mu);
+  last_rollback_to = to;
+  if (!artifact_error.ok()) return artifact_error;
+  size_t k = 0;
+  if (to) {
+    while (k < artifact.history.size() && artifact.history[k].id != *to) ++k;
+  }
+  if (k >= artifact.history.size()) {
+    return absl::FailedPreconditionError("there is no earlier artifact to roll back to");
+  }
+  artifact.installed = artifact.history[k];
+  artifact.history.erase(artifact.history.begin(),
+                         artifact.history.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+  ++artifact.rollbacks;
+  ++artifact.generation;
+  return *artifact.installed;
 }
 
 }  // namespace heddle::api::testing

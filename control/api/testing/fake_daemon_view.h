@@ -12,6 +12,13 @@
 // lb: GetLb returns `lb`; SetLb records the update in `last_lb_update`, checks the names the way
 // the daemon does, applies it (generation + 1) and returns the result; a non-OK `lb_error` is
 // returned by both instead.
+//
+// Artifacts: GetArtifact returns `artifact`. InstallArtifact records the request in
+// `last_install`; bytes starting with "bad" are refused (InvalidArgument, rejected + 1) like a
+// corrupt artifact; otherwise, unless dry_run, the view becomes the installed one (id + 1, the
+// previous one first in the history). RollbackArtifact records `to` and pops the history to it.
+// DiffArtifact records the bytes and returns `diff`. A non-OK `artifact_error` is returned by all
+// four instead.
 #pragma once
 
 #include <mutex>
@@ -39,6 +46,10 @@ class FakeDaemonView : public DaemonView {
   absl::StatusOr<StormView> SetStorm(const StormUpdate& update) override;
   absl::StatusOr<LbView> GetLb() override;
   absl::StatusOr<LbView> SetLb(const LbUpdate& update) override;
+  absl::StatusOr<ArtifactView> InstallArtifact(const ArtifactInstall& install) override;
+  absl::StatusOr<ArtifactStateView> GetArtifact() override;
+  absl::StatusOr<ArtifactDiffView> DiffArtifact(const std::string& bytes) override;
+  absl::StatusOr<ArtifactView> RollbackArtifact(std::optional<uint64_t> to) override;
 
   // (r_min, r_max] of each level for these cutoffs, level K-1 first in the order the daemon lists.
   static std::vector<StormLevelView> LevelsFor(const std::vector<uint64_t>& cutoffs,
@@ -62,6 +73,13 @@ class FakeDaemonView : public DaemonView {
   LbView lb;
   absl::Status lb_error;
   std::optional<LbUpdate> last_lb_update;
+
+  ArtifactStateView artifact;
+  ArtifactDiffView diff;
+  absl::Status artifact_error;
+  std::optional<ArtifactInstall> last_install;
+  std::optional<std::string> last_diff_bytes;
+  std::optional<std::optional<uint64_t>> last_rollback_to;
 };
 
 }  // namespace heddle::api::testing
