@@ -188,7 +188,9 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
       wants_history_(config.balancer == BalancerKind::kReps ||
                      config.balancer == BalancerKind::kAdaptive ||
                      config.pin_policy == PinPolicy::kLeastLoaded),
-      record_history_(wants_history_) {}
+      record_history_(wants_history_),
+      track_loads_(config.balancer == BalancerKind::kAdaptive ||
+                   config.pin_policy == PinPolicy::kLeastLoaded) {}
 
 void PinSelector::SetFeedbackExpected(bool expected) {
   feedback_expected_ = expected;
@@ -215,6 +217,10 @@ void PinSelector::Reconfigure(const LbConfig& config) {
                    config_.balancer == BalancerKind::kAdaptive ||
                    config_.pin_policy == PinPolicy::kLeastLoaded;
   record_history_ = wants_history_ && feedback_expected_;
+  // Bytes sent while no reader of PathLoads ran are not in it: they would have decayed away within
+  // a few epochs (65.5 µs each) of a change anyway.
+  track_loads_ =
+      config_.balancer == BalancerKind::kAdaptive || config_.pin_policy == PinPolicy::kLeastLoaded;
   threshold_.store(EffectiveThreshold(config_), std::memory_order_relaxed);
 }
 
@@ -462,7 +468,8 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
     }
   }
   if (record_history_) Record(*e, desc.psn, i);
-  loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+  if (track_loads_)
+    loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
   if (desc.flags & pkt::kFlagLast) e->flags &= static_cast<uint8_t>(~kFlowInMessage);
   return {&set[i], i, verdict, set.id};
 }

@@ -283,6 +283,9 @@ class PinSelector {
   bool wants_history_;
   bool feedback_expected_ = true;
   bool record_history_;
+  // Whether packets add their bytes to PathLoads: only its readers need it (the adaptive balancer,
+  // the least-loaded pin policy). Penalties from feedback are added whatever the balancer.
+  bool track_loads_;
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
 };
 
