@@ -35,17 +35,6 @@ size_t FlowTable::Live(size_t bucket) const {
   return n;
 }
 
-FlowEntry* FlowTable::FindIn(size_t bucket, uint64_t hash, uint32_t qpn) {
-  const uint64_t* h = &hashes_[bucket * kBucketEntries];
-  for (size_t i = 0; i < kBucketEntries; ++i) {
-    if (h[i] == hash) {
-      FlowEntry& e = entries_[bucket * kBucketEntries + i];
-      if (e.qpn == qpn) return &e;
-    }
-  }
-  return nullptr;
-}
-
 FlowEntry* FlowTable::Find(uint64_t hash, uint32_t qpn) {
   if (hash == 0) return nullptr;
   qpn &= kPsnMask;
@@ -53,13 +42,9 @@ FlowEntry* FlowTable::Find(uint64_t hash, uint32_t qpn) {
   return FindIn(RightBucket(hash), hash, qpn);
 }
 
-FlowEntry* FlowTable::FindOrInsert(uint64_t hash, uint32_t qpn, uint64_t now_ns, bool* inserted) {
+FlowEntry* FlowTable::Insert(uint64_t hash, uint32_t qpn, uint64_t now_ns, bool* inserted) {
   if (inserted) *inserted = false;
-  if (hash == 0) hash = 1;
-  qpn &= kPsnMask;
   const size_t left = LeftBucket(hash), right = RightBucket(hash);
-  if (FlowEntry* e = FindIn(left, hash, qpn)) return e;
-  if (FlowEntry* e = FindIn(right, hash, qpn)) return e;
 
   // Absent: an empty slot of the emptier bucket, else the stalest idle entry of the two.
   const size_t nl = Live(left), nr = Live(right);

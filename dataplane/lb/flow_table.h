@@ -27,10 +27,15 @@
 // Threading: a FlowTable belongs to one worker; nothing in it is thread-safe.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
 
 #include "dataplane/pkt/parse.h"
 
@@ -120,7 +125,18 @@ class FlowTable {
   // The entry for (hash, qpn), created zeroed (key_hash, qpn set; everything else 0) if absent;
   // nullptr if both buckets are full of live entries. Does not touch last_ns (the caller owns
   // it: the flowlet gap is read before it is updated). `inserted` may be null.
-  FlowEntry* FindOrInsert(uint64_t hash, uint32_t qpn, uint64_t now_ns, bool* inserted);
+  // Inline: a live flow's lookup (every packet) reads two hash lines and one entry line.
+  FlowEntry* FindOrInsert(uint64_t hash, uint32_t qpn, uint64_t now_ns, bool* inserted) {
+    if (hash == 0) hash = 1;
+    qpn &= kPsnMask;
+    FlowEntry* e = FindIn(LeftBucket(hash), hash, qpn);
+    if (e == nullptr) e = FindIn(RightBucket(hash), hash, qpn);
+    if (e != nullptr) [[likely]] {
+      if (inserted) *inserted = false;
+      return e;
+    }
+    return Insert(hash, qpn, now_ns, inserted);
+  }
   // The entry or nullptr.
   FlowEntry* Find(uint64_t hash, uint32_t qpn);
 
@@ -141,7 +157,32 @@ class FlowTable {
  private:
   size_t LeftBucket(uint64_t h) const { return h & half_mask_; }
   size_t RightBucket(uint64_t h) const { return half_ + ((h >> 32) & half_mask_); }
-  FlowEntry* FindIn(size_t bucket, uint64_t hash, uint32_t qpn);
+  // The bucket's entry for (hash, qpn) or nullptr: its 8 hashes compared at once, then the QPN of
+  // each match (one, but for a 64-bit collision).
+  FlowEntry* FindIn(size_t bucket, uint64_t hash, uint32_t qpn) {
+    const uint64_t* h = &hashes_[bucket * kBucketEntries];
+#if defined(__SSE4_1__)
+    // The bucket's hash line as four pairs of 64-bit lanes; one mask bit per matching lane.
+    const __m128i k = _mm_set1_epi64x(static_cast<long long>(hash));
+    const auto* p = reinterpret_cast<const __m128i*>(h);
+    auto pair = [&](int j) {
+      return static_cast<uint32_t>(
+          _mm_movemask_pd(_mm_castsi128_pd(_mm_cmpeq_epi64(_mm_load_si128(p + j), k))));
+    };
+    uint32_t match = pair(0) | pair(1) << 2 | pair(2) << 4 | pair(3) << 6;
+#else
+    uint32_t match = 0;
+    for (size_t i = 0; i < kBucketEntries; ++i) match |= static_cast<uint32_t>(h[i] == hash) << i;
+#endif
+    for (; match != 0; match &= match - 1) {
+      FlowEntry& e = entries_[bucket * kBucketEntries + std::countr_zero(match)];
+      if (e.qpn == qpn) [[likely]]
+        return &e;
+    }
+    return nullptr;
+  }
+  // FindOrInsert() of an absent key.
+  FlowEntry* Insert(uint64_t hash, uint32_t qpn, uint64_t now_ns, bool* inserted);
   size_t Live(size_t bucket) const;
   bool Idle(const FlowEntry& e, uint64_t now_ns) const { return now_ns - e.last_ns > idle_ns_; }
 

@@ -185,9 +185,17 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
                                .reps_cache_size = config.reps_cache_size},
                 &rng_, &loads_),
       flows_(FlowTableOptions{.capacity = config.flow_capacity, .idle_ns = config.flow_idle_ns}),
-      record_history_(config.balancer == BalancerKind::kReps ||
-                      config.balancer == BalancerKind::kAdaptive ||
-                      config.pin_policy == PinPolicy::kLeastLoaded) {}
+      wants_history_(config.balancer == BalancerKind::kReps ||
+                     config.balancer == BalancerKind::kAdaptive ||
+                     config.pin_policy == PinPolicy::kLeastLoaded),
+      record_history_(wants_history_),
+      track_loads_(config.balancer == BalancerKind::kAdaptive ||
+                   config.pin_policy == PinPolicy::kLeastLoaded) {}
+
+void PinSelector::SetFeedbackExpected(bool expected) {
+  feedback_expected_ = expected;
+  record_history_ = wants_history_ && feedback_expected_;
+}
 
 void PinSelector::Reconfigure(const LbConfig& config) {
   config_.balancer = config.balancer;
@@ -205,10 +213,14 @@ void PinSelector::Reconfigure(const LbConfig& config) {
   // Turning history on again may find PSN slots a flow filled before it was turned off: at most
   // one stale path per slot is reported once (the acknowledged window is 16 PSNs), which is noise
   // to the balancers, not an error. Clearing every entry here would stall the worker.
-  const bool record = config_.balancer == BalancerKind::kReps ||
-                      config_.balancer == BalancerKind::kAdaptive ||
-                      config_.pin_policy == PinPolicy::kLeastLoaded;
-  record_history_ = record;
+  wants_history_ = config_.balancer == BalancerKind::kReps ||
+                   config_.balancer == BalancerKind::kAdaptive ||
+                   config_.pin_policy == PinPolicy::kLeastLoaded;
+  record_history_ = wants_history_ && feedback_expected_;
+  // Bytes sent while no reader of PathLoads ran are not in it: they would have decayed away within
+  // a few epochs (65.5 µs each) of a change anyway.
+  track_loads_ =
+      config_.balancer == BalancerKind::kAdaptive || config_.pin_policy == PinPolicy::kLeastLoaded;
   threshold_.store(EffectiveThreshold(config_), std::memory_order_relaxed);
 }
 
@@ -221,12 +233,6 @@ void PinSelector::SetThresholdBytes(uint64_t bytes) {
   if (bytes == 0) bytes = BandwidthDelayBytes(config_.link_gbps, config_.rtt_ns);
   // Relaxed: a plain value read once per flow start; nothing else is published with it.
   threshold_.store(bytes, std::memory_order_relaxed);
-}
-
-uint64_t PinSelector::HashRequest(const uint8_t* frame, const pkt::PacketDesc& desc) {
-  const uint8_t* ip = frame + desc.l3_off;
-  if (desc.l3 == pkt::L3::kIpv4) return internal::HashFlow(ip + 12, ip + 16, false, desc.dest_qp);
-  return internal::HashFlow(ip + 8, ip + 24, true, desc.dest_qp);
 }
 
 uint64_t PinSelector::HashReverse(const uint8_t* frame, const pkt::PacketDesc& desc,
@@ -384,8 +390,8 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   e.hist[psn % kPsnHistory] = path;
 }
 
-PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame, size_t len,
-                               uint64_t now_ns) {
+[[gnu::flatten]] PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                                size_t len, uint64_t now_ns) {
   Bump(LbCounter::kPackets);
   if ((desc.flags & pkt::kFlagRoce) == 0) {
     Bump(LbCounter::kNotRoce);
@@ -462,7 +468,8 @@ PathChoice PinSelector::Choose(const pkt::PacketDesc& desc, const uint8_t* frame
     }
   }
   if (record_history_) Record(*e, desc.psn, i);
-  loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+  if (track_loads_)
+    loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
   if (desc.flags & pkt::kFlagLast) e->flags &= static_cast<uint8_t>(~kFlowInMessage);
   return {&set[i], i, verdict, set.id};
 }

@@ -207,6 +207,13 @@ class PinSelector {
   // packets take the new balancer's paths. Flow entries and counters are kept.
   void Reconfigure(const LbConfig& config);
 
+  // Owning worker, between bursts: whether feedback can reach this selector at all (in the
+  // pipeline the join needs the verbs shim's pair index). While it cannot, packets do not record
+  // their path per PSN: nothing would ever read it. Turned on again, recording resumes with the
+  // next packet (older PSNs have no path to report, as if their feedback were lost). Default true.
+  void SetFeedbackExpected(bool expected);
+  bool feedback_expected() const { return feedback_expected_; }
+
   // Any thread (relaxed atomic): takes effect for flows that start afterwards. 0 = the default.
   void SetThresholdBytes(uint64_t bytes);
   uint64_t threshold_bytes() const { return threshold_.load(std::memory_order_relaxed); }
@@ -223,7 +230,11 @@ class PinSelector {
   void OnFeedback(uint64_t flow_hash, uint32_t request_qpn, const Feedback& fb, uint64_t now_ns);
 
   // The flow hash of a request-direction packet, and of the flow a reverse packet answers.
-  static uint64_t HashRequest(const uint8_t* frame, const pkt::PacketDesc& desc);
+  static uint64_t HashRequest(const uint8_t* frame, const pkt::PacketDesc& desc) {
+    const uint8_t* ip = frame + desc.l3_off;
+    if (desc.l3 == pkt::L3::kIpv4) return internal::HashFlow(ip + 12, ip + 16, false, desc.dest_qp);
+    return internal::HashFlow(ip + 8, ip + 24, true, desc.dest_qp);
+  }
   static uint64_t HashReverse(const uint8_t* frame, const pkt::PacketDesc& desc,
                               uint32_t request_qpn);
 
@@ -268,8 +279,13 @@ class PinSelector {
   Balancer balancer_;
   FlowTable flows_;
   // Whether packets record their path per PSN (the second line of the entry): only the feedback
-  // users need it (REPS, adaptive, the least-loaded pin policy).
+  // users need it (REPS, adaptive, the least-loaded pin policy), and only while feedback can come.
+  bool wants_history_;
+  bool feedback_expected_ = true;
   bool record_history_;
+  // Whether packets add their bytes to PathLoads: only its readers need it (the adaptive balancer,
+  // the least-loaded pin policy). Penalties from feedback are added whatever the balancer.
+  bool track_loads_;
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
 };
 

@@ -334,6 +334,22 @@ TEST_F(PinTest, BalancerPolicyPinsOnRepsBestCachedPath) {
   EXPECT_EQ(Paths(small).size(), 1u);
 }
 
+TEST_F(PinTest, NoPathHistoryWhileNoFeedbackIsExpected) {
+  Make({.balancer = BalancerKind::kReps, .pin = false});
+  sel_->SetFeedbackExpected(false);
+  const auto before = Run(Message(Hosts(1, 2), true, 10, 0, 16 * 1024));  // sprayed
+  // Nothing was recorded: an acknowledgement of those packets recycles no path.
+  Packet ack = Ack(Hosts(1, 2), 0x99, before.size() - 1);
+  sel_->OnReversePacket(ack.desc, ack.data(), ack.size(), 10, now_);
+  EXPECT_EQ(sel_->balancer().counters().reps_recycled, 0u);
+  // Expected again: the packets from now on report their paths.
+  sel_->SetFeedbackExpected(true);
+  const auto after = Run(Message(Hosts(1, 2), true, 10, before.size(), 4 * 1024));
+  ack = Ack(Hosts(1, 2), 0x99, before.size() + after.size() - 1);
+  sel_->OnReversePacket(ack.desc, ack.data(), ack.size(), 10, now_);
+  EXPECT_EQ(sel_->balancer().counters().reps_recycled, after.size());
+}
+
 TEST_F(PinTest, HashPolicyIsDeterministicAndSpreads) {
   std::vector<int> a, b;
   for (std::vector<int>* out : {&a, &b}) {

@@ -74,8 +74,8 @@ RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& 
   return changed ? RewriteResult::kRewritten : RewriteResult::kUnchanged;
 }
 
-RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
-                      EntropyField field, IcrcDeltaCache* cache) noexcept {
+RewriteResult RewriteFull(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
+                          EntropyField field, IcrcDeltaCache* cache) noexcept {
   if ((desc.flags & pkt::kFlagRoce) == 0) return RewriteResult::kNotRoce;
   if (static_cast<size_t>(desc.icrc_off) + pkt::kIcrcLen > len) return RewriteResult::kMalformed;
   uint32_t delta = 0;

@@ -48,8 +48,14 @@ enum class RewriteResult : uint8_t {
 // Rewrites a contiguous RoCEv2 frame of `len` bytes in place: entropy (+ ICRC / UDP checksum)
 // and next-hop MAC.
 // `cache` (optional, the caller's thread's own) memoizes the ICRC deltas.
-RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
-                      EntropyField field, IcrcDeltaCache* cache = nullptr) noexcept;
+// Inline: the common frame (UDP source port, zero UDP checksum, no next-hop MAC) is rewritten here;
+// the rest by RewriteFull().
+inline RewriteResult Rewrite(uint8_t* frame, size_t len, const pkt::PacketDesc& desc,
+                             const Path& path, EntropyField field,
+                             IcrcDeltaCache* cache = nullptr) noexcept;
+// Rewrite() without the inline fast path.
+RewriteResult RewriteFull(uint8_t* frame, size_t len, const pkt::PacketDesc& desc, const Path& path,
+                          EntropyField field, IcrcDeltaCache* cache = nullptr) noexcept;
 
 // The same for a frame whose first `len` bytes (all its headers) are contiguous and whose ICRC
 // may lie beyond: writes the headers, and returns in *icrc_delta what to XOR into the ICRC word
@@ -75,6 +81,31 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   sum = (sum & 0xffff) + (sum >> 16);
   sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
+}
+
+[[gnu::always_inline]] inline RewriteResult Rewrite(uint8_t* frame, size_t len,
+                                                    const pkt::PacketDesc& desc, const Path& path,
+                                                    EntropyField field,
+                                                    IcrcDeltaCache* cache) noexcept {
+  // The checks of RewriteHeaders()'s HeadersFit() and of the ICRC's place, for the UDP source port.
+  const bool fits = (desc.flags & pkt::kFlagRoce) && desc.l3 != pkt::L3::kNone &&
+                    desc.l4_off >= desc.l3_off + 4 && desc.bth_off == desc.l4_off + 8 &&
+                    desc.icrc_off >= desc.bth_off + 12 && size_t{desc.icrc_off} + 4 <= len;
+  const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
+  if (!fits || !sport || path.has_next_hop_mac || cache == nullptr || frame == nullptr) {
+    return RewriteFull(frame, len, desc, path, field, cache);
+  }
+  uint8_t* udp = frame + desc.l4_off;
+  if ((udp[6] | udp[7]) != 0) return RewriteFull(frame, len, desc, path, field, cache);
+  const auto old_port = static_cast<uint16_t>(udp[0] << 8 | udp[1]);
+  const auto new_port = static_cast<uint16_t>(path.entropy);
+  if (old_port == new_port) return RewriteResult::kUnchanged;
+  udp[0] = static_cast<uint8_t>(new_port >> 8);
+  udp[1] = static_cast<uint8_t>(new_port);
+  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC.
+  ApplyIcrcDelta(frame + desc.icrc_off,
+                 cache->Delta16(old_port, new_port, desc.icrc_off - desc.l4_off - 2u));
+  return RewriteResult::kRewritten;
 }
 
 }  // namespace heddle::lb

@@ -54,16 +54,32 @@ void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
   if (b.n == 0) return;
   // The common case: the whole burst leaves on one port that has nothing queued. It goes to the
   // driver as it came; only what the driver refuses is queued, each packet at its level.
+  // One pass checks the port and sums the bytes and per-level packets before the driver call
+  // (after it, the mbufs it took are no longer ours); the refused tail is taken back out.
   const uint16_t p0 = b.egress[0];
   bool one_port = true;
-  for (uint16_t i = 1; i < b.n; ++i) one_port &= b.egress[i] == p0;
+  uint64_t bytes = 0;
+  uint16_t per_level[kLevels] = {};
+  for (uint16_t i = 0; i < b.n; ++i) {
+    one_port &= b.egress[i] == p0;
+    bytes += b.pkts[i]->pkt_len;
+    ++per_level[LevelOf(b.level[i])];
+  }
   if (one_port && ports_[p0].total == 0) [[likely]] {
     assert(p0 < num_ports_);
     flushed_ |= 1u << p0;
     // The driver reads the array and takes the mbufs it accepts; it does not write the array.
-    const uint16_t sent = TxBurst(p0, const_cast<rte_mbuf**>(b.pkts), b.held, b.n);
-    uint16_t per_level[kLevels] = {};
-    for (uint16_t i = 0; i < sent; ++i) ++per_level[LevelOf(b.level[i])];
+    const uint16_t sent =
+        rte_eth_tx_burst(port_ids_[p0], tx_queue_, const_cast<rte_mbuf**>(b.pkts), b.n);
+    for (uint16_t i = sent; i < b.n; ++i) {
+      bytes -= b.pkts[i]->pkt_len;
+      --per_level[LevelOf(b.level[i])];
+    }
+    for (uint16_t i = 0; i < sent; ++i) ReleaseHeld(b.held[i]);
+    if (sent) {
+      stats_->port[p0].tx_packets.Add(sent);
+      stats_->port[p0].tx_bytes.Add(bytes);
+    }
     for (int l = 0; l < kLevels; ++l) {
       if (per_level[l]) stats_->egress_level_tx[l].Add(per_level[l]);
     }

@@ -58,6 +58,7 @@ PinSelectStage::PinSelectStage(const Options& options)
   // come from the control object (this is the control thread, before the worker runs).
   const LbParams& p = o_.control->params();
   sel_ = std::make_unique<lb::PinSelector>(c, p.table.get());
+  sel_->SetFeedbackExpected(o_.control->has_host_backlog());
   Apply(p);
   Publish();
 }
@@ -253,6 +254,9 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
   o_.control->Quiescent(o_.worker);
   const LbParams& p = o_.control->params();
   if (p.generation != applied_generation_) Apply(p);
+  // No index, no join: no feedback can reach the selector, so it records no per-PSN paths.
+  const bool expected = o_.control->has_host_backlog();
+  if (expected != sel_->feedback_expected()) sel_->SetFeedbackExpected(expected);
   if (o_.control->num_workers() > 1) DrainFeedback();
   if (++polls_ % o_.housekeep_every != 0) return;
   const lb::FlowTable& flows = sel_->flows();

@@ -29,6 +29,10 @@ inline constexpr uint16_t kNoEgress = 0xffff;
 struct Burst {
   uint16_t n = 0;
   uint16_t ingress = 0;  // index of the port the burst came from
+  // Packets waiting in the worker's egress queues when the burst arrived (PrioEgress::queued()),
+  // or kUnknownBacklog. 0 tells a stage that no flow has packets held from earlier bursts.
+  static constexpr uint32_t kUnknownBacklog = ~uint32_t{0};
+  uint32_t egress_backlog = kUnknownBacklog;
   rte_mbuf* pkts[kMaxBurst];
   uint16_t egress[kMaxBurst];  // port index each packet leaves on; kNoEgress until chosen
   // Egress priority level (0 = lowest, served last); 0 unless a stage ("storm-tag") sets it. The

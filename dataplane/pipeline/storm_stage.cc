@@ -415,6 +415,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   uint16_t idx[kMaxBurst];
   uint32_t hint[kMaxBurst];
   uint16_t n_roce = 0;
+  uint16_t n_probe = 0;
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
     if (!(d.flags & pkt::kFlagRoce)) continue;
@@ -428,11 +429,12 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     } else {
       hint[n_roce] = kNeedsProbe;
       table_.Prefetch(h);
+      ++n_probe;
     }
     idx[n_roce++] = i;
   }
   // A run of one QP's packets (a NIC sends a message's packets back to back) is probed once.
-  for (uint16_t j = 0; j < n_roce; ++j) {
+  for (uint16_t j = 0; n_probe != 0 && j < n_roce; ++j) {
     if (hint[j] != kNeedsProbe) continue;
     hint[j] = j > 0 && hash_[j] == hash_[j - 1] ? hint[j - 1] : table_.Probe(hash_[j]);
   }
@@ -446,8 +448,13 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   storm::QpEntry* prev_entry = nullptr;  // the entry of the previous RoCE packet (j - 1)
   // The fabric guard needs the response join, which needs the host index (§6.5).
   const bool fabric_guard = per_message && host != nullptr && o_.fabric_guard;
+  bool any_pcp = false;
+  for (int l = 0; l <= top_level; ++l) any_pcp |= L.pcp[l] >= 0;
+  // With nothing waiting in the worker's egress queues no QP has packets queued from earlier
+  // bursts: every QP's egress backlog is 0 and needs no per-burst mark.
+  const bool egress_idle = b.egress_backlog == 0;
   for (uint16_t j = 0; j < n_roce; ++j) {
-    const uint16_t i = idx[j];
+    const uint16_t i = n_roce == b.n ? j : idx[j];
     const pkt::PacketDesc& d = b.desc[i];
     uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
     uint8_t level;
@@ -484,6 +491,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
           case storm::BacklogSource::kEgressQueue:
             // The QP's packets still queued from earlier bursts (not this burst's own packets,
             // which leave with it unless the port pushes back).
+            if (egress_idle) break;
             if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
               e->burst_mark = burst_no_;
               marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
@@ -524,7 +532,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     }
     b.level[i] = level;
     storm::SetDscp(frame, d, L.dscp[level]);
-    if (L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
+    if (any_pcp && L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
     ++level_packets[level];
     level_bytes[level] += b.pkts[i]->pkt_len;
   }

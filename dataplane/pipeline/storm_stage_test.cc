@@ -1,19 +1,21 @@
 // The storm-tag stage driven burst by burst (no ports): the in-order guard, the egress and host
 // backlog sources, hitless level changes through StormControl (RCU), auto cutoffs from the
 // stage's own size histogram, `show qp` answered from the worker's table, the idle sweep.
+#include "dataplane/pipeline/storm_stage.h"
+
 #include <rte_mbuf.h>
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "dataplane/pipeline/storm_control.h"
-#include "dataplane/pipeline/storm_stage.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
-#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
@@ -56,15 +58,15 @@ class StormStageTest : public ::testing::Test {
     control_ = std::make_unique<StormControl>(Levels(mode), workers);
     std::bitset<kMaxPorts> hosts;
     hosts.set(0);
-    stage_ = std::make_unique<StormTagStage>(StormTagStage::Options{
-        .table = {.capacity = 1024, .idle_ms = 1000},
-        .mtu = 1024,
-        .host_ports = hosts,
-        .backlog_source = source,
-        .control = control_.get(),
-        .worker = 0,
-        .clock = [this] { return now_ms_; },
-        .housekeep_every = 1});
+    stage_ = std::make_unique<StormTagStage>(
+        StormTagStage::Options{.table = {.capacity = 1024, .idle_ms = 1000},
+                               .mtu = 1024,
+                               .host_ports = hosts,
+                               .backlog_source = source,
+                               .control = control_.get(),
+                               .worker = 0,
+                               .clock = [this] { return now_ms_; },
+                               .housekeep_every = 1});
   }
   void TearDown() override { Release(); }
 
@@ -73,6 +75,7 @@ class StormStageTest : public ::testing::Test {
   std::vector<int> Run(const std::vector<std::vector<uint8_t>>& frames, uint16_t ingress = 0) {
     b_.n = 0;
     b_.ingress = ingress;
+    b_.egress_backlog = egress_backlog_;
     for (const auto& f : frames) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       EXPECT_NE(m, nullptr);
@@ -112,6 +115,7 @@ class StormStageTest : public ::testing::Test {
   }
 
   uint32_t now_ms_ = 100;
+  uint32_t egress_backlog_ = Burst::kUnknownBacklog;  // what the worker would tell the stage
   LcoreStats stats_;
   WorkerContext ctx_{&stats_};
   Burst b_;
@@ -168,6 +172,71 @@ TEST_F(StormStageTest, RunsOfOneQpShareALookupButNeverAnotherQpsEntry) {
   EXPECT_EQ(e3->egress_queued, 2u);
 }
 
+// A worker whose egress queues are empty says so (Burst::egress_backlog == 0), and the stage then
+// skips the per-burst backlog marks. The same traffic, released after every burst as a drained
+// egress does, must get the same levels and leave the same QP state as without that hint.
+TEST_F(StormStageTest, IdleEgressHintGivesTheSameLevelsAndState) {
+  for (storm::Mode mode : {storm::Mode::kPerMessage, storm::Mode::kPerPacket}) {
+    std::vector<std::vector<int>> levels[2];
+    std::vector<storm::QpEntry> entries[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      Make(mode, storm::BacklogSource::kEgressQueue);
+      egress_backlog_ = pass == 0 ? Burst::kUnknownBacklog : 0;
+      std::mt19937 rng(11);
+      struct Qp {
+        uint32_t psn = 1, left = 0;
+      };
+      Qp qps[6];
+      std::vector<std::vector<uint8_t>> first_frames(6);
+      for (int burst = 0; burst < 60; ++burst) {
+        std::vector<std::vector<uint8_t>> frames;
+        const int n = 1 + static_cast<int>(rng() % 24);
+        for (int k = 0; k < n; ++k) {
+          const uint32_t q = rng() % 6;
+          Qp& s = qps[q];
+          std::vector<uint8_t> f;
+          if (s.left == 0 && rng() % 3 == 0) {
+            f = Frame(pkt::op::kSendOnly, 20 + q, s.psn, 0, 64);
+          } else if (s.left == 0) {
+            s.left = 1 + rng() % 200;
+            f = Frame(s.left == 1 ? pkt::op::kWriteOnly : pkt::op::kWriteFirst, 20 + q, s.psn,
+                      s.left * 1024, 1024);
+          } else {
+            f = Frame(s.left == 1 ? pkt::op::kWriteLast : pkt::op::kWriteMiddle, 20 + q, s.psn, 0,
+                      1024);
+          }
+          if (s.left > 0) --s.left;
+          ++s.psn;
+          if (first_frames[q].empty()) first_frames[q] = f;
+          frames.push_back(std::move(f));
+        }
+        levels[pass].push_back(Run(frames));
+        Release();
+      }
+      for (const auto& f : first_frames) {
+        pkt::PacketDesc d;
+        ASSERT_EQ(pkt::Parse(f.data(), f.size(), &d), pkt::ParseError::kOk);
+        const storm::QpEntry* e =
+            stage_->table().Find(storm::KeyFromPacket(f.data(), d, storm::Direction::kRequest));
+        ASSERT_NE(e, nullptr);
+        entries[pass].push_back(*e);
+      }
+    }
+    EXPECT_EQ(levels[0], levels[1]);
+    for (size_t q = 0; q < entries[0].size(); ++q) {
+      const storm::QpEntry &a = entries[0][q], &c = entries[1][q];
+      EXPECT_EQ(a.level, c.level) << q;
+      EXPECT_EQ(a.held_level, c.held_level) << q;
+      EXPECT_EQ(a.flags, c.flags) << q;
+      EXPECT_EQ(a.size, c.size) << q;
+      EXPECT_EQ(a.sent, c.sent) << q;
+      EXPECT_EQ(a.next_psn, c.next_psn) << q;
+      EXPECT_EQ(a.completed, c.completed) << q;
+      EXPECT_EQ(c.egress_queued, 0u) << q;
+    }
+  }
+}
+
 TEST_F(StormStageTest, PerPacketModeIsNotCapped) {
   Make(storm::Mode::kPerPacket, storm::BacklogSource::kNone);
   Run({Frame(pkt::op::kWriteFirst, 7, 1, 2u << 20, 1024)});
@@ -180,7 +249,8 @@ TEST_F(StormStageTest, EgressBacklogRaisesAQueuedQpInPerPacketMode) {
   Make(storm::Mode::kPerPacket, storm::BacklogSource::kEgressQueue);
   std::vector<std::vector<uint8_t>> first;
   first.push_back(Frame(pkt::op::kWriteFirst, 9, 1, 2 * 65536, 1024));
-  for (uint32_t i = 0; i < 40; ++i) first.push_back(Frame(pkt::op::kWriteMiddle, 9, 2 + i, 0, 1024));
+  for (uint32_t i = 0; i < 40; ++i)
+    first.push_back(Frame(pkt::op::kWriteMiddle, 9, 2 + i, 0, 1024));
   std::vector<int> l = Run(first);
   // In one burst with nothing queued before it, B = 0 for all of them.
   EXPECT_TRUE(std::all_of(l.begin(), l.end(), [](int v) { return v == 1; }));
@@ -238,11 +308,9 @@ TEST_F(StormStageTest, ResponseDirectionControlClassesTakeTheControlLevelUnrewri
   }
   // The in-order guard holds towards the host too: with the WRITE still held, a READ request
   // of the same QP does not overtake it.
-  EXPECT_EQ(Run({Frame(pkt::op::kReadRequest, 5, 2, 4096, 0)}, /*ingress=*/1),
-            std::vector<int>{0});
+  EXPECT_EQ(Run({Frame(pkt::op::kReadRequest, 5, 2, 4096, 0)}, /*ingress=*/1), std::vector<int>{0});
   Release();
-  EXPECT_EQ(Run({Frame(pkt::op::kReadRequest, 5, 3, 4096, 0)}, /*ingress=*/1),
-            std::vector<int>{3});
+  EXPECT_EQ(Run({Frame(pkt::op::kReadRequest, 5, 3, 4096, 0)}, /*ingress=*/1), std::vector<int>{3});
 }
 
 TEST_F(StormStageTest, NewLevelsApplyFromTheNextBurstWithoutLosingQpState) {

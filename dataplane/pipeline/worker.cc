@@ -60,6 +60,7 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
   LcoreStats& st = *s_.stats;
   PortCounters& pc = st.port[port_index];
   burst_.ingress = port_index;
+  burst_.egress_backlog = egress_ ? egress_->queued() : Burst::kUnknownBacklog;
   burst_.n = 0;
   uint64_t bytes = 0;
   // Per-class counts stay in registers/stack for the burst and are added once per class.
@@ -100,8 +101,23 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
   // From here every packet leaves heddled: sent, queued for egress, or dropped. A drop releases
   // the packet's held count (the egress scheduler and Transmit() release the others).
   if (egress_) {
-    uint16_t kept = 0;
-    for (uint16_t i = 0; i < burst_.n; ++i) {
+    // The common burst has nothing to drop here: one pass finds that, and only a burst with a
+    // packet to drop is compacted.
+    uint16_t first_bad = 0;
+    for (; first_bad < burst_.n; ++first_bad) {
+      const uint16_t out = burst_.egress[first_bad];
+      if (out >= s_.num_ports) [[unlikely]]
+        break;
+      if (burst_.pkts[first_bad]->nb_segs > 1 && !s_.tx_multi_seg[out]) [[unlikely]]
+        break;
+    }
+    if (first_bad == burst_.n) [[likely]] {
+      if (burst_.n) egress_->Send(ctx_, burst_);
+      FreeDropped();
+      return;
+    }
+    uint16_t kept = first_bad;
+    for (uint16_t i = first_bad; i < burst_.n; ++i) {
       rte_mbuf* m = burst_.pkts[i];
       const uint16_t out = burst_.egress[i];
       if (out >= s_.num_ports) [[unlikely]] {

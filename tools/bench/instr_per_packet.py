@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Instructions per packet of heddled's worker loop, with STORM off and on, under callgrind.
+"""Instructions per packet of heddled's worker loop, with STORM or PIN off and on, under callgrind.
 
 Instruction counts do not depend on the load of the machine, so this is the repeatable companion
 of fwd_bench.py's rates: the same traces (net_pcap with infinite_rx=1 into net_null with no-rx=1,
@@ -9,10 +9,13 @@ one worker), each configuration run for --seconds under valgrind --tool=callgrin
 
 (every received frame is parsed once), and the same for each top function of the worker, so the
 cost of STORM shows up function by function. The predicted throughput cost is
-1 - off / on (the worker is instruction-bound on these virtual ports).
+1 - off / on (the worker is instruction-bound on these virtual ports). With --lb, PIN + REPS
+(lb-on) and REPS alone (lb-spray) as fwd_bench.py --lb runs them, with their predicted ratio
+off / on to heddled with storm and lb off (the target of docs/pin.md §9.2 is >= 0.8).
 
   /usr/bin/python3 tools/bench/instr_per_packet.py [--build build] [--mix small,1k]
                                                    [--seconds 30] [--top 12] [--per-packet]
+                                                   [--lb] [--no-storm]
 
 Needs valgrind. A run takes --seconds of valgrind time per configuration and mix (heddled runs
 ~50x slower under callgrind; 30 s gives some millions of packets).
@@ -29,16 +32,20 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# name -> (storm section, lb section); the lb ones as fwd_bench.py's HEDDLED_LB.
 CONFIGS = {
-    "storm-off": "{ enabled: false }",
-    "storm-on": "{ enabled: true }",
-    "per-packet": "{ enabled: true, mode: per-packet }",
+    "storm-off": ("{ enabled: false }", "{ enabled: false }"),
+    "storm-on": ("{ enabled: true }", "{ enabled: false }"),
+    "per-packet": ("{ enabled: true, mode: per-packet }", "{ enabled: false }"),
+    "lb-on": ("{ enabled: false }", "{ enabled: true, balancer: reps, pin: { enabled: true } }"),
+    "lb-spray": ("{ enabled: false }",
+                 "{ enabled: true, balancer: reps, pin: { enabled: false } }"),
 }
 
 IR_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$")
 
 
-def yaml_for(trace, sock, storm):
+def yaml_for(trace, sock, storm, lb):
     return f"""lcores: {{ main: 0, workers: [1] }}
 memory: {{ no_huge: true, size_mb: 1024 }}
 mempool: {{ mbufs: 16383, cache: 256, data_room: 2176 }}
@@ -46,6 +53,7 @@ ports:
   - {{ name: host0, role: host, vdev: "net_pcap0,rx_pcap={trace},infinite_rx=1" }}
   - {{ name: uplink0, role: uplink, vdev: "net_null0,no-rx=1" }}
 storm: {storm}
+lb: {lb}
 metrics: {{ enabled: false }}
 control: {{ socket: {sock} }}
 """
@@ -56,11 +64,11 @@ def annotate(args):
                           check=True).stdout
 
 
-def measure(build, trace, storm, seconds, tmp, name):
+def measure(build, trace, sections, seconds, tmp, name):
     cfg = os.path.join(tmp, f"{name}.yaml")
     out = os.path.join(tmp, f"{name}.cg")
     with open(cfg, "w") as f:
-        f.write(yaml_for(trace, os.path.join(tmp, f"{name}.sock"), storm))
+        f.write(yaml_for(trace, os.path.join(tmp, f"{name}.sock"), *sections))
     heddled = os.path.join(build, "tools/heddled/heddled")
     log = open(os.path.join(tmp, f"{name}.log"), "w")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -110,6 +118,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--top", type=int, default=12, help="functions listed per configuration")
     ap.add_argument("--per-packet", action="store_true", help="also storm.mode: per-packet")
+    ap.add_argument("--lb", action="store_true", help="also PIN + REPS and REPS alone")
+    ap.add_argument("--no-storm", action="store_true", help="skip the STORM configurations")
     args = ap.parse_args()
     if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
@@ -117,7 +127,11 @@ def main():
     subprocess.run([sys.executable, os.path.join(ROOT, "tools/bench/fwd_bench.py"), "--build",
                     args.build, "--mix", args.mix, "--write-traces", tmp], check=True,
                    stdout=subprocess.DEVNULL)
-    names = ["storm-off", "storm-on"] + (["per-packet"] if args.per_packet else [])
+    names = ["storm-off"]
+    if not args.no_storm:
+        names += ["storm-on"] + (["per-packet"] if args.per_packet else [])
+    if args.lb:
+        names += ["lb-on", "lb-spray"]
     for mix in args.mix.split(","):
         trace = os.path.join(tmp, f"{mix}.pcap")
         print(f"mix {mix}: {args.seconds:g} s under callgrind per configuration")
@@ -126,7 +140,11 @@ def main():
         off = results["storm-off"][1]
         for n in names:
             packets, per_packet, per_fn = results[n]
-            cost = f", predicted STORM cost {1 - off / per_packet:.0%}" if n != "storm-off" else ""
+            cost = ""
+            if n.startswith("lb-"):
+                cost = f", predicted lb ratio {off / per_packet:.2f}"
+            elif n != "storm-off":
+                cost = f", predicted STORM cost {1 - off / per_packet:.0%}"
             print(f"  {n:<11} {per_packet:7.0f} instructions/packet over {packets:,} packets{cost}")
             for fn, v in sorted(per_fn.items(), key=lambda kv: -kv[1])[:args.top]:
                 print(f"      {v:7.1f}  {fn[:100]}")
