@@ -28,17 +28,19 @@
 // Serialize() writes every section, in type order, so equal specs give equal bytes.
 #include "dataplane/fwd/artifact.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "dataplane/fwd/crc32c.h"
 
 namespace heddle::fwd {
@@ -886,15 +888,35 @@ absl::StatusOr<ArtifactSpec> Decode(std::span<const uint8_t> bytes) {
   return spec;
 }
 
-absl::StatusOr<ArtifactSpec> ReadArtifactFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(errno), "; check the path"));
+absl::StatusOr<std::vector<uint8_t>> ReadArtifactBytes(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  std::vector<uint8_t> out;
+  uint8_t buf[65536];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
+    }
+    if (n == 0) break;
+    out.insert(out.end(), buf, buf + n);
+    if (out.size() > kMaxArtifactBytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxArtifactBytes,
+                                                     " bytes; is this a heddle-nuwa artifact?"));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+absl::StatusOr<ArtifactSpec> ReadArtifactFile(const std::string& path) {
+  HEDDLE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadArtifactBytes(path));
   absl::StatusOr<ArtifactSpec> spec = Decode(bytes);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));

@@ -156,7 +156,12 @@ struct ArtifactSpec {
 std::vector<uint8_t> Serialize(const ArtifactSpec& spec);
 // Validates every byte it reads; never reads outside `bytes`.
 absl::StatusOr<ArtifactSpec> Decode(std::span<const uint8_t> bytes);
-// Reads a file (artifacts are small) and decodes it; errors name the path.
+// Artifacts are small: a file larger than this is no artifact.
+inline constexpr size_t kMaxArtifactBytes = size_t{4} << 20;
+// The bytes of an artifact file, undecoded (for tools that send them on). Errors name the path:
+// "cannot read PATH: <errno text>", "PATH: larger than N bytes".
+absl::StatusOr<std::vector<uint8_t>> ReadArtifactBytes(const std::string& path);
+// Reads a file with ReadArtifactBytes() and decodes it; errors name the path.
 absl::StatusOr<ArtifactSpec> ReadArtifactFile(const std::string& path);
 // The CRC-32C the header carries (for `show`).
 uint32_t ArtifactChecksum(std::span<const uint8_t> bytes);
@@ -196,7 +201,7 @@ class SwitchTable {
   // The fast path: no classes restrict this tier, no overrides, the same up mask for every LCA
   // tier (no failures near this node): one answer for every destination reached upwards.
   internal::FastSwitch4 fast_;
-  internal::FastSwitch4Fn fast_fn_ = nullptr;  // null: the general path
+  internal::FastSwitch4Fn fast_fn_ = nullptr;      // null: the general path
   std::array<uint64_t, kMaxTiers + 1> up_mask_{};  // by LCA tier: usable up ports
   // Classes in match order up to the last one that restricts tier + 1 (empty: none does).
   std::vector<Restriction> restrictions_;

@@ -5,12 +5,7 @@
 // file and sends its bytes, so heddled needs no access to the operator's files; the daemon checks
 // everything and answers with what is in force. Human output is tables; -j prints the RPC response
 // unchanged as JSON.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "dataplane/fwd/artifact.h"
 #include "tools/heddlectl/command.h"
 #include "tools/heddlectl/table.h"
 
@@ -27,33 +23,10 @@ namespace heddle::api::cli {
 namespace {
 
 // What the daemon takes (control/api/server.cc); a larger file is refused before sending.
-constexpr size_t kMaxArtifactBytes = 4 << 20;
-
+// The file's bytes as the RPC carries them.
 absl::StatusOr<std::string> ReadArtifact(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxArtifactBytes) {
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", kMaxArtifactBytes,
-                                                     " bytes; is this a heddle-nuwa artifact?"));
-    }
-  }
-  close(fd);
-  return out;
+  HEDDLE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, fwd::ReadArtifactBytes(path));
+  return std::string(bytes.begin(), bytes.end());
 }
 
 std::string Time(int64_t unix_ms) {

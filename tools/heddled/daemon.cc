@@ -378,7 +378,7 @@ absl::Status Daemon::Impl::Start() {
       HEDDLE_ASSIGN_OR_RETURN(fwd_options, FwdService::OptionsFromConfig(cfg));
       if (!cfg.fwd.artifact.empty()) {
         const std::string path = ResolveArtifactPath(config_path, cfg.fwd.artifact);
-        absl::StatusOr<std::vector<uint8_t>> bytes = ReadWholeFile(path, 4 << 20);
+        absl::StatusOr<std::vector<uint8_t>> bytes = fwd::ReadArtifactBytes(path);
         if (!bytes.ok()) {
           return absl::InvalidArgumentError(
               absl::StrCat("fwd.artifact: ", bytes.status().message()));

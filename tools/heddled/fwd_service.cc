@@ -218,33 +218,6 @@ std::string ResolveArtifactPath(const std::string& config_path, const std::strin
   return absl::StrCat(config_path.substr(0, slash + 1), artifact);
 }
 
-absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::vector<uint8_t> out;
-  uint8_t buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
-    }
-    if (n == 0) break;
-    out.insert(out.end(), buf, buf + n);
-    if (out.size() > max_bytes) {
-      close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": larger than ", max_bytes, " bytes; is this a host artifact?"));
-    }
-  }
-  close(fd);
-  return out;
-}
-
 absl::StatusOr<FwdService::Options> FwdService::OptionsFromConfig(const config::Config& cfg) {
   Options o;
   o.node = cfg.fwd.node;
@@ -558,7 +531,7 @@ absl::StatusOr<api::ArtifactDiffView> FwdService::Diff(std::span<const uint8_t> 
 absl::Status CheckConfiguredArtifact(const config::Config& cfg, const std::string& config_path) {
   if (!cfg.fwd.enabled || cfg.fwd.artifact.empty()) return absl::OkStatus();
   const std::string path = ResolveArtifactPath(config_path, cfg.fwd.artifact);
-  absl::StatusOr<std::vector<uint8_t>> bytes = ReadWholeFile(path, 4 << 20);
+  absl::StatusOr<std::vector<uint8_t>> bytes = fwd::ReadArtifactBytes(path);
   if (!bytes.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("fwd.artifact: ", bytes.status().message()));
   }

@@ -120,7 +120,5 @@ absl::StatusOr<uint32_t> ResolveHost(const fwd::ArtifactSpec& spec, const std::s
 std::string ResolveArtifactPath(const std::string& config_path, const std::string& artifact);
 // heddled --check-config: loads and checks fwd.artifact as an install would (no publication).
 absl::Status CheckConfiguredArtifact(const config::Config& cfg, const std::string& config_path);
-// Reads a whole file (artifacts are small); errors name the path.
-absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path, size_t max_bytes);
 
 }  // namespace heddle::heddled
