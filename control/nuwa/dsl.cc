@@ -189,16 +189,6 @@ std::string FormatDouble(double v) {
   return ec == std::errc() ? std::string(buf, ptr) : absl::StrCat(v);
 }
 
-std::string FormatIpv4(uint32_t a) {
-  return absl::StrCat(a >> 24, ".", (a >> 16) & 255, ".", (a >> 8) & 255, ".", a & 255);
-}
-
-std::string FormatIpv6(const std::array<uint8_t, 16>& a) {
-  char buf[INET6_ADDRSTRLEN];
-  inet_ntop(AF_INET6, a.data(), buf, sizeof(buf));
-  return buf;
-}
-
 // "0-3,6" for bits 0,1,2,3,6.
 std::string FormatIndexes(uint64_t mask) {
   std::vector<std::string> parts;
@@ -1310,16 +1300,7 @@ std::string FabricToYaml(const Fabric& f) {
   for (const DestinationClass& c : r.classes) {
     out << YAML::BeginMap;
     out << YAML::Key << "name" << YAML::Value << c.name;
-    const bool v4 =
-        c.prefix_len >= 96 &&
-        std::all_of(c.prefix.begin(), c.prefix.begin() + 10, [](uint8_t b) { return b == 0; }) &&
-        c.prefix[10] == 0xff && c.prefix[11] == 0xff;
-    out << YAML::Key << "prefix" << YAML::Value
-        << (v4 ? absl::StrCat(
-                     FormatIpv4(uint32_t{c.prefix[12]} << 24 | uint32_t{c.prefix[13]} << 16 |
-                                uint32_t{c.prefix[14]} << 8 | c.prefix[15]),
-                     "/", c.prefix_len - 96)
-               : absl::StrCat(FormatIpv6(c.prefix), "/", c.prefix_len));
+    out << YAML::Key << "prefix" << YAML::Value << FormatPrefix128(c.prefix, c.prefix_len);
     if (c.max_paths != 0) out << YAML::Key << "max_paths" << YAML::Value << c.max_paths;
     if (c.planes_mask != 0) {
       out << YAML::Key << "planes" << YAML::Value << YAML::Flow << YAML::BeginSeq;

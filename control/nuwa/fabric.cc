@@ -1,5 +1,8 @@
 #include "control/nuwa/fabric.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <bit>
 #include <charconv>
 
@@ -216,6 +219,26 @@ std::optional<uint32_t> HostOfIpv6(const Shape& shape, const AddressPlan& plan,
   uint64_t v = 0;
   for (int i = 8; i < 16; ++i) v = v << 8 | addr[i];
   return UnpackHost(shape, plan, v);
+}
+
+std::string FormatIpv4(uint32_t a) {
+  return absl::StrCat(a >> 24, ".", (a >> 16) & 255, ".", (a >> 8) & 255, ".", a & 255);
+}
+
+std::string FormatIpv6(const std::array<uint8_t, 16>& a) {
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, a.data(), buf, sizeof(buf));
+  return buf;
+}
+
+std::string FormatPrefix128(const std::array<uint8_t, 16>& p, int len) {
+  const bool v4 = len >= 96 &&
+                  std::all_of(p.begin(), p.begin() + 10, [](uint8_t b) { return b == 0; }) &&
+                  p[10] == 0xff && p[11] == 0xff;
+  if (!v4) return absl::StrCat(FormatIpv6(p), "/", len);
+  return absl::StrCat(
+      FormatIpv4(uint32_t{p[12]} << 24 | uint32_t{p[13]} << 16 | uint32_t{p[14]} << 8 | p[15]), "/",
+      len - 96);
 }
 
 std::array<uint8_t, 6> NodeMac(NodeRef node) {

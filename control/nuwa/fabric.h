@@ -113,6 +113,12 @@ std::optional<uint32_t> HostOfIpv4(const Shape& shape, const AddressPlan& plan, 
 std::optional<uint32_t> HostOfIpv6(const Shape& shape, const AddressPlan& plan,
                                    const std::array<uint8_t, 16>& addr);
 
+// Text forms: "10.0.1.2", "fd00::1", and a 128-bit prefix as the DSL writes it ("10.0.0.0/16" for
+// an IPv4-mapped ::ffff:a.b.c.d/96+len, else "fd00:1::/48").
+std::string FormatIpv4(uint32_t addr);
+std::string FormatIpv6(const std::array<uint8_t, 16>& addr);
+std::string FormatPrefix128(const std::array<uint8_t, 16>& prefix, int prefix_len);
+
 // Locally administered MACs: 02:<plane>:<tier>:<index, 24 bits>; hosts have one per port
 // (02:<port>:00:<host index>) — a host's next hop on port p is its tier-1 parent's MAC.
 std::array<uint8_t, 6> NodeMac(NodeRef node);

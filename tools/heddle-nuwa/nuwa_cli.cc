@@ -107,16 +107,6 @@ class Json {
 // ---- Formatting
 // ----------------------------------------------------------------------------------
 
-std::string Ipv4(uint32_t a) {
-  return absl::StrCat(a >> 24, ".", (a >> 16) & 255, ".", (a >> 8) & 255, ".", a & 255);
-}
-
-std::string Ipv6(const std::array<uint8_t, 16>& a) {
-  char buf[INET6_ADDRSTRLEN];
-  inet_ntop(AF_INET6, a.data(), buf, sizeof(buf));
-  return buf;
-}
-
 std::string Mac(const std::array<uint8_t, 6>& m) {
   return absl::StrFormat("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }
@@ -331,11 +321,11 @@ absl::StatusOr<Destination> ParseDestination(const Fabric& f, const std::string&
   if (!n.ok() || n->tier != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dst ", text, ": not an IPv4 or IPv6 address or a host name (such as ",
-                     HostName(f, 0), " or ", Ipv4(HostIpv4(f.shape, f.addresses, 0)), ")"));
+                     HostName(f, 0), " or ", FormatIpv4(HostIpv4(f.shape, f.addresses, 0)), ")"));
   }
   d.host = n->index;
   d.v4 = HostIpv4(f.shape, f.addresses, n->index);
-  d.text = Ipv4(d.v4);
+  d.text = FormatIpv4(d.v4);
   return d;
 }
 
@@ -463,11 +453,11 @@ int Compile_(const std::string& fabric_path, const std::string& out_dir, bool js
 std::string SubtreePrefix(const Fabric& f, int tier, const Label& label) {
   const Shape& s = f.shape;
   const AddressPlan& p = f.addresses;
-  if (tier >= s.tiers) return absl::StrCat(Ipv4(p.ipv4_base), "/", p.ipv4_prefix_len);
+  if (tier >= s.tiers) return absl::StrCat(FormatIpv4(p.ipv4_base), "/", p.ipv4_prefix_len);
   uint32_t v = p.ipv4_base;
   for (int j = tier + 1; j <= s.tiers; ++j) v |= label.a[j] << p.shift[j];
   const int len = 32 - p.shift[tier + 1];
-  return absl::StrCat(Ipv4(v), "/", len);
+  return absl::StrCat(FormatIpv4(v), "/", len);
 }
 
 // "a3=2 a2=1" for the digits above `tier` (most significant first).
@@ -624,7 +614,7 @@ int ShowNode(const Source& s, const std::string& node_text, bool json, std::ostr
   if (i == 0) {
     // A host reaching itself.
     add(f.tier_names[0] + " (here)", "this host",
-        absl::StrCat(Ipv4(HostIpv4(sh, f.addresses, node->index)), "/32"), "local",
+        absl::StrCat(FormatIpv4(HostIpv4(sh, f.addresses, node->index)), "/32"), "local",
         Json::Object().Str("kind", "local"));
   }
   // Class policies that touch this node.
@@ -642,12 +632,7 @@ int ShowNode(const Source& s, const std::string& node_text, bool json, std::ostr
     if (i == 0 && c.max_paths) policy.push_back(absl::StrCat("at most ", c.max_paths, " paths"));
     if (i == 0 && c.planes_mask) policy.push_back(absl::StrCat("planes ", Bits(c.planes_mask)));
     if (policy.empty()) continue;
-    const bool v4 = c.prefix_len >= 96 && c.prefix[10] == 0xff && c.prefix[11] == 0xff;
-    const std::string prefix =
-        v4 ? absl::StrCat(Ipv4(uint32_t{c.prefix[12]} << 24 | uint32_t{c.prefix[13]} << 16 |
-                               uint32_t{c.prefix[14]} << 8 | c.prefix[15]),
-                          "/", c.prefix_len - 96)
-           : absl::StrCat(Ipv6(c.prefix), "/", c.prefix_len);
+    const std::string prefix = FormatPrefix128(c.prefix, c.prefix_len);
     ct.AddRow({c.name, prefix, absl::StrJoin(policy, "; ")});
     classes.Add(Json::Object()
                     .Str("name", c.name)
@@ -801,8 +786,8 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
                                          absl::StrJoin(shown, " "), l.size() > 8 ? " ..." : ""));
   }
   const std::string v4 =
-      absl::StrCat(Ipv4(f.addresses.ipv4_base), "/", f.addresses.ipv4_prefix_len);
-  const std::string v6 = f.addresses.has_ipv6 ? absl::StrCat(Ipv6(f.addresses.ipv6_base), "/",
+      absl::StrCat(FormatIpv4(f.addresses.ipv4_base), "/", f.addresses.ipv4_prefix_len);
+  const std::string v6 = f.addresses.has_ipv6 ? absl::StrCat(FormatIpv6(f.addresses.ipv6_base), "/",
                                                              f.addresses.ipv6_prefix_len)
                                               : "none";
   if (json) {
