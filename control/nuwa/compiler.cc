@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dataplane/fwd/hash_model.h"
 
@@ -782,6 +783,42 @@ fwd::NextHops EvaluateSwitch4(const fwd::ArtifactSpec& spec, uint8_t plane, uint
     nh.up_mask = mask;
   }
   return nh;
+}
+
+Fabric FabricFromArtifact(const fwd::ArtifactSpec& a) {
+  Fabric f;
+  f.name = a.fabric_name;
+  f.shape.tiers = a.shape.tiers;
+  f.shape.planes = a.shape.planes;
+  f.shape.rails = a.shape.rails;
+  f.shape.m = a.shape.m;
+  f.shape.w = a.shape.w;
+  f.addresses.ipv4_base = a.addresses.ipv4_base;
+  f.addresses.ipv4_prefix_len = a.addresses.ipv4_prefix_len;
+  f.addresses.has_ipv6 = a.addresses.has_ipv6;
+  f.addresses.ipv6_prefix_len = a.addresses.ipv6_prefix_len;
+  f.addresses.ipv6_base = a.addresses.ipv6_base;
+  f.addresses.width = a.addresses.width;
+  f.addresses.shift = a.addresses.shift;
+  f.hash.function = static_cast<HashFunction>(a.hash.function);
+  f.hash.seed_base = a.hash.seed_base;
+  f.hash.bit_offset = a.hash.bit_offset;
+  f.routing.max_paths = a.max_paths;
+  f.routing.rail_local = a.rail_local;
+  for (const fwd::ClassSpec& c : a.classes) {
+    DestinationClass d;
+    d.name = c.name;
+    d.prefix = c.prefix;
+    d.prefix_len = c.prefix_len;
+    d.max_paths = c.max_paths;
+    d.planes_mask = c.planes_mask;
+    d.restrict_tier = c.restrict_tier;
+    d.allowed_up_mask = c.allowed_up_mask;
+    f.routing.classes.push_back(std::move(d));
+  }
+  for (int t = 0; t <= f.shape.tiers; ++t)
+    f.tier_names[t] = t == 0 ? "host" : absl::StrCat("tier", t);
+  return f;
 }
 
 }  // namespace heddle::nuwa

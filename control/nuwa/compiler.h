@@ -79,6 +79,11 @@ fwd::EntropySpec ChooseEntropies(const Fabric& fabric);
 // (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides.
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec);
 
+// The inverse of what Compile() copies into every artifact: as much of the Fabric as an artifact
+// carries (shape, addresses, hash, routing policy and classes; not the kind, link speeds, failures,
+// or tier names, which become "host", "tier1", ...). For tools that work from artifacts alone.
+Fabric FabricFromArtifact(const fwd::ArtifactSpec& artifact);
+
 // The next-hop set a switch artifact gives node (plane, index) of its tier for the IPv4
 // destination `dst` (host order), following the semantics above; no precomputed table.
 fwd::NextHops EvaluateSwitch4(const fwd::ArtifactSpec& spec, uint8_t plane, uint32_t index,

@@ -86,6 +86,25 @@ TEST(Compiler, FailureFreeArtifactsCarryNoExceptions) {
   EXPECT_LT(c->stats.bytes, 4096u);
 }
 
+TEST(Compiler, ArtifactsCarryTheFabricBack) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 50; ++i) {
+    const Fabric f = testing::RandomFabric(rng);
+    auto c = Compile(f);
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::vector<const fwd::ArtifactSpec*> all = {&c->host};
+    for (const fwd::ArtifactSpec& s : c->switches) all.push_back(&s);
+    for (const fwd::ArtifactSpec* s : all) {
+      const Fabric back = FabricFromArtifact(*s);
+      EXPECT_EQ(back.name, f.name);
+      EXPECT_EQ(back.shape, f.shape);
+      EXPECT_EQ(back.addresses, f.addresses);
+      EXPECT_EQ(back.hash, f.hash);
+      EXPECT_EQ(back.routing, f.routing);
+    }
+  }
+}
+
 TEST(Compiler, RejectsInvalidFabric) {
   Fabric f = FatTree(8);
   f.failures.links.push_back({{0, 2, 3}, 9});

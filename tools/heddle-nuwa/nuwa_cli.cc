@@ -178,43 +178,6 @@ absl::StatusOr<Source> FromFabricFile(const std::string& path) {
   return s;
 }
 
-// Rebuilds as much of the Fabric as the artifacts carry (all but the kind and the failures).
-Fabric FabricOf(const ArtifactSpec& a) {
-  Fabric f;
-  f.name = a.fabric_name;
-  f.shape.tiers = a.shape.tiers;
-  f.shape.planes = a.shape.planes;
-  f.shape.rails = a.shape.rails;
-  f.shape.m = a.shape.m;
-  f.shape.w = a.shape.w;
-  f.addresses.ipv4_base = a.addresses.ipv4_base;
-  f.addresses.ipv4_prefix_len = a.addresses.ipv4_prefix_len;
-  f.addresses.has_ipv6 = a.addresses.has_ipv6;
-  f.addresses.ipv6_prefix_len = a.addresses.ipv6_prefix_len;
-  f.addresses.ipv6_base = a.addresses.ipv6_base;
-  f.addresses.width = a.addresses.width;
-  f.addresses.shift = a.addresses.shift;
-  f.hash.function = static_cast<HashFunction>(a.hash.function);
-  f.hash.seed_base = a.hash.seed_base;
-  f.hash.bit_offset = a.hash.bit_offset;
-  f.routing.max_paths = a.max_paths;
-  f.routing.rail_local = a.rail_local;
-  for (const fwd::ClassSpec& c : a.classes) {
-    DestinationClass d;
-    d.name = c.name;
-    d.prefix = c.prefix;
-    d.prefix_len = c.prefix_len;
-    d.max_paths = c.max_paths;
-    d.planes_mask = c.planes_mask;
-    d.restrict_tier = c.restrict_tier;
-    d.allowed_up_mask = c.allowed_up_mask;
-    f.routing.classes.push_back(std::move(d));
-  }
-  for (int t = 0; t <= f.shape.tiers; ++t)
-    f.tier_names[t] = t == 0 ? "host" : absl::StrCat("tier", t);
-  return f;
-}
-
 absl::StatusOr<Source> FromArtifactDir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -250,7 +213,7 @@ absl::StatusOr<Source> FromArtifactDir(const std::string& dir) {
     by_tier.emplace(tier, *std::move(a));
   }
   const ArtifactSpec& any = by_tier.begin()->second;
-  s.fabric = FabricOf(any);
+  s.fabric = FabricFromArtifact(any);
   for (int t = 0; t <= s.fabric.shape.tiers; ++t) {
     auto it = by_tier.find(t);
     if (it == by_tier.end()) {
@@ -706,7 +669,7 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
     err << "heddle-nuwa show: " << path << ": " << a.status().message() << "\n";
     return kExitBadInput;
   }
-  Fabric f = FabricOf(*a);
+  Fabric f = FabricFromArtifact(*a);
   const int tier = a->role == fwd::Role::kHost ? 0 : a->tier;
   if (!a->role_name.empty()) f.tier_names[tier] = a->role_name;
   const Shape& sh = f.shape;
@@ -977,7 +940,7 @@ absl::StatusOr<std::map<std::string, ArtifactSpec>> LoadForDiff(const std::strin
   }
   absl::StatusOr<ArtifactSpec> a = fwd::ReadArtifactFile(path);
   if (!a.ok()) return a.status();
-  *names = FabricOf(*a);
+  *names = FabricFromArtifact(*a);
   const int tier = a->role == fwd::Role::kHost ? 0 : a->tier;
   if (!a->role_name.empty()) names->tier_names[tier] = a->role_name;
   roles.emplace("artifact", *std::move(a));
