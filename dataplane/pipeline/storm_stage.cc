@@ -416,9 +416,11 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   uint32_t hint[kMaxBurst];
   uint16_t n_roce = 0;
   uint16_t n_probe = 0;
+  uint32_t class_mask = 0;  // bit c set if the burst holds a RoCE packet of class c
   for (uint16_t i = 0; i < b.n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
     if (!(d.flags & pkt::kFlagRoce)) continue;
+    class_mask |= 1u << static_cast<unsigned>(d.roce_class);
     const uint64_t h = storm::HashPacket(rte_pktmbuf_mtod(b.pkts[i], const uint8_t*), d,
                                          storm::Direction::kRequest);
     hash_[n_roce] = h;
@@ -453,6 +455,81 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   // With nothing waiting in the worker's egress queues no QP has packets queued from earlier
   // bursts: every QP's egress backlog is 0 and needs no per-burst mark.
   const bool egress_idle = b.egress_backlog == 0;
+  // The lean path: a burst of WRITE and SEND packets, per-message mode, no backlog to look up (the
+  // egress queues are empty, or no backlog source), no host index, no PCP. It does what the
+  // general loop below does for such a burst — same levels, rewrites, entry state and counters
+  // (storm_lean_test compares them on random traffic) — without its questions per packet.
+  constexpr uint32_t kLeanClasses = 1u << static_cast<unsigned>(pkt::RoceClass::kWrite) |
+                                    1u << static_cast<unsigned>(pkt::RoceClass::kSend);
+  if (o_.lean && per_message && host == nullptr && !any_pcp && (class_mask & ~kLeanClasses) == 0 &&
+      (o_.backlog_source == storm::BacklogSource::kNone ||
+       (o_.backlog_source == storm::BacklogSource::kEgressQueue && egress_idle))) {
+    const uint8_t top = static_cast<uint8_t>(top_level);
+    const uint32_t mtu = o_.mtu;
+    // Everything a packet needs is loaded into locals before its first store: the byte stores
+    // (entry fields, the frame, Burst::level) may alias anything, and would make the compiler
+    // load it all again.
+    uint8_t dscp[storm::kMaxLevels];
+    std::memcpy(dscp, L.dscp.data(), sizeof(dscp));
+    for (uint16_t j = 0; j < n_roce; ++j) {
+      const uint16_t i = n_roce == b.n ? j : idx[j];
+      const pkt::PacketDesc& d = b.desc[i];
+      rte_mbuf* const m = b.pkts[i];
+      uint8_t* const frame = rte_pktmbuf_mtod(m, uint8_t*);
+      const uint32_t pkt_len = m->pkt_len;
+      const uint16_t dflags = d.flags;
+      const pkt::L3 l3 = d.l3;
+      const uint16_t l3_off = d.l3_off;
+      const uint32_t qpn_dir = d.dest_qp & storm::kQpnMask;  // Direction::kRequest is 0
+      const storm::RequestKind kind = d.roce_class == pkt::RoceClass::kWrite
+                                          ? storm::RequestKind::kWrite
+                                          : storm::RequestKind::kSend;
+      const uint64_t h = hash_[j];
+      storm::QpEntry* e;
+      storm::InsertResult ir = storm::InsertResult::kFound;
+      if (prev_entry != nullptr && j > 0 && h == hash_[j - 1] && prev_entry->qpn_dir == qpn_dir) {
+        e = prev_entry;
+      } else {
+        e = table_.FindOrInsertHashed(h, qpn_dir, now_ms, &ir, hint[j]);
+        if (e != nullptr) {
+          RecentSlot& r = recent_[h & (kRecentSlots - 1)];
+          const uint32_t slot = table_.SlotOf(e);
+          if (r.hash != h || r.slot != slot) r = {h, slot};
+        }
+      }
+      prev_entry = e;
+      uint8_t level;
+      if (e != nullptr) [[likely]] {
+        if (ir != storm::InsertResult::kFound) [[unlikely]] {
+          uint32_t ip4 = 0;
+          if (l3 == pkt::L3::kIpv4) std::memcpy(&ip4, frame + l3_off + 16, 4);
+          e->dst_ip4 = ip4;
+        }
+        // The in-order guard's cap, clamped as TagPacketTop() clamps it.
+        uint8_t ceiling = e->egress_queued > 0 ? e->held_level : top;
+        if (ceiling > top) ceiling = top;
+        uint32_t sent_before;
+        if (!(dflags & (pkt::kFlagFirst | pkt::kFlagLast)) &&
+            (e->flags & storm::kEntryLevelValid) &&
+            tracker_.TryContinue(*e, d, kind, &sent_before)) [[likely]] {
+          level = std::min(e->level, ceiling);  // per-message: the request's level
+        } else {
+          const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
+          if (t.size_sample) hist_->Add(t.size_sample);
+          level = storm::TagPacketTop(L, top_level, e, d, t, 0, mtu, ceiling);
+        }
+        e->held_level = level;
+        ++e->egress_queued;
+        b.held[i] = &e->egress_queued;
+      } else {
+        level = default_level;  // the table refused the QP (WRITE and SEND: no control class)
+      }
+      ++level_packets[level];
+      level_bytes[level] += pkt_len;
+      b.level[i] = level;
+      storm::SetDscpAt(frame + l3_off, l3, dscp[level]);
+    }
+  } else {
   for (uint16_t j = 0; j < n_roce; ++j) {
     const uint16_t i = n_roce == b.n ? j : idx[j];
     const pkt::PacketDesc& d = b.desc[i];
@@ -535,6 +612,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     if (any_pcp && L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
     ++level_packets[level];
     level_bytes[level] += b.pkts[i]->pkt_len;
+  }
   }
   LcoreStats& stats = ctx.stats();
   for (int l = 0; l < storm::kMaxLevels; ++l) {

@@ -68,8 +68,10 @@ class StormTagStage final : public Stage {
     int worker = 0;                   // this worker's index in `control`
     ClockMs clock;                    // defaults to the TSC
     // Poll(): entries swept per housekeeping slice, and slices run every `housekeep_every` polls.
-    uint32_t sweep_slice = 64;
-    uint32_t housekeep_every = 8;
+    // The defaults sweep 4 entries per poll (a 1 M-entry table every 262,144 polls) and publish
+    // the counters every 32 polls, a few instructions per packet.
+    uint32_t sweep_slice = 128;
+    uint32_t housekeep_every = 32;
     uint32_t query_slice = 4096;  // entries scanned per poll while a `show qp` query is pending
     // Per-message mode with a response join: a request never takes a higher level than its QP's
     // packets still unacknowledged in the fabric (storm.fabric_guard, docs/storm.md §6.5).
@@ -79,6 +81,9 @@ class StormTagStage final : public Stage {
     // and how long (at least, in ms) a QP's later READ response streams and ACKs stay capped at
     // its last READ response's level (per-message mode with fabric_guard; 0: not capped).
     size_t read_streams = 16384;
+    // The lean path for bursts of WRITE and SEND packets (storm_stage.cc). Tests turn it off to
+    // compare it with the general path; the two give the same results.
+    bool lean = true;
     uint32_t response_window_ms = 2;
   };
 

@@ -23,6 +23,9 @@ namespace heddle::storm {
 // Inline: it runs for every tagged packet.
 inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp);
 
+// SetDscp() with the frame's IP header at `ip` and its L3 kind given (desc.l3_off, desc.l3).
+inline void SetDscpAt(uint8_t* ip, pkt::L3 l3, uint8_t dscp);
+
 // Sets the PCP (0..7) of the outermost VLAN tag; false (frame untouched) if the frame has no VLAN
 // tag or pcp is outside 0..7 (-1 means "keep").
 bool SetPcp(uint8_t* frame, const pkt::PacketDesc& desc, int pcp);
@@ -39,9 +42,12 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
 }
 
 inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp) {
+  SetDscpAt(frame + desc.l3_off, desc.l3, dscp);
+}
+
+inline void SetDscpAt(uint8_t* ip, pkt::L3 l3, uint8_t dscp) {
   dscp &= 0x3f;
-  uint8_t* ip = frame + desc.l3_off;
-  if (desc.l3 == pkt::L3::kIpv4) {
+  if (l3 == pkt::L3::kIpv4) {
     // The TOS is the low byte of the header's first 16-bit word (version/IHL, TOS): one word in,
     // one checksum word updated (RFC 1624), in network order.
     uint16_t w0, csum;
@@ -54,7 +60,7 @@ inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp) {
     ip[1] = static_cast<uint8_t>(new_word);
     csum = __builtin_bswap16(updated);
     std::memcpy(ip + 10, &csum, 2);
-  } else if (desc.l3 == pkt::L3::kIpv6) {
+  } else if (l3 == pkt::L3::kIpv6) {
     // Version (4) | traffic class (8) | flow label (20): DSCP is the class's top 6 bits, i.e. the
     // low nibble of byte 0 and the top 2 bits of byte 1; ECN is bits 5-4 of byte 1.
     ip[0] = static_cast<uint8_t>((ip[0] & 0xf0) | dscp >> 2);

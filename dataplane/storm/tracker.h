@@ -127,6 +127,15 @@ class RequestTracker {
   // compare modulo 2^24. Relaxed atomic store, like OnResponsePacket.
   AckOutcome ApplyAck(QpEntry& entry, uint32_t acked_psn);
 
+  // OnRequestPacket()'s first case on its own, for callers that know more than it does (the
+  // storm-tag stage's lean path): if `desc` is the next middle packet, in order, of the request of
+  // kind `kind` in progress on `entry` — the caller has checked that it is neither a first nor a
+  // last packet, and that `kind` is KindOf(desc.roce_class), a WRITE or a SEND — it accounts the
+  // packet exactly as OnRequestPacket() would (outcome kContinue), stores sent before it in
+  // *sent_before and returns true. Otherwise it changes nothing and returns false.
+  bool TryContinue(QpEntry& entry, const pkt::PacketDesc& desc, RequestKind kind,
+                   uint32_t* sent_before);
+
   const TrackerCounters& counters() const { return counters_; }
   uint32_t mtu() const { return mtu_; }
 
@@ -163,6 +172,28 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
 }
 }  // namespace tracker_internal
 
+[[gnu::always_inline]] inline bool RequestTracker::TryContinue(QpEntry& e,
+                                                                const pkt::PacketDesc& desc,
+                                                                RequestKind kind,
+                                                                uint32_t* sent_before) {
+  constexpr uint8_t kInOrder = kEntryPsnValid | kEntryInProgress;
+  const uint32_t psn = desc.psn & kPsnMask;
+  const uint8_t flags = e.flags;
+  if ((flags & kInOrder) != kInOrder || psn != e.next_psn ||
+      static_cast<RequestKind>(e.kind) != kind) {
+    return false;
+  }
+  const uint32_t before = e.sent;
+  const uint32_t sent = tracker_internal::SaturatingAdd(before, DataBytes(desc));
+  if ((flags & kEntrySizeKnown) && sent > e.size && before <= e.size) [[unlikely]] {
+    ++counters_.overrun;
+  }
+  e.sent = sent;
+  e.next_psn = PsnAdd(psn, 1);
+  *sent_before = before;
+  return true;
+}
+
 // The entry's fields are read into locals and written back once: QpEntry's uint8_t fields may
 // alias anything, so stores through the entry would make the compiler reload everything else.
 [[gnu::always_inline]] inline TrackResult RequestTracker::OnRequestPacket(
@@ -180,17 +211,8 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
 
   // The common case of a multi-packet message: the next middle packet of the request in progress,
   // in order. Same accounting as below, fewer questions.
-  constexpr uint8_t kInOrder = kEntryPsnValid | kEntryInProgress;
-  if ((flags & kInOrder) == kInOrder && psn == e.next_psn && !first && !last &&
-      static_cast<RequestKind>(e.kind) == kind) [[likely]] {
+  if (!first && !last && TryContinue(e, desc, kind, &r.sent_before)) [[likely]] {
     r.outcome = TrackOutcome::kContinue;
-    r.sent_before = sent;
-    sent = tracker_internal::SaturatingAdd(sent, DataBytes(desc));
-    if ((flags & kEntrySizeKnown) && sent > size && r.sent_before <= size) [[unlikely]] {
-      ++counters_.overrun;
-    }
-    e.sent = sent;
-    e.next_psn = PsnAdd(psn, 1);
     return r;
   }
   // A whole request in one packet (SEND or WRITE only, READ request, atomic), in order, with
