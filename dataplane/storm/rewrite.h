@@ -12,6 +12,7 @@
 // few byte stores, no allocation.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -48,18 +49,22 @@ inline void SetDscp(uint8_t* frame, const pkt::PacketDesc& desc, uint8_t dscp) {
 inline void SetDscpAt(uint8_t* ip, pkt::L3 l3, uint8_t dscp) {
   dscp &= 0x3f;
   if (l3 == pkt::L3::kIpv4) {
-    // The TOS is the low byte of the header's first 16-bit word (version/IHL, TOS): one word in,
-    // one checksum word updated (RFC 1624), in network order.
+    // The TOS is the second byte of the header's first 16-bit word (version/IHL, TOS): one word
+    // in, one checksum word updated (RFC 1624). The one's complement sum does not depend on byte
+    // order, so the words are taken as they sit in memory, without swapping: on a little-endian
+    // load the TOS is the high byte, its ECN bits are bits 8-9 and the DSCP bits 10-15 (on a
+    // big-endian one the same mask and shift apply to the network-order word).
     uint16_t w0, csum;
     std::memcpy(&w0, ip, 2);
-    const uint16_t old_word = __builtin_bswap16(w0);
-    const uint16_t new_word = static_cast<uint16_t>((old_word & 0xff03) | dscp << 2);
-    if (new_word == old_word) return;
+    constexpr bool kLittle = std::endian::native == std::endian::little;
+    const uint16_t keep = kLittle ? 0x03ff : 0xff03;
+    const int shift = kLittle ? 10 : 2;
+    const auto new_word = static_cast<uint16_t>((w0 & keep) | dscp << shift);
+    if (new_word == w0) return;
     std::memcpy(&csum, ip + 10, 2);
-    const uint16_t updated = ChecksumUpdate16(__builtin_bswap16(csum), old_word, new_word);
-    ip[1] = static_cast<uint8_t>(new_word);
-    csum = __builtin_bswap16(updated);
-    std::memcpy(ip + 10, &csum, 2);
+    const uint16_t updated = ChecksumUpdate16(csum, w0, new_word);
+    std::memcpy(ip, &new_word, 2);
+    std::memcpy(ip + 10, &updated, 2);
   } else if (l3 == pkt::L3::kIpv6) {
     // Version (4) | traffic class (8) | flow label (20): DSCP is the class's top 6 bits, i.e. the
     // low nibble of byte 0 and the top 2 bits of byte 1; ECN is bits 5-4 of byte 1.
