@@ -1,4 +1,4 @@
-// The fast IPv4 switch lookup (fields.h FastSwitch4), scalar and AVX2. Both compute, per address:
+// The fast IPv4 switch lookup (fields.h FastSwitch4), scalar, AVX2 and AVX-512. All compute, per address:
 //   in   = the bits outside the digit fields equal the prefix (and, unless every m_j is a power of
 //          two, every digit is below m_j);
 //   up   = a digit above the node's tier differs from the node's own;
@@ -89,6 +89,64 @@ void Scalar(const FastSwitch4& f, const uint32_t* dst, uint8_t* out, size_t n) {
   FastSwitch4Scalar(f, dst + i, out + 16 * i, n - i);
 }
 #undef HEDDLE_FWD_STORE4
+
+// Sixteen addresses a step. The answers' first words are built as 32-bit lanes and widened to
+// 64 bits, the up masks come from a masked move, and vpermt2q interleaves the two into NextHops
+// four to a 64-byte store.
+[[gnu::target("avx512f,avx512vl,avx512bw")]] void Avx512(const FastSwitch4& f,
+                                                         const uint32_t* dst, void* out_v,
+                                                         size_t n) {
+  uint8_t* out = static_cast<uint8_t*>(out_v);
+  const __m512i field_bits = _mm512_set1_epi32(static_cast<int>(f.field_bits));
+  const __m512i base = _mm512_set1_epi32(static_cast<int>(f.base));
+  const __m512i own = _mm512_set1_epi32(static_cast<int>(f.own));
+  const __m512i above = _mm512_set1_epi32(static_cast<int>(f.above));
+  const __m512i down_mask = _mm512_set1_epi32(static_cast<int>(f.down_mask));
+  const __m128i down_shift = _mm_cvtsi32_si128(static_cast<int>(f.down_shift));
+  const __m512i up_word = _mm512_set1_epi32(static_cast<int>(f.up_word));
+  const __m512i not_in_fabric = _mm512_set1_epi32(static_cast<int>(kNotInFabricWord));
+  const __m512i up_mask = _mm512_set1_epi64(static_cast<long long>(f.up_mask));
+  __m128i shift[4];
+  __m512i digit_mask[4], m[4];
+  for (int j = 1; j <= 3; ++j) {
+    shift[j] = _mm_cvtsi32_si128(static_cast<int>(f.shift[j]));
+    digit_mask[j] = _mm512_set1_epi32(static_cast<int>(f.digit_mask[j]));
+    m[j] = _mm512_set1_epi32(static_cast<int>(f.m[j]));
+  }
+  // 64-bit lanes: [w0 m0 w1 m1 w2 m2 w3 m3] from w (indexes 0..7) and m (8..15), and the same
+  // for lanes 4..7.
+  const __m512i lo_idx = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+  const __m512i hi_idx = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i a = _mm512_loadu_si512(dst + i);
+    const __m512i v = _mm512_and_si512(a, field_bits);
+    __mmask16 in = _mm512_cmpeq_epi32_mask(_mm512_andnot_si512(field_bits, a), base);
+    if (!f.pow2) {
+      for (int j = 1; j <= 3; ++j) {
+        const __m512i d = _mm512_and_si512(_mm512_srl_epi32(v, shift[j]), digit_mask[j]);
+        in &= _mm512_cmplt_epu32_mask(d, m[j]);
+      }
+    }
+    const __mmask16 up =
+        _mm512_test_epi32_mask(_mm512_xor_si512(v, own), above);  // a digit above differs
+    const __m512i port =
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srl_epi32(v, down_shift), down_mask), 16);
+    const __m512i w0 =
+        _mm512_mask_blend_epi32(in, not_in_fabric, _mm512_mask_blend_epi32(up, port, up_word));
+    const __mmask16 sel = in & up;
+    const __m512i w_lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(w0));
+    const __m512i w_hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(w0, 1));
+    const __m512i m_lo = _mm512_maskz_mov_epi64(static_cast<__mmask8>(sel), up_mask);
+    const __m512i m_hi = _mm512_maskz_mov_epi64(static_cast<__mmask8>(sel >> 8), up_mask);
+    uint8_t* p = out + 16 * i;
+    _mm512_storeu_si512(p, _mm512_permutex2var_epi64(w_lo, lo_idx, m_lo));
+    _mm512_storeu_si512(p + 64, _mm512_permutex2var_epi64(w_lo, hi_idx, m_lo));
+    _mm512_storeu_si512(p + 128, _mm512_permutex2var_epi64(w_hi, lo_idx, m_hi));
+    _mm512_storeu_si512(p + 192, _mm512_permutex2var_epi64(w_hi, hi_idx, m_hi));
+  }
+  FastSwitch4Scalar(f, dst + i, out + 16 * i, n - i);
+}
 #endif
 
 }  // namespace
@@ -101,10 +159,26 @@ void FastSwitch4Scalar(const FastSwitch4& f, const uint32_t* dst, void* out, siz
   }
 }
 
-FastSwitch4Fn PickFastSwitch4() {
+FastSwitch4Fn FastSwitch4Avx2() {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) return Avx2;
 #endif
+  return nullptr;
+}
+
+FastSwitch4Fn FastSwitch4Avx512() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw")) {
+    return Avx512;
+  }
+#endif
+  return nullptr;
+}
+
+FastSwitch4Fn PickFastSwitch4() {
+  if (FastSwitch4Fn fn = FastSwitch4Avx512()) return fn;
+  if (FastSwitch4Fn fn = FastSwitch4Avx2()) return fn;
   return FastSwitch4Scalar;
 }
 

@@ -80,7 +80,8 @@ struct ClassMatch {
 
 // A switch's IPv4 lookup when one answer covers every destination reached upwards (no failures
 // near the node, no class restricting its tier, no overrides): the straight-line form that
-// SwitchTable::LookupBulk4 runs, scalar or with AVX2 (chosen once, when the table is built).
+// SwitchTable::LookupBulk4 runs, scalar or with AVX2 or AVX-512 (chosen once, when the table is
+// built).
 // Answers are written as NextHops: the 64-bit words {kind | down_port << 16} and up_mask.
 struct FastSwitch4 {
   uint32_t field_bits = 0;
@@ -115,7 +116,11 @@ inline void FastSwitch4Words(const FastSwitch4& f, uint32_t a, uint64_t words[2]
 }
 using FastSwitch4Fn = void (*)(const FastSwitch4& f, const uint32_t* dst, void* out, size_t n);
 void FastSwitch4Scalar(const FastSwitch4& f, const uint32_t* dst, void* out, size_t n);
-// AVX2 when the CPU has it, else the scalar form.
+// The vector forms, or nullptr where the CPU lacks the instructions (tests compare each with the
+// scalar form).
+FastSwitch4Fn FastSwitch4Avx2();
+FastSwitch4Fn FastSwitch4Avx512();
+// AVX-512 (F, VL, BW) when the CPU has it, else AVX2, else the scalar form.
 FastSwitch4Fn PickFastSwitch4();
 
 }  // namespace heddle::fwd::internal
