@@ -1,14 +1,14 @@
 """Nüwa artifact install through heddled on virtual ports (docs/nuwa-install.md).
 
-heddled runs as host[5] of a small 2-tier fabric (heddle-test-artifact: 4 ToRs of 4 hosts, two
-host ports, 10.0.0.0/8) with one host port and two uplinks on net_pcap, fwd configured and lb
+heddled runs as host[5] of a small 2-tier fabric (compiled by heddle-nuwa: 4 leaves of 4 hosts,
+two host ports, 10.0.0.0/8) with one host port and two uplinks on net_pcap, fwd configured and lb
 not: the installed artifact alone turns pin-select on (ecmp, pin off). Traffic enters through a
 FIFO the test writes pcap records into while the daemon runs, so that phases of traffic can be
 told apart in the uplinks' output pcaps.
 
 Every output frame towards a fabric destination must carry one path of that destination's path
-set as the artifact gives it — read independently with HostTable::Paths4 (heddle-test-artifact
-query): the uplink (fwd.ports order), the next-hop MAC as destination MAC and the entropy as UDP
+set as the artifact gives it — read independently by `heddle-nuwa query --json` from the same
+artifact: the uplink (fwd.ports order), the next-hop MAC as destination MAC and the entropy as UDP
 source port, with a valid ICRC. Frames to this host itself and to addresses outside the fabric
 are left untouched and follow port-fwd.
 
@@ -16,9 +16,10 @@ ArtifactInstall: start with artifact A, install B (frames follow B), a corrupt f
 artifact and another fabric's artifact are refused (frames keep following B), diff, rollback to A.
 ArtifactSwaps: 1000 installs alternating A and B while traffic flows; every packet received is
 sent (no drop), and every sent frame matches A's or B's path set for its destination.
-Run by ctest with HEDDLED, HEDDLECTL and HEDDLE_TEST_ARTIFACT set.
+Run by ctest with HEDDLED, HEDDLECTL, HEDDLE_NUWA and HEDDLE_TEST_ARTIFACT (the swap loop) set.
 """
 
+import json
 import os
 import shutil
 import struct
@@ -35,6 +36,7 @@ import harness  # noqa: E402
 from harness import Daemon, metric_values, read_pcap  # noqa: E402
 
 TOOL = os.environ.get("HEDDLE_TEST_ARTIFACT", "heddle-test-artifact")
+NUWA = os.environ.get("HEDDLE_NUWA", "heddle-nuwa")
 HOST = 5  # this daemon's node: host[5] = 10.0.0.5
 SRC = bytes([10, 0, 0, 5])
 UPLINKS = ("uplink0", "uplink1")  # artifact host ports 0, 1
@@ -53,22 +55,47 @@ def tool(*args):
                           text=True, timeout=60).stdout
 
 
-def make_artifact(path, seed, fabric="pod-a", role="host"):
-    tool("make", "--out", path, "--seed", str(seed), "--fabric", fabric, "--role", role)
-    return path
+# The fabric: 2 tiers, 4 leaves of 4 hosts, every host on two leaves (host_uplinks: 2: two host
+# ports), 4 spines, hosts in 10.0.0.0/8. A and B differ in the switches' hash function, so the
+# entropies the compiler picks for distinct spine paths differ too.
+FABRIC_YAML = """fabric:
+  name: {name}
+  kind: clos2
+  hosts_per_leaf: 4
+  leaves: 4
+  spines: 4
+  host_uplinks: 2
+  link_gbps: 100
+addressing:
+  ipv4: 10.0.0.0/8
+hash:
+  function: {hash}
+  seed: 7
+"""
 
 
-def path_set(artifact, dst):
-    """{(uplink name, dst MAC bytes, entropy)} for dst, or a kind string ("local", ...)."""
-    lines = tool("query", "--artifact", artifact, "--host", str(HOST), "--dst", dst).split("\n")
-    lines = [l for l in lines if l]
-    if len(lines) == 1 and " " not in lines[0]:
-        return lines[0]
-    out = set()
-    for line in lines:
-        port, entropy, mac = line.split()
-        out.add((UPLINKS[int(port)], bytes.fromhex(mac.replace(":", "")), int(entropy) & 0xFFFF))
+def compile_fabric(tmp, label, name="pod-a", hash_function="crc32"):
+    """heddle-nuwa compile of the fabric; returns the artifact directory."""
+    src = os.path.join(tmp, "%s.yaml" % label)
+    with open(src, "w") as f:
+        f.write(FABRIC_YAML.format(name=name, hash=hash_function))
+    out = os.path.join(tmp, label)
+    subprocess.run([NUWA, "compile", src, "-o", out], check=True, capture_output=True,
+                   text=True, timeout=60)
     return out
+
+
+def path_set(artifacts, dst):
+    """{(uplink name, dst MAC bytes, entropy)} for dst, or a kind string ("local", ...), as
+    heddle-nuwa query reads it from the compiled host artifact."""
+    out = subprocess.run([NUWA, "query", "--artifacts", artifacts, "--node", "host[%d]" % HOST,
+                          "--dst", dst, "--json"], check=True, capture_output=True, text=True,
+                         timeout=60).stdout
+    q = json.loads(out)
+    if not q["paths"]:
+        return q["kind"]
+    return {(UPLINKS[p["port"]], bytes.fromhex(p["next_hop_mac"].replace(":", "")),
+             p["entropy"] & 0xFFFF) for p in q["paths"]}
 
 
 def roce_frame(dst, qpn, psn, payload=16):
@@ -149,10 +176,12 @@ class Setup:
     def __init__(self, test):
         self.tmp = tempfile.mkdtemp(prefix="heddle-nuwa-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
-        self.a = make_artifact(os.path.join(self.tmp, "a.nuwa"), 1)
-        self.b = make_artifact(os.path.join(self.tmp, "b.nuwa"), 2)
+        self.dir_a = compile_fabric(self.tmp, "a", hash_function="crc32")
+        self.dir_b = compile_fabric(self.tmp, "b", hash_function="crc16")
+        self.a = os.path.join(self.dir_a, "host.nuwa")
+        self.b = os.path.join(self.dir_b, "host.nuwa")
         self.sets = {name: {d: path_set(art, d) for d in FABRIC_DSTS + [LOCAL_DST, OUTSIDE_DST]}
-                     for name, art in (("A", self.a), ("B", self.b))}
+                     for name, art in (("A", self.dir_a), ("B", self.dir_b))}
         for name in "AB":
             for d in FABRIC_DSTS:
                 test.assertIsInstance(self.sets[name][d], set, "%s %s" % (name, d))
@@ -293,8 +322,8 @@ class ArtifactInstall(unittest.TestCase):
         data = bytearray(open(s.b, "rb").read())
         data[len(data) // 2] ^= 0x5A
         open(corrupt, "wb").write(bytes(data))
-        tor = make_artifact(os.path.join(s.tmp, "tor.nuwa"), 2, role="switch")
-        other = make_artifact(os.path.join(s.tmp, "other.nuwa"), 2, fabric="pod-b")
+        tor = os.path.join(s.dir_b, "leaf.nuwa")
+        other = os.path.join(compile_fabric(s.tmp, "other", name="pod-b"), "host.nuwa")
         for path, why in ((corrupt, "artifact " + corrupt), (tor, "installs the fabric's host"),
                           (other, "fwd.fabric")):
             p = subprocess.run([harness.HEDDLECTL, "-s", d.socket, "artifact", "install", path],
