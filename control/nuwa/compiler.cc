@@ -665,10 +665,10 @@ fwd::EntropySpec ChooseEntropies(const Fabric& f) {
 }
 
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec) {
-  // Format version 1 (dataplane/fwd/artifact.cc): a 64-byte header, a 16-byte directory entry per
-  // section, eight sections, each 8-byte aligned.
+  // Format version 2 (dataplane/fwd/artifact.cc): a 64-byte header, a 16-byte directory entry per
+  // section, nine sections, each 8-byte aligned.
   auto align8 = [](uint64_t n) { return (n + 7) & ~uint64_t{7}; };
-  uint64_t n = 64 + 8 * 16;
+  uint64_t n = 64 + 9 * 16;
   n += 40 + 32 + 16;  // SHAPE, ADDR, HASH
   uint64_t names = 0;
   for (const auto& c : spec.classes) names += c.name.size();
@@ -679,6 +679,7 @@ uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec) {
   for (const auto& l : spec.entropy.by_lca) values += l.size();
   n += align8(16 + 4 * values);                                      // ENTROPY
   n += align8(8 + spec.fabric_name.size() + spec.role_name.size());  // NAME
+  n += 8 + 32 * spec.dst_exceptions.size();                          // DST_EXCEPTIONS
   return n;
 }
 
@@ -739,20 +740,32 @@ fwd::NextHops EvaluateSwitch4(const fwd::ArtifactSpec& spec, uint8_t plane, uint
   if (!host) return nh;
   const Topo t(shape);
   const uint64_t g = *host / t.m[1];
-  auto find_override = [&](uint8_t level, uint32_t key) -> const fwd::OverrideSpec* {
+  auto find_override = [&](uint32_t node, uint8_t level, uint32_t key) -> const fwd::OverrideSpec* {
     auto it = std::lower_bound(
-        spec.overrides.begin(), spec.overrides.end(), std::make_tuple(plane, index, level, key),
+        spec.overrides.begin(), spec.overrides.end(), std::make_tuple(plane, node, level, key),
         [](const fwd::OverrideSpec& o, const std::tuple<uint8_t, uint32_t, uint8_t, uint32_t>& k) {
           return std::tie(o.plane, o.node, o.level, o.dst) < k;
         });
-    if (it != spec.overrides.end() && it->plane == plane && it->node == index &&
+    if (it != spec.overrides.end() && it->plane == plane && it->node == node &&
         it->level == level && it->dst == key) {
       return &*it;
     }
     return nullptr;
   };
-  if (const auto* o = find_override(0, *host)) return o->hops;
-  if (const auto* o = find_override(1, static_cast<uint32_t>(g))) return o->hops;
+  // A node's own override, else the plane's wildcard, level 0 before level 1.
+  for (const auto& [level, key] : {std::pair<uint8_t, uint32_t>{0, *host},
+                                   std::pair<uint8_t, uint32_t>{1, static_cast<uint32_t>(g)}}) {
+    const fwd::OverrideSpec* o = find_override(index, level, key);
+    if (o == nullptr) o = find_override(fwd::kAllNodes, level, key);
+    if (o == nullptr) continue;
+    if (level == 1 && spec.tier == 1 && o->hops.kind == fwd::HopKind::kDown) {
+      // A tier-1 group override going down: the destination's own port.
+      nh.kind = fwd::HopKind::kDown;
+      nh.down_port = static_cast<uint16_t>(*host % t.m[1]);
+      return nh;
+    }
+    return o->hops;
+  }
   const int i = spec.tier;
   const int L = t.Lca(i, t.Apart(i, index), g);
   if (L == i) {

@@ -30,7 +30,8 @@
 // EvaluateSwitch4() below is the compiler's own statement, used by the tests): for switch
 // (plane, index) at tier i and a destination address:
 //   1. not a host of the fabric -> kNotInFabric;
-//   2. an override (plane, index, 0, host) -> it; else an override (plane, index, 1, host / m_1);
+//   2. an override (plane, index or kAllNodes, 0, host) -> it (the node's own first); else an
+//      override (plane, index or kAllNodes, 1, host / m_1) -> it (a tier-1 kDown: port a_1);
 //   3. the switch's a-digits above tier i equal the destination's -> kDown, port = digit a_i;
 //   4. otherwise L = the highest tier j > i where they differ; mask = the node's up_mask[L] (all
 //      w_{i+1} up ports without an entry); the first class whose prefix holds the address, when
@@ -75,8 +76,9 @@ uint64_t FabricDigest(const Fabric& fabric);
 // The entropy (UDP source port) lists of the host artifact, by LCA tier (docs/nuwa.md §5).
 fwd::EntropySpec ChooseEntropies(const Fabric& fabric);
 
-// The bytes fwd::Serialize writes for `spec`, from the section sizes of format version 1
-// (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides.
+// The bytes fwd::Serialize writes for `spec`, from the section sizes of format version 2
+// (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides,
+// 32-byte destination exceptions.
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec);
 
 // The inverse of what Compile() copies into every artifact: as much of the Fabric as an artifact
