@@ -24,7 +24,16 @@
 //     the lowest tier at which v can reach a member of D by climbing; v's next hops are its up
 //     ports to parents with the same R, or its down port when v is in D) and emits an override for
 //     every node whose exact next-hop set differs from what the rule with masks (and any level-1
-//     override, for level 0) gives, including kUnreachable.
+//     override, for level 0) gives, including kUnreachable. Per (plane, tier, level, dst), when
+//     fewer entries result, one wildcard override (node fwd::kAllNodes: unreachable) plus an
+//     override for each node that still reaches the destination replaces them.
+//   * host destination exceptions (fwd::DstExceptionSpec): from the same evaluation, which tier-1
+//     switches still reach each affected destination. On an XGFT a tier-1 switch's distance to a
+//     destination is its LCA tier or infinite, so a host port is on a shortest path exactly when
+//     its tier-1 switch reaches the destination; for a source whose climb is intact that depends
+//     only on (port, LCA tier, destination), which one entry per affected destination states,
+//     with the most paths left per port (the entropy cap). Sources whose own failures combine with
+//     the destination's get host overrides with their exact ports.
 //
 // The lookup semantics the artifacts are compiled for (fwd::SwitchTable implements them;
 // EvaluateSwitch4() below is the compiler's own statement, used by the tests): for switch
@@ -54,8 +63,10 @@ struct CompileStats {
   uint32_t rules = 0;                  // role artifacts: one per switch tier, one for hosts
   uint64_t node_masks = 0;             // exception entries, all artifacts
   uint64_t overrides = 0;              //
-  uint64_t exceptions = 0;             // node_masks + overrides
+  uint64_t exceptions = 0;             // node_masks + overrides + dst_exceptions
   uint64_t affected_destinations = 0;  // groups and hosts whose down-reachability changed
+  uint64_t wildcards = 0;              // of the overrides: wildcard "unreachable" entries
+  uint64_t dst_exceptions = 0;         // the host artifact's destination exceptions
   uint64_t bytes = 0;                  // sum of the artifacts' serialized sizes (estimate)
 };
 
