@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "absl/container/flat_hash_set.h"
@@ -147,6 +148,15 @@ int HostClass(const Fabric& f, uint32_t host) {
 // ---- Failures -------------------------------------------------------------------------------
 
 constexpr uint8_t kInf = 0xFF;
+constexpr uint32_t kPathCountCap = 1u << 16;
+
+// One plane's view of one re-evaluated destination from the hosts: per tier-1 group of sources,
+// the replica digits b_1 of the group's tier-1 switches that still reach it; per LCA tier, the
+// most shortest paths one of those switches has.
+struct HostView {
+  std::vector<uint64_t> reach;                  // [source group]: bit b_1
+  std::array<uint32_t, kMaxTiers + 1> paths{};  // [L]
+};
 
 // Everything the exception computation needs about one plane.
 struct PlaneState {
@@ -166,7 +176,7 @@ class ExceptionBuilder {
     planes_.resize(t_.planes);
     for (uint32_t p = 0; p < t_.planes; ++p) InitPlane(p);
     for (const NodeRef& n : failures.switches) planes_[n.plane].alive[n.tier][n.index] = 0;
-    std::map<uint32_t, uint64_t> host_dead;  // host -> dead ports, all planes
+    std::map<uint32_t, uint64_t>& host_dead = host_dead_;
     for (const LinkRef& l : failures.links) {
       if (l.lower.tier == 0) {
         host_dead[l.lower.index] |= uint64_t{1} << l.up_port;
@@ -199,13 +209,21 @@ class ExceptionBuilder {
       AddClassGroups(p, groups);
       Overrides(p, groups, hosts);
     }
+    HostExceptions();
+    const auto by_key = [](const fwd::OverrideSpec& a, const fwd::OverrideSpec& b) {
+      return std::tie(a.plane, a.node, a.level, a.dst) < std::tie(b.plane, b.node, b.level, b.dst);
+    };
     for (int i = 1; i <= t_.h; ++i) {
       auto& ov = out_.switches[i - 1].overrides;
-      std::sort(ov.begin(), ov.end(), [](const fwd::OverrideSpec& a, const fwd::OverrideSpec& b) {
-        return std::tie(a.plane, a.node, a.level, a.dst) <
-               std::tie(b.plane, b.node, b.level, b.dst);
-      });
+      std::sort(ov.begin(), ov.end(), by_key);
     }
+    std::sort(out_.host.overrides.begin(), out_.host.overrides.end(), by_key);
+    auto& dx = out_.host.dst_exceptions;
+    std::sort(dx.begin(), dx.end(),
+              [](const fwd::DstExceptionSpec& a, const fwd::DstExceptionSpec& b) {
+                return std::tie(a.level, a.dst) < std::tie(b.level, b.dst);
+              });
+    out_.stats.dst_exceptions = dx.size();
   }
 
  private:
@@ -313,16 +331,16 @@ class ExceptionBuilder {
     for (uint64_t g = first; g < first + t_.Q[tier]; ++g) groups.insert(g);
   }
 
-  // A class confining the tier-(t-1) -> t hop with t - 1 >= 2 changes which tier-(t-1) nodes
-  // can climb to t for its destinations, which the (class-blind) masks of the tiers below cannot
-  // say: when some alive node's class-restricted climb differs, the class's groups are
-  // evaluated in full.
+  // A class confining the tier-(t-1) -> t hop changes which tier-(t-1) nodes can climb to t for
+  // its destinations, which the (class-blind) masks of the tiers below cannot say (with t = 2:
+  // the hosts' masks): when some alive node's class-restricted climb differs, the class's groups
+  // are evaluated in full.
   void AddClassGroups(uint32_t p, std::set<uint64_t>& groups) {
     const auto& classes = f_.routing.classes;
     const PlaneState& ps = planes_[p];
     for (size_t c = 0; c < classes.size(); ++c) {
       const int rt = classes[c].restrict_tier;
-      if (rt < 3) continue;
+      if (rt < 2) continue;
       const int i = rt - 1;
       bool differs = false;
       for (uint64_t x = 0; x < t_.N[i] && !differs; ++x) {
@@ -403,9 +421,11 @@ class ExceptionBuilder {
         }
       }
     }
-    // R: the lowest tier at which a node reaches D by climbing; then the next hops.
+    // R: the lowest tier at which a node reaches D by climbing; then the next hops, and the number
+    // of shortest paths from the node (saturating; the host artifact needs at most 64).
     for (int i = h; i >= 1; --i) {
       r_[i].assign(t_.N[i], kInf);
+      cnt_[i].assign(t_.N[i], 0);
       nh_[i].resize(t_.N[i]);
       const uint64_t ga = g / t_.Q[i];
       const uint64_t allowed =
@@ -417,6 +437,7 @@ class ExceptionBuilder {
         if (!ps.alive[i][x]) continue;
         if (x / t_.B[i] == ga && in_d_[i][x % t_.B[i]]) {
           r_[i][x] = static_cast<uint8_t>(i);
+          cnt_[i][x] = 1;
           nh.kind = fwd::HopKind::kDown;
           nh.down_port = static_cast<uint16_t>(i == 1 ? host % t_.m[1] : t_.GroupDigit(g, i));
           continue;
@@ -425,17 +446,24 @@ class ExceptionBuilder {
         uint64_t up = ps.up_alive[i][x] & allowed;
         uint8_t best = kInf;
         uint64_t mask = 0;
+        uint32_t paths = 0;
         while (up) {
           const uint32_t u = static_cast<uint32_t>(std::countr_zero(up));
           up &= up - 1;
-          const uint8_t r = r_[i + 1][t_.Parent(i, x, u)];
+          const uint32_t parent = t_.Parent(i, x, u);
+          const uint8_t r = r_[i + 1][parent];
           if (r < best) {
             best = r;
             mask = 0;
+            paths = 0;
           }
-          if (r == best && r != kInf) mask |= uint64_t{1} << u;
+          if (r == best && r != kInf) {
+            mask |= uint64_t{1} << u;
+            paths = std::min<uint32_t>(paths + cnt_[i + 1][parent], kPathCountCap);
+          }
         }
         r_[i][x] = best;
+        cnt_[i][x] = paths;
         if (best != kInf) {
           nh.kind = fwd::HopKind::kUp;
           nh.up_mask = mask;
@@ -454,6 +482,43 @@ class ExceptionBuilder {
     out_.switches[i - 1].overrides.push_back(o);
   }
 
+  // The overrides of tier i for one destination (level, dst), given what a node would answer
+  // without them (`eff`, by node index; null: the rule). Per-node overrides where the true next
+  // hops (nh_) differ, or, when that takes fewer entries, one wildcard "unreachable" plus
+  // per-node overrides where the truth is not "unreachable". Marks in `covered` the nodes an
+  // override of this level now answers for (all of them with a wildcard).
+  void EmitTier(uint32_t p, int i, uint8_t level, uint64_t dst, uint32_t host, int cls,
+                const std::vector<fwd::NextHops>* eff, std::vector<uint8_t>& covered) {
+    const PlaneState& ps = planes_[p];
+    const std::vector<fwd::NextHops>& nh = nh_[i];
+    uint64_t differ = 0, reachable = 0;
+    std::vector<uint8_t> diff(t_.N[i], 0);
+    for (uint64_t x = 0; x < t_.N[i]; ++x) {
+      if (!ps.alive[i][x]) continue;
+      const fwd::NextHops want = eff != nullptr ? (*eff)[x] : Rule(p, i, x, host, cls);
+      if (nh[x] != want) diff[x] = 1, ++differ;
+      if (nh[x].kind != fwd::HopKind::kUnreachable) ++reachable;
+    }
+    if (1 + reachable < differ) {
+      fwd::NextHops none;
+      none.kind = fwd::HopKind::kUnreachable;
+      Emit(p, i, fwd::kAllNodes, level, dst, none);
+      ++out_.stats.wildcards;
+      for (uint64_t x = 0; x < t_.N[i]; ++x) {
+        if (!ps.alive[i][x]) continue;
+        covered[x] = 1;
+        if (nh[x].kind != fwd::HopKind::kUnreachable) Emit(p, i, x, level, dst, nh[x]);
+      }
+      return;
+    }
+    for (uint64_t x = 0; x < t_.N[i]; ++x) {
+      if (diff[x]) {
+        Emit(p, i, x, level, dst, nh[x]);
+        covered[x] = 1;
+      }
+    }
+  }
+
   void Overrides(uint32_t p, const std::set<uint64_t>& groups, const std::set<uint32_t>& hosts) {
     const PlaneState& ps = planes_[p];
     // Every group to visit: the affected ones and those holding a host with a dead link.
@@ -462,6 +527,7 @@ class ExceptionBuilder {
     for (uint32_t host : hosts) visit[host / t_.m[1]].push_back(host);
     std::array<std::vector<uint8_t>, kMaxTiers + 1> l1;  // node has a level-1 override for g
     std::array<std::vector<fwd::NextHops>, kMaxTiers + 1> l1_hops;
+    std::vector<fwd::NextHops> eff;
     for (auto& [g, dead_hosts] : visit) {
       const bool group_level = groups.count(g) != 0;
       const uint32_t first = static_cast<uint32_t>(g * t_.m[1]);
@@ -478,15 +544,10 @@ class ExceptionBuilder {
       if (group_level) {
         ++out_.stats.affected_destinations;
         Evaluate(p, g, rep, false, rep_class);
+        RecordHostView(p, 1, g, g);
         for (int i = 1; i <= t_.h; ++i) {
           l1_hops[i] = nh_[i];
-          for (uint64_t x = 0; x < t_.N[i]; ++x) {
-            if (!ps.alive[i][x]) continue;
-            if (nh_[i][x] != Rule(p, i, x, rep, rep_class)) {
-              Emit(p, i, x, 1, g, nh_[i][x]);
-              l1[i][x] = 1;
-            }
-          }
+          EmitTier(p, i, 1, g, rep, rep_class, nullptr, l1[i]);
         }
         if (!f_.routing.classes.empty()) {
           for (uint32_t a1 = 0; a1 < t_.m[1]; ++a1) {
@@ -500,18 +561,187 @@ class ExceptionBuilder {
         ++out_.stats.affected_destinations;
         const int cls = ClassOf(host);
         Evaluate(p, g, host, true, cls);
+        RecordHostView(p, 0, host, g);
         for (int i = 1; i <= t_.h; ++i) {
+          eff.resize(t_.N[i]);
           for (uint64_t x = 0; x < t_.N[i]; ++x) {
             if (!ps.alive[i][x]) continue;
-            fwd::NextHops eff;
             if (l1[i][x]) {
-              eff = l1_hops[i][x];
+              eff[x] = l1_hops[i][x];
               // A level-1 override is the group's; a tier-1 down port is the host's own digit.
-              if (eff.kind == fwd::HopKind::kDown && i == 1) eff.down_port = host % t_.m[1];
+              if (eff[x].kind == fwd::HopKind::kDown && i == 1) eff[x].down_port = host % t_.m[1];
             } else {
-              eff = Rule(p, i, x, host, cls);
+              eff[x] = Rule(p, i, x, host, cls);
             }
-            if (nh_[i][x] != eff) Emit(p, i, x, 0, host, nh_[i][x]);
+          }
+          std::vector<uint8_t> covered(t_.N[i], 0);
+          EmitTier(p, i, 0, host, host, cls, &eff, covered);
+        }
+      }
+    }
+  }
+
+  // ---- Host artifacts: destination exceptions ------------------------------------------------
+
+  // The LCA tier of every tier-1 group with group g, without a division per group: the groups
+  // sharing g's tier-j subtree are one contiguous range of Q[j].
+  const std::vector<uint8_t>& GroupLcas(uint64_t g) {
+    if (lca_of_ == g && !lcas_.empty()) return lcas_;
+    lca_of_ = g;
+    lcas_.assign(t_.groups(), static_cast<uint8_t>(t_.h));
+    for (int j = t_.h - 1; j >= 1; --j) {
+      const uint64_t first = g / t_.Q[j] * t_.Q[j];
+      std::fill(lcas_.begin() + static_cast<ptrdiff_t>(first),
+                lcas_.begin() + static_cast<ptrdiff_t>(first + t_.Q[j]), static_cast<uint8_t>(j));
+    }
+    return lcas_;
+  }
+
+  // After Evaluate(): which tier-1 switches of plane p reach the destination, by source group.
+  void RecordHostView(uint32_t p, uint8_t level, uint32_t dst, uint64_t g) {
+    auto& views = host_views_[{level, dst}];
+    if (views.empty()) views.resize(t_.planes);
+    auto v = std::make_unique<HostView>();
+    v->reach.assign(t_.groups(), 0);
+    const std::vector<uint8_t>& lca = GroupLcas(g);
+    const uint64_t w1 = t_.B[1];
+    for (uint64_t src_group = 0, x = 0; src_group < t_.groups(); ++src_group) {
+      uint64_t bits = 0;
+      uint32_t most = 0;
+      for (uint64_t b = 0; b < w1; ++b, ++x) {
+        if (r_[1][x] == kInf) continue;
+        bits |= uint64_t{1} << b;
+        most = std::max(most, cnt_[1][x]);
+      }
+      v->reach[src_group] = bits;
+      uint32_t& paths = v->paths[lca[src_group]];
+      paths = std::max(paths, most);
+    }
+    views[p] = std::move(v);
+  }
+
+  // Bits b_1 of the tier-1 switches of source group G in plane p that can climb to tier L.
+  uint64_t ClimbBits(uint32_t p, uint64_t src_group, int L) const {
+    uint64_t bits = 0;
+    for (uint32_t b = 0; b < t_.w[1]; ++b) {
+      if (planes_[p].climb[1][src_group * t_.B[1] + b] >> L & 1) bits |= uint64_t{1} << b;
+    }
+    return bits;
+  }
+
+  // The entropy values a host uses at LCA tier L without a cap (HostTable: an empty list is one
+  // value).
+  uint32_t ListLength(int L) const {
+    return std::max<uint32_t>(1, static_cast<uint32_t>(out_.host.entropy.by_lca[L].size()));
+  }
+
+  // The destination exception the views give, and whether it changes anything against `base`
+  // (the exception a host would otherwise apply; null: none).
+  fwd::DstExceptionSpec Summarize(const std::vector<const HostView*>& views,
+                                  const std::vector<uint8_t>& lca) const {
+    fwd::DstExceptionSpec e;
+    const uint32_t w1 = t_.w[1];
+    const uint64_t plane_bits = t_.w[1] >= 64 ? ~uint64_t{0} : (uint64_t{1} << w1) - 1;
+    std::array<uint32_t, kMaxTiers + 1> paths{};
+    for (uint32_t p = 0; p < t_.planes; ++p) {
+      std::array<uint64_t, kMaxTiers + 1> bits{};
+      if (views[p] != nullptr) {
+        for (uint64_t src_group = 0; src_group < t_.groups(); ++src_group) {
+          bits[lca[src_group]] |= views[p]->reach[src_group];
+        }
+      }
+      for (int L = 1; L <= t_.h; ++L) {
+        e.ports[L] |= (views[p] != nullptr ? bits[L] : plane_bits) << (p * w1);
+        paths[L] = std::max(
+            paths[L], views[p] != nullptr ? views[p]->paths[L] : uint32_t{fwd::kMaxHostPaths});
+      }
+    }
+    for (int L = 1; L <= t_.h; ++L) {
+      e.paths[L] = static_cast<uint8_t>(
+          e.ports[L] == 0 ? 0 : std::clamp<uint32_t>(paths[L], 1, fwd::kMaxHostPaths));
+    }
+    return e;
+  }
+
+  // Two exceptions (null: none) the same for every host lookup.
+  bool SameEffect(const fwd::DstExceptionSpec* a, const fwd::DstExceptionSpec* b) const {
+    for (int L = 1; L <= t_.h; ++L) {
+      const uint64_t pa = a != nullptr ? a->ports[L] : t_.FullUp(0);
+      const uint64_t pb = b != nullptr ? b->ports[L] : t_.FullUp(0);
+      const uint32_t na = std::min<uint32_t>(a != nullptr ? a->paths[L] : 64, ListLength(L));
+      const uint32_t nb = std::min<uint32_t>(b != nullptr ? b->paths[L] : 64, ListLength(L));
+      if (pa != pb || (pa != 0 && na != nb)) return false;
+    }
+    return true;
+  }
+
+  // The host artifact's destination exceptions and, for sources whose own failures interact
+  // with the destination's, host overrides: level 1 (groups) first, then level 0 (hosts), each
+  // compared with what a host would apply without it.
+  void HostExceptions() {
+    const uint32_t w1 = t_.w[1];
+    std::map<uint32_t, fwd::DstExceptionSpec> group_entry;                 // g -> emitted
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> group_src_override;  // (g, G) -> ports
+    for (const uint8_t level : {uint8_t{1}, uint8_t{0}}) {
+      for (const auto& [key, plane_views] : host_views_) {
+        if (key.first != level) continue;
+        const uint32_t dst = key.second;
+        const uint64_t g = level == 1 ? dst : dst / t_.m[1];
+        std::vector<const HostView*> views(t_.planes, nullptr);
+        for (uint32_t p = 0; p < t_.planes; ++p) {
+          views[p] = plane_views[p].get();
+          if (views[p] == nullptr && level == 0) {
+            // Not re-evaluated alone in this plane: the group's view, if any.
+            auto it = host_views_.find({uint8_t{1}, static_cast<uint32_t>(g)});
+            if (it != host_views_.end()) views[p] = it->second[p].get();
+          }
+        }
+        const std::vector<uint8_t>& lca = GroupLcas(g);
+        const fwd::DstExceptionSpec e = Summarize(views, lca);
+        const fwd::DstExceptionSpec* base = nullptr;
+        if (level == 0) {
+          auto it = group_entry.find(static_cast<uint32_t>(g));
+          if (it != group_entry.end()) base = &it->second;
+        }
+        fwd::DstExceptionSpec entry = e;
+        entry.level = level;
+        entry.dst = dst;
+        const bool emit = !SameEffect(&e, base);
+        if (emit) {
+          out_.host.dst_exceptions.push_back(entry);
+          if (level == 1) group_entry[dst] = entry;
+        }
+        const fwd::DstExceptionSpec* applied = emit ? &entry : base;
+        // Sources: one tier-1 group at a time (its hosts share their tier-1 switches).
+        for (uint64_t src_group = 0; src_group < t_.groups(); ++src_group) {
+          const int L = lca[src_group];
+          uint64_t truth = 0, predicted = 0;
+          for (uint32_t p = 0; p < t_.planes; ++p) {
+            const uint64_t climb = ClimbBits(p, src_group, L);
+            const uint64_t allowed =
+                applied != nullptr ? applied->ports[L] >> (p * w1) : ~uint64_t{0};
+            truth |= (views[p] != nullptr ? views[p]->reach[src_group] : climb) << (p * w1);
+            predicted |= (climb & allowed) << (p * w1);
+          }
+          predicted &= t_.FullUp(0);
+          if (level == 0) {
+            auto it = group_src_override.find({static_cast<uint32_t>(g), src_group});
+            if (it != group_src_override.end()) predicted = it->second;
+          }
+          if (truth == predicted) continue;
+          if (level == 1) group_src_override[{dst, src_group}] = truth;
+          for (uint32_t a1 = 0; a1 < t_.m[1]; ++a1) {
+            const uint32_t src = static_cast<uint32_t>(src_group * t_.m[1] + a1);
+            if (level == 0 && src == dst) continue;
+            auto dead = host_dead_.find(src);
+            const uint64_t ports = truth & ~(dead == host_dead_.end() ? 0 : dead->second);
+            fwd::OverrideSpec o;
+            o.node = src;
+            o.level = level;
+            o.dst = dst;
+            o.hops.kind = ports != 0 ? fwd::HopKind::kUp : fwd::HopKind::kUnreachable;
+            o.hops.up_mask = ports;
+            out_.host.overrides.push_back(o);
           }
         }
       }
@@ -526,6 +756,13 @@ class ExceptionBuilder {
   std::array<std::vector<uint8_t>, kMaxTiers + 1> in_d_;
   std::array<std::vector<uint8_t>, kMaxTiers + 1> r_;
   std::array<std::vector<fwd::NextHops>, kMaxTiers + 1> nh_;
+  std::array<std::vector<uint32_t>, kMaxTiers + 1> cnt_;
+  std::vector<uint8_t> lcas_;  // GroupLcas(lca_of_)
+  uint64_t lca_of_ = 0;
+  std::map<uint32_t, uint64_t> host_dead_;  // host -> dead ports, all planes
+  // What the host artifact needs about each re-evaluated destination, per plane (null: the
+  // destination was not re-evaluated in that plane), keyed (level, dst).
+  std::map<std::pair<uint8_t, uint32_t>, std::vector<std::unique_ptr<HostView>>> host_views_;
 };
 
 fwd::ArtifactSpec BaseSpec(const Fabric& f, uint64_t digest) {
@@ -665,10 +902,10 @@ fwd::EntropySpec ChooseEntropies(const Fabric& f) {
 }
 
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec) {
-  // Format version 1 (dataplane/fwd/artifact.cc): a 64-byte header, a 16-byte directory entry per
-  // section, eight sections, each 8-byte aligned.
+  // Format version 2 (dataplane/fwd/artifact.cc): a 64-byte header, a 16-byte directory entry per
+  // section, nine sections, each 8-byte aligned.
   auto align8 = [](uint64_t n) { return (n + 7) & ~uint64_t{7}; };
-  uint64_t n = 64 + 8 * 16;
+  uint64_t n = 64 + 9 * 16;
   n += 40 + 32 + 16;  // SHAPE, ADDR, HASH
   uint64_t names = 0;
   for (const auto& c : spec.classes) names += c.name.size();
@@ -679,6 +916,7 @@ uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec) {
   for (const auto& l : spec.entropy.by_lca) values += l.size();
   n += align8(16 + 4 * values);                                      // ENTROPY
   n += align8(8 + spec.fabric_name.size() + spec.role_name.size());  // NAME
+  n += 8 + 32 * spec.dst_exceptions.size();                          // DST_EXCEPTIONS
   return n;
 }
 
@@ -715,7 +953,7 @@ absl::StatusOr<Compiled> Compile(const Fabric& fabric) {
     st.overrides += s->overrides.size();
     st.bytes += EstimateArtifactBytes(*s);
   }
-  st.exceptions = st.node_masks + st.overrides;
+  st.exceptions = st.node_masks + st.overrides + st.dst_exceptions;
   return out;
 }
 
@@ -739,20 +977,32 @@ fwd::NextHops EvaluateSwitch4(const fwd::ArtifactSpec& spec, uint8_t plane, uint
   if (!host) return nh;
   const Topo t(shape);
   const uint64_t g = *host / t.m[1];
-  auto find_override = [&](uint8_t level, uint32_t key) -> const fwd::OverrideSpec* {
+  auto find_override = [&](uint32_t node, uint8_t level, uint32_t key) -> const fwd::OverrideSpec* {
     auto it = std::lower_bound(
-        spec.overrides.begin(), spec.overrides.end(), std::make_tuple(plane, index, level, key),
+        spec.overrides.begin(), spec.overrides.end(), std::make_tuple(plane, node, level, key),
         [](const fwd::OverrideSpec& o, const std::tuple<uint8_t, uint32_t, uint8_t, uint32_t>& k) {
           return std::tie(o.plane, o.node, o.level, o.dst) < k;
         });
-    if (it != spec.overrides.end() && it->plane == plane && it->node == index &&
+    if (it != spec.overrides.end() && it->plane == plane && it->node == node &&
         it->level == level && it->dst == key) {
       return &*it;
     }
     return nullptr;
   };
-  if (const auto* o = find_override(0, *host)) return o->hops;
-  if (const auto* o = find_override(1, static_cast<uint32_t>(g))) return o->hops;
+  // A node's own override, else the plane's wildcard, level 0 before level 1.
+  for (const auto& [level, key] : {std::pair<uint8_t, uint32_t>{0, *host},
+                                   std::pair<uint8_t, uint32_t>{1, static_cast<uint32_t>(g)}}) {
+    const fwd::OverrideSpec* o = find_override(index, level, key);
+    if (o == nullptr) o = find_override(fwd::kAllNodes, level, key);
+    if (o == nullptr) continue;
+    if (level == 1 && spec.tier == 1 && o->hops.kind == fwd::HopKind::kDown) {
+      // A tier-1 group override going down: the destination's own port.
+      nh.kind = fwd::HopKind::kDown;
+      nh.down_port = static_cast<uint16_t>(*host % t.m[1]);
+      return nh;
+    }
+    return o->hops;
+  }
   const int i = spec.tier;
   const int L = t.Lca(i, t.Apart(i, index), g);
   if (L == i) {

@@ -24,13 +24,23 @@
 //     the lowest tier at which v can reach a member of D by climbing; v's next hops are its up
 //     ports to parents with the same R, or its down port when v is in D) and emits an override for
 //     every node whose exact next-hop set differs from what the rule with masks (and any level-1
-//     override, for level 0) gives, including kUnreachable.
+//     override, for level 0) gives, including kUnreachable. Per (plane, tier, level, dst), when
+//     fewer entries result, one wildcard override (node fwd::kAllNodes: unreachable) plus an
+//     override for each node that still reaches the destination replaces them.
+//   * host destination exceptions (fwd::DstExceptionSpec): from the same evaluation, which tier-1
+//     switches still reach each affected destination. On an XGFT a tier-1 switch's distance to a
+//     destination is its LCA tier or infinite, so a host port is on a shortest path exactly when
+//     its tier-1 switch reaches the destination; for a source whose climb is intact that depends
+//     only on (port, LCA tier, destination), which one entry per affected destination states,
+//     with the most paths left per port (the entropy cap). Sources whose own failures combine with
+//     the destination's get host overrides with their exact ports.
 //
 // The lookup semantics the artifacts are compiled for (fwd::SwitchTable implements them;
 // EvaluateSwitch4() below is the compiler's own statement, used by the tests): for switch
 // (plane, index) at tier i and a destination address:
 //   1. not a host of the fabric -> kNotInFabric;
-//   2. an override (plane, index, 0, host) -> it; else an override (plane, index, 1, host / m_1);
+//   2. an override (plane, index or kAllNodes, 0, host) -> it (the node's own first); else an
+//      override (plane, index or kAllNodes, 1, host / m_1) -> it (a tier-1 kDown: port a_1);
 //   3. the switch's a-digits above tier i equal the destination's -> kDown, port = digit a_i;
 //   4. otherwise L = the highest tier j > i where they differ; mask = the node's up_mask[L] (all
 //      w_{i+1} up ports without an entry); the first class whose prefix holds the address, when
@@ -53,8 +63,10 @@ struct CompileStats {
   uint32_t rules = 0;                  // role artifacts: one per switch tier, one for hosts
   uint64_t node_masks = 0;             // exception entries, all artifacts
   uint64_t overrides = 0;              //
-  uint64_t exceptions = 0;             // node_masks + overrides
+  uint64_t exceptions = 0;             // node_masks + overrides + dst_exceptions
   uint64_t affected_destinations = 0;  // groups and hosts whose down-reachability changed
+  uint64_t wildcards = 0;              // of the overrides: wildcard "unreachable" entries
+  uint64_t dst_exceptions = 0;         // the host artifact's destination exceptions
   uint64_t bytes = 0;                  // sum of the artifacts' serialized sizes (estimate)
 };
 
@@ -75,8 +87,9 @@ uint64_t FabricDigest(const Fabric& fabric);
 // The entropy (UDP source port) lists of the host artifact, by LCA tier (docs/nuwa.md §5).
 fwd::EntropySpec ChooseEntropies(const Fabric& fabric);
 
-// The bytes fwd::Serialize writes for `spec`, from the section sizes of format version 1
-// (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides.
+// The bytes fwd::Serialize writes for `spec`, from the section sizes of format version 2
+// (dataplane/fwd/artifact.cc): 64-byte header, directory, 40-byte node masks, 24-byte overrides,
+// 32-byte destination exceptions.
 uint64_t EstimateArtifactBytes(const fwd::ArtifactSpec& spec);
 
 // The inverse of what Compile() copies into every artifact: as much of the Fabric as an artifact

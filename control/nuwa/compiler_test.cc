@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <set>
 
@@ -54,6 +55,107 @@ uint64_t CheckAgainstOracle(const Fabric& f, const Compiled& c, const std::vecto
                           << " port " << want.down_port << " mask " << want.up_mask;
             return checked;
           }
+        }
+      }
+    }
+  }
+  return checked;
+}
+
+// The tier of the lowest common ancestor of two hosts.
+uint32_t LcaOf(const Shape& sh, uint32_t a, uint32_t b) {
+  uint64_t div = 1;
+  for (int L = 1; L <= sh.tiers; ++L) {
+    div *= sh.m[L];
+    if (a / div == b / div) return static_cast<uint32_t>(L);
+  }
+  return static_cast<uint32_t>(sh.tiers);
+}
+
+// The ports a host's path set should have for oracle first hops `ports`: the class's planes,
+// rail_local, then the cap (paths interleave ports, so a cap of n keeps the n lowest ports).
+uint64_t PolicyPorts(const Fabric& f, uint32_t src, uint32_t dst, uint64_t ports) {
+  const Shape& sh = f.shape;
+  uint32_t limit = f.routing.max_paths;
+  const int cls = ClassOfHost(f, dst);
+  if (cls >= 0) {
+    const DestinationClass& c = f.routing.classes[cls];
+    if (c.planes_mask != 0) {
+      uint64_t allowed = 0;
+      for (uint32_t p = 0; p < sh.planes; ++p) {
+        if (c.planes_mask >> p & 1) allowed |= ((uint64_t{1} << sh.w[1]) - 1) << (p * sh.w[1]);
+      }
+      ports &= allowed;
+    }
+    if (c.max_paths != 0) limit = c.max_paths;
+  }
+  if (f.routing.rail_local && sh.rails != 0 &&
+      (src / sh.m[1]) % sh.m[2] % sh.rails != (dst / sh.m[1]) % sh.m[2] % sh.rails) {
+    ports = 0;
+  }
+  uint64_t kept = 0;
+  for (uint32_t n = 0; ports != 0 && n < limit; ++n) {
+    kept |= ports & -ports;
+    ports &= ports - 1;
+  }
+  return kept;
+}
+
+// Compares the host artifact (through Serialize/Decode) with the oracle for every (src, dst) of
+// the two lists: the path set's ports are the oracle's first hops after the policy, empty and
+// kUnreachable exactly when there are none; with a known hash model every (port, entropy) reaches
+// the destination through 2L - 1 switches of the failed fabric (docs/nuwa.md §5). Returns the
+// pairs checked.
+uint64_t CheckHostsAgainstOracle(const Fabric& f, const Compiled& c,
+                                 const std::vector<uint32_t>& srcs,
+                                 const std::vector<uint32_t>& dsts) {
+  absl::StatusOr<fwd::ArtifactSpec> host = fwd::Decode(fwd::Serialize(c.host));
+  if (!host.ok()) {
+    ADD_FAILURE() << host.status();
+    return 0;
+  }
+  Oracle o(f);
+  std::vector<fwd::HostTable> tables;
+  for (uint32_t src : srcs) {
+    absl::StatusOr<fwd::HostTable> t = fwd::HostTable::Build(*host, src);
+    if (!t.ok()) {
+      ADD_FAILURE() << t.status();
+      return 0;
+    }
+    tables.push_back(*std::move(t));
+  }
+  const bool known = f.hash.function != HashFunction::kUnknown;
+  uint64_t checked = 0;
+  std::array<fwd::HostPath, fwd::kMaxHostPaths> paths;
+  for (uint32_t dst : dsts) {
+    const auto table = o.AllNextHops(dst);
+    const uint32_t addr = HostIpv4(f.shape, f.addresses, dst);
+    for (size_t k = 0; k < srcs.size(); ++k) {
+      const uint32_t src = srcs[k];
+      if (src == dst) continue;
+      fwd::HopKind kind;
+      const uint32_t n = tables[k].Paths4(addr, paths.data(), fwd::kMaxHostPaths, &kind);
+      uint64_t got = 0, want = 0;
+      for (uint32_t i = 0; i < n; ++i) got |= uint64_t{1} << paths[i].port;
+      for (uint32_t p : table[o.NodeId({0, 0, src})].ports) want |= uint64_t{1} << p;
+      want = PolicyPorts(f, src, dst, want);
+      ++checked;
+      if (got != want || (kind == fwd::HopKind::kUp) != (want != 0)) {
+        ADD_FAILURE() << Describe(f) << "\n  host " << src << " -> host " << dst << ": ports 0x"
+                      << std::hex << got << " kind " << std::dec << int(kind)
+                      << ", oracle (after policy) 0x" << std::hex << want;
+        return checked;
+      }
+      if (!known) continue;
+      const uint32_t hops = 2 * LcaOf(f.shape, src, dst) - 1;
+      for (uint32_t i = 0; i < n; ++i) {
+        const auto path =
+            o.SimulatePath(table, src, dst, paths[i].port, static_cast<uint16_t>(paths[i].entropy));
+        if (path.size() != hops) {
+          ADD_FAILURE() << Describe(f) << "\n  host " << src << " -> host " << dst << " port "
+                        << paths[i].port << " entropy " << paths[i].entropy << ": " << path.size()
+                        << " switches, shortest " << hops;
+          return checked;
         }
       }
     }
@@ -167,6 +269,42 @@ TEST(CompilerProperty, RandomSmallFabricsMatchTheOracleEverywhere) {
   EXPECT_GT(exceptions, 1000u);  // the failures really exercised the exception path
 }
 
+// Host artifacts: every (host, destination) of random small XGFTs with random failures (and
+// planes, dual-homing, classes, rail_local) against the oracle's first hops.
+TEST(CompilerProperty, RandomSmallFabricsHostPathSetsMatchTheOracle) {
+  std::mt19937 rng(20260101);
+  uint64_t pairs = 0, dst_exceptions = 0, unreachable = 0, host_overrides = 0, wildcards = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    Fabric f = testing::RandomFabric(rng);
+    if (trial % 3 == 0) testing::AddRandomFailures(rng, f, 6, 2);
+    auto c = Compile(f);
+    ASSERT_TRUE(c.ok()) << c.status();
+    dst_exceptions += c->host.dst_exceptions.size();
+    host_overrides += c->host.overrides.size();
+    wildcards += c->stats.wildcards;
+    for (const auto& e : c->host.dst_exceptions) {
+      bool none = true;
+      for (int L = 1; L <= f.shape.tiers; ++L) none = none && e.ports[L] == 0;
+      unreachable += none;
+    }
+    pairs += CheckHostsAgainstOracle(f, *c, AllHosts(f), AllHosts(f));
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(pairs, 100000u);
+  // The failures really reached the hosts' path sets, made destinations unreachable from
+  // everywhere, and met source-side failures.
+  EXPECT_GT(dst_exceptions, 100u);
+  EXPECT_GT(unreachable, 10u);
+  EXPECT_GT(host_overrides, 10u);
+  EXPECT_GT(wildcards, 10u);
+  std::printf(
+      "%llu pairs, %llu destination exceptions (%llu unreachable), %llu host overrides, "
+      "%llu wildcards\n",
+      static_cast<unsigned long long>(pairs), static_cast<unsigned long long>(dst_exceptions),
+      static_cast<unsigned long long>(unreachable), static_cast<unsigned long long>(host_overrides),
+      static_cast<unsigned long long>(wildcards));
+}
+
 // More failures than the random mix has, on slightly larger shapes.
 TEST(CompilerProperty, HeavyFailuresMatchTheOracle) {
   std::mt19937 rng(77);
@@ -179,6 +317,7 @@ TEST(CompilerProperty, HeavyFailuresMatchTheOracle) {
     auto c = Compile(f);
     ASSERT_TRUE(c.ok()) << c.status();
     CheckAgainstOracle(f, *c, AllHosts(f));
+    CheckHostsAgainstOracle(f, *c, AllHosts(f), AllHosts(f));
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -215,6 +354,58 @@ void LargeFatTree(uint32_t k, int samples, bool with_class) {
   while (dsts.size() < static_cast<size_t>(samples)) dsts.insert(rng() % hosts);
   const uint64_t checked = CheckAgainstOracle(f, *c, {dsts.begin(), dsts.end()});
   EXPECT_GE(checked, static_cast<uint64_t>(samples) * (5 * k * k / 4 - 64));
+}
+
+// Host artifacts of a k=32 fat tree with failures next to destinations: a host whose only link
+// failed, a dead ToR, an agg that lost its ToR link and some core links, random failures; a
+// random sample of sources against every destination below a failure and a random sample.
+TEST(CompilerProperty, FatTree32HostPathSetsSampled) {
+  const uint32_t k = 32;
+  std::mt19937 rng(32);
+  Fabric f = FatTree(k);
+  testing::AddRandomFailures(rng, f, 8, 2);
+  f.failures.links.push_back({{0, 0, 123}, 0});  // host 123 cut off
+  f.failures.switches.push_back({0, 1, 40});     // ToR 40: hosts 640..655 cut off
+  f.failures.links.push_back({{0, 1, 17}, 2});   // ToR 17 lost agg 2 of its pod
+  for (uint32_t u = 0; u < 10; ++u) f.failures.links.push_back({{0, 2, 41}, u});  // agg 41
+  auto c = Compile(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_GT(c->host.dst_exceptions.size(), 0u);
+  const uint32_t hosts = static_cast<uint32_t>(NodeCount(f.shape, 0));
+  std::set<uint32_t> dsts = {
+      123, 640, 655, 17 * (k / 2), 17 * (k / 2) + 1, (41 / (k / 2)) * (k * k / 4), 0};
+  while (dsts.size() < 200) dsts.insert(rng() % hosts);
+  std::set<uint32_t> srcs = {0, 1, 122, 124, 641, 17 * (k / 2) + 3};
+  while (srcs.size() < 600) srcs.insert(rng() % hosts);
+  const uint64_t checked =
+      CheckHostsAgainstOracle(f, *c, {srcs.begin(), srcs.end()}, {dsts.begin(), dsts.end()});
+  EXPECT_GT(checked, 200u * 590u);
+}
+
+// A dead host or ToR group is unreachable from every switch: one wildcard per tier (and per-node
+// overrides only where a node still reaches it), and one destination exception for the hosts.
+TEST(Compiler, DeadDestinationsNeedWildcardsNotPerNodeOverrides) {
+  Fabric f = FatTree(16);
+  f.failures.links.push_back({{0, 0, 77}, 0});  // host 77's only link
+  f.failures.switches.push_back({0, 1, 9});     // ToR 9: hosts 72..79 (77 among them)
+  auto c = Compile(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int t = 1; t <= 3; ++t) {
+    for (const fwd::OverrideSpec& o : c->switches[t - 1].overrides) {
+      EXPECT_EQ(o.node, fwd::kAllNodes) << "tier " << t;
+      EXPECT_EQ(o.hops.kind, fwd::HopKind::kUnreachable);
+    }
+  }
+  // The group's wildcard per tier; host 77 is covered by its group's.
+  EXPECT_EQ(c->stats.overrides, 3u);
+  EXPECT_EQ(c->stats.wildcards, 3u);
+  ASSERT_EQ(c->host.dst_exceptions.size(), 1u);
+  const fwd::DstExceptionSpec& e = c->host.dst_exceptions[0];
+  EXPECT_EQ(e.level, 1);
+  EXPECT_EQ(e.dst, 9u);
+  for (int L = 1; L <= 3; ++L) EXPECT_EQ(e.ports[L], 0u);
+  CheckAgainstOracle(f, *c, AllHosts(f));
+  CheckHostsAgainstOracle(f, *c, {0, 1, 70, 72, 77, 80, 200, 1023}, AllHosts(f));
 }
 
 // ~1M (switch, destination) pairs each.

@@ -19,11 +19,15 @@
 //                   u64 allowed_up_mask), then the names, zero padded to 8
 //   NODE_MASKS (5)  u32 count, u32 0, then count 40-byte entries (u8 plane, u8 0[3], u32 index,
 //                   u64 up_mask[4])
-//   OVERRIDES (6)   u32 count, u32 0, then count 24-byte entries (u8 plane, u8 level, u8 kind, u8
-//   0,
-//                   u32 node, u32 dst, u16 down_port, u16 0, u64 up_mask)
+//   OVERRIDES (6)   u32 count, u32 0, then count 24-byte entries (u8 plane, u8 level, u8 kind,
+//                   u8 0, u32 node, u32 dst, u16 down_port, u16 0, u64 up_mask); node 0xFFFFFFFF
+//                   (kAllNodes, switch artifacts only, kind 2 unreachable): every node of the
+//                   plane without its own entry for (level, dst)
 //   ENTROPY (7)     u32 count[4], then the values (u32) of by_lca[0..3] in turn, zero padded to 8
 //   NAME (8)        u32 fabric name length, u32 role name length, the two names, zero padded to 8
+//   DST_EXCEPTIONS (9, version 2)  u32 count, u32 0, then count 32-byte entries (u8 level,
+//                   u8 paths[1..3], u32 dst, u64 ports[1..3]); host artifacts only (switch
+//                   artifacts: count 0); sorted by (level, dst)
 //
 // Serialize() writes every section, in type order, so equal specs give equal bytes.
 #include "dataplane/fwd/artifact.h"
@@ -66,10 +70,12 @@ enum Section : uint32_t {
   kOverrides = 6,
   kEntropy = 7,
   kName = 8,
-  kSectionTypes = 9,
+  kDstExceptions = 9,
+  kSectionTypes = 10,
 };
 constexpr const char* kSectionNames[kSectionTypes] = {
-    "?", "SHAPE", "ADDR", "HASH", "CLASSES", "NODE_MASKS", "OVERRIDES", "ENTROPY", "NAME"};
+    "?",          "SHAPE",     "ADDR",    "HASH", "CLASSES",
+    "NODE_MASKS", "OVERRIDES", "ENTROPY", "NAME", "DST_EXCEPTIONS"};
 
 constexpr size_t kShapeSize = 40;
 constexpr size_t kAddrSize = 32;
@@ -77,6 +83,7 @@ constexpr size_t kHashSize = 16;
 constexpr size_t kClassEntrySize = 40;
 constexpr size_t kMaskEntrySize = 40;
 constexpr size_t kOverrideEntrySize = 24;
+constexpr size_t kDstExceptionEntrySize = 32;
 
 size_t Pad8(size_t n) { return (n + 7) & ~size_t{7}; }
 
@@ -181,6 +188,17 @@ void WriteOverrides(Writer& w, const std::vector<OverrideSpec>& overrides) {
     w.U16(o.hops.down_port);
     w.U16(0);
     w.U64(o.hops.up_mask);
+  }
+}
+
+void WriteDstExceptions(Writer& w, const std::vector<DstExceptionSpec>& exceptions) {
+  w.U32(static_cast<uint32_t>(exceptions.size()));
+  w.U32(0);
+  for (const DstExceptionSpec& e : exceptions) {
+    w.U8(e.level);
+    for (int l = 1; l <= kMaxTiers; ++l) w.U8(e.paths[l]);
+    w.U32(e.dst);
+    for (int l = 1; l <= kMaxTiers; ++l) w.U64(e.ports[l]);
   }
 }
 
@@ -613,7 +631,15 @@ absl::Status ReadOverrides(Reader r, ArtifactSpec& spec) {
       return Bad(kOverrides,
                  absl::StrFormat("%s.plane %u; the role has %u", where, o.plane, planes));
     }
-    if (o.node >= nodes) {
+    if (o.node == kAllNodes) {
+      if (spec.role == Role::kHost || o.hops.kind != HopKind::kUnreachable) {
+        return Bad(
+            kOverrides,
+            absl::StrFormat("%s.node 0x%x (every node) with kind %u in a %s artifact; only "
+                            "switch artifacts have these, and only with kind 2 unreachable",
+                            where, o.node, kind, spec.role == Role::kHost ? "host" : "switch"));
+      }
+    } else if (o.node >= nodes) {
       return Bad(kOverrides,
                  absl::StrFormat("%s.node %u; the tier has %u nodes", where, o.node, nodes));
     }
@@ -658,6 +684,68 @@ absl::Status ReadOverrides(Reader r, ArtifactSpec& spec) {
                                                "after the previous entry: keys must be sorted "
                                                "and unique",
                                                where, o.plane, o.node, o.level, o.dst));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadDstExceptions(Reader r, ArtifactSpec& spec) {
+  if (r.size() < 8) return Bad(kDstExceptions, "shorter than its 8-byte count");
+  const uint32_t count = r.U32();
+  if (r.U32() != 0) return Bad(kDstExceptions, "reserved bytes 4..7 are not zero");
+  if ((r.size() - 8) / kDstExceptionEntrySize != count ||
+      (r.size() - 8) % kDstExceptionEntrySize != 0) {
+    return Bad(kDstExceptions, absl::StrFormat("length %u does not hold %u entries of %u bytes",
+                                               r.size(), count, kDstExceptionEntrySize));
+  }
+  if (spec.role != Role::kHost && count != 0) {
+    return Bad(kDstExceptions,
+               absl::StrFormat("%u entries in a switch artifact; only host artifacts have them "
+                               "(switches carry overrides)",
+                               count));
+  }
+  const ShapeSpec& s = spec.shape;
+  const uint64_t hosts = NodeCount(s, 0);
+  const uint64_t groups = hosts / s.m[1];
+  const uint64_t port_bits = BitsMask(s.planes * s.w[1]);
+  spec.dst_exceptions.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    DstExceptionSpec& e = spec.dst_exceptions[i];
+    e.level = r.U8();
+    for (int l = 1; l <= kMaxTiers; ++l) e.paths[l] = r.U8();
+    e.dst = r.U32();
+    for (int l = 1; l <= kMaxTiers; ++l) e.ports[l] = r.U64();
+    const std::string where = absl::StrFormat("dst_exceptions[%u]", i);
+    if (e.level > 1) {
+      return Bad(kDstExceptions,
+                 absl::StrFormat("%s.level %u; 0 (host) or 1 (tier-1 group)", where, e.level));
+    }
+    const uint64_t dst_limit = e.level == 0 ? hosts : groups;
+    if (e.dst >= dst_limit) {
+      return Bad(kDstExceptions, absl::StrFormat("%s.dst %u; level %u has %u destinations", where,
+                                                 e.dst, e.level, dst_limit));
+    }
+    for (int l = 1; l <= kMaxTiers; ++l) {
+      const bool used = l <= s.tiers;
+      if (!used ? e.ports[l] != 0 : (e.ports[l] & ~port_bits) != 0) {
+        return Bad(kDstExceptions,
+                   absl::StrFormat("%s.ports[%d] = 0x%x; allowed bits 0x%x (the host ports)", where,
+                                   l, e.ports[l], used ? port_bits : 0));
+      }
+      if (e.paths[l] > kMaxHostPaths || (e.paths[l] == 0) != (e.ports[l] == 0)) {
+        return Bad(kDstExceptions,
+                   absl::StrFormat("%s.paths[%d] = %u with ports[%d] = 0x%x; paths is 1..%d when "
+                                   "some port is left, else 0",
+                                   where, l, e.paths[l], l, e.ports[l], kMaxHostPaths));
+      }
+    }
+    if (i > 0) {
+      const DstExceptionSpec& p = spec.dst_exceptions[i - 1];
+      if (std::tie(p.level, p.dst) >= std::tie(e.level, e.dst)) {
+        return Bad(kDstExceptions, absl::StrFormat("%s (level %u, dst %u) is not after the "
+                                                   "previous entry: keys must be sorted and unique",
+                                                   where, e.level, e.dst));
       }
     }
   }
@@ -737,6 +825,9 @@ std::vector<uint8_t> Serialize(const ArtifactSpec& spec) {
         break;
       case kName:
         WriteName(w, spec);
+        break;
+      case kDstExceptions:
+        WriteDstExceptions(w, spec.dst_exceptions);
         break;
     }
     extent[type] = {static_cast<uint32_t>(start), static_cast<uint32_t>(w.size() - start)};
@@ -885,6 +976,10 @@ absl::StatusOr<ArtifactSpec> Decode(std::span<const uint8_t> bytes) {
     return st;
   }
   if (seen[kEntropy] && !(st = ReadEntropy(Reader(sections[kEntropy]), spec)).ok()) return st;
+  if (seen[kDstExceptions] &&
+      !(st = ReadDstExceptions(Reader(sections[kDstExceptions]), spec)).ok()) {
+    return st;
+  }
   return spec;
 }
 

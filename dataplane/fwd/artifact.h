@@ -20,7 +20,8 @@
 // in place): a 64-byte header (magic "HDLNUWA1", format version, role, tier, total length, CRC-32C
 // of everything after the header, a CRC-32C of the header itself, fabric digest, section count)
 // followed by a section directory and typed sections (SHAPE, ADDR, HASH, CLASSES (the routing
-// policy: max_paths, rail_local, the classes), NODE_MASKS, OVERRIDES, ENTROPY, NAME); artifact.cc
+// policy: max_paths, rail_local, the classes), NODE_MASKS, OVERRIDES, ENTROPY, NAME,
+// DST_EXCEPTIONS (format version 2: hosts' destination-side failures)); artifact.cc
 // spells out every field. With both checksums no byte of an artifact goes unchecked. Decode()
 // rejects a wrong magic, an unknown version, a length or checksum mismatch, sections out of bounds
 // or overlapping, unsorted or duplicate keys, values out of range (a digit, a port, a tier),
@@ -39,7 +40,8 @@
 
 namespace heddle::fwd {
 
-inline constexpr uint16_t kArtifactVersion = 1;
+// Version 2 added DST_EXCEPTIONS and the wildcard override node (kAllNodes).
+inline constexpr uint16_t kArtifactVersion = 2;
 inline constexpr int kMaxTiers = 3;
 inline constexpr int kMaxHostPaths = 64;
 
@@ -98,7 +100,9 @@ struct NodeMaskSpec {
 
 // The next-hop set of one node towards some destinations, when the rule (with masks) is wrong for
 // them: destinations whose down-reachability a failure changed. level 1: every host of tier-1
-// group `dst` (host index / m_1); level 0: host `dst` alone (host-link failures).
+// group `dst` (host index / m_1); level 0: host `dst` alone (host-link failures). A level-1 kDown
+// override of a tier-1 switch goes down to each destination's own port (a_1), whatever its
+// down_port says.
 enum class HopKind : uint8_t {
   kDown = 0,         // one down port
   kUp = 1,           // a set of up ports
@@ -112,9 +116,14 @@ struct NextHops {
   uint64_t up_mask = 0;    // kUp: bit u set = up port m_tier + u
   friend bool operator==(const NextHops&, const NextHops&) = default;
 };
+// OverrideSpec::node of a wildcard override (switch artifacts only, kind kUnreachable): the
+// destination is unreachable from every node of the tier in that plane that has no override of
+// its own for the same (level, dst). One entry replaces the per-node kUnreachable overrides of a
+// dead host or tier-1 group.
+inline constexpr uint32_t kAllNodes = 0xFFFFFFFF;
 struct OverrideSpec {
   uint8_t plane = 0;
-  uint32_t node = 0;
+  uint32_t node = 0;  // a node index of the tier, or kAllNodes
   uint8_t level = 1;
   uint32_t dst = 0;
   NextHops hops;
@@ -133,6 +142,26 @@ struct EntropySpec {
   friend bool operator==(const EntropySpec&, const EntropySpec&) = default;
 };
 
+// Host artifacts: what a failure near a destination does to every source's path set. Key: one
+// destination host (level 0) or every host of one tier-1 group (level 1, dst = host / m_1); a
+// host looks for level 0 first. For a source whose lowest common ancestor with the destination
+// is at tier L:
+//   ports[L]  the host ports (bit plane * w_1 + b_1) that still lead to the destination on a
+//             shortest valley-free path from a source whose own climb to tier L is intact; the
+//             host ands it with its node mask for L. 0 in every used tier: the destination is
+//             unreachable from every host (the wildcard "unreachable").
+//   paths[L]  the most shortest paths any such source still has through one port (at most 64):
+//             the host uses at most this many entropy values per port, the first of its list.
+// Sources whose own failures interact with the destination's (both ports[L] and their mask allow
+// a port that no longer leads there) get host overrides (OverrideSpec, node = the source host).
+struct DstExceptionSpec {
+  uint8_t level = 1;
+  uint32_t dst = 0;
+  std::array<uint64_t, kMaxTiers + 1> ports{};  // [L], L = 1..tiers; others 0
+  std::array<uint8_t, kMaxTiers + 1> paths{};   // [L]; 0 exactly when ports[L] is 0
+  friend bool operator==(const DstExceptionSpec&, const DstExceptionSpec&) = default;
+};
+
 struct ArtifactSpec {
   uint16_t version = kArtifactVersion;
   Role role = Role::kSwitch;
@@ -146,9 +175,10 @@ struct ArtifactSpec {
   uint8_t max_paths = 16;  // hosts: the policy's path-set cap
   bool rail_local = false;
   std::vector<ClassSpec> classes;
-  std::vector<NodeMaskSpec> node_masks;  // sorted by (plane, index), unique
-  std::vector<OverrideSpec> overrides;   // sorted by (plane, node, level, dst), unique
-  EntropySpec entropy;                   // hosts only
+  std::vector<NodeMaskSpec> node_masks;          // sorted by (plane, index), unique
+  std::vector<OverrideSpec> overrides;           // sorted by (plane, node, level, dst), unique
+  EntropySpec entropy;                           // hosts only
+  std::vector<DstExceptionSpec> dst_exceptions;  // hosts only; sorted by (level, dst), unique
   friend bool operator==(const ArtifactSpec&, const ArtifactSpec&) = default;
 };
 
@@ -226,7 +256,9 @@ struct HostPath {
 // the same ToR group) gets one value, the first of the lowest tier that has a list (else 0).
 // Host artifacts may carry failures too, keyed like a switch's with plane 0 and the host index:
 // a node mask (bit p = host port p) narrows the ports per LCA tier, an override (kUp: the ports,
-// kUnreachable) replaces them for one destination host or tier-1 group.
+// kUnreachable) replaces them for one destination host or tier-1 group. A destination exception
+// (DstExceptionSpec, shared by all hosts) narrows the ports and caps the entropy values per port
+// for one destination host or group; all of it is looked up without allocating.
 class HostTable {
  public:
   static absl::StatusOr<HostTable> Build(const ArtifactSpec& spec, uint32_t host);
@@ -259,14 +291,20 @@ class HostTable {
     uint32_t key = 0;  // level << 24 | dst
     NextHops hops;
   };
+  struct DstException {
+    uint32_t key = 0;  // level << 24 | dst
+    std::array<uint64_t, kMaxTiers + 1> ports{};
+    std::array<uint8_t, kMaxTiers + 1> paths{};
+  };
   int Class4(uint32_t dst) const;
   int Class6(const uint8_t* dst16) const;
   uint32_t Paths(uint64_t v, int cls, HostPath* out, uint32_t cap, HopKind* kind) const;
   // The path set towards a destination with LCA tier `lca`, class `cls` (-1: none), under a
-  // host override `ovr` (or null).
-  uint32_t Compose(int lca, int cls, const NextHops* ovr, HostPath* out, uint32_t cap,
-                   HopKind* kind) const;
+  // host override `ovr` and a destination exception `dx` (either may be null).
+  uint32_t Compose(int lca, int cls, const NextHops* ovr, const DstException* dx, HostPath* out,
+                   uint32_t cap, HopKind* kind) const;
   const NextHops* FindOverride(uint32_t level, uint32_t dst) const;
+  const DstException* FindDstException(uint32_t level, uint32_t dst) const;
 
   internal::Fields fields_;
   AddressSpec addresses_;
@@ -280,7 +318,8 @@ class HostTable {
   std::array<std::vector<uint32_t>, kMaxTiers + 1> entropy_;  // by LCA tier, never empty
   std::array<std::array<uint8_t, 6>, kMaxHostPaths> port_mac_{};
   std::vector<HostClass> classes_;
-  std::vector<HostOverride> overrides_;  // sorted by key
+  std::vector<HostOverride> overrides_;       // sorted by key
+  std::vector<DstException> dst_exceptions_;  // sorted by key
 };
 
 }  // namespace heddle::fwd

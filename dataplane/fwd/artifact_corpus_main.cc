@@ -62,6 +62,34 @@ int main(int argc, char** argv) {
   s = testing::RichHost();
   s.version = 9;
   ok &= Write(dir, "broken_version", Serialize(s));
+  s = testing::RichHost();
+  s.version = 1;  // the format before DST_EXCEPTIONS and wildcards
+  ok &= Write(dir, "broken_version_1", Serialize(s));
+  s = testing::RichHost();
+  std::swap(s.dst_exceptions[0], s.dst_exceptions[1]);
+  ok &= Write(dir, "broken_dst_exceptions_unsorted", Serialize(s));
+  s = testing::RichHost();
+  s.dst_exceptions[1].paths[2] = 0;
+  ok &= Write(dir, "broken_dst_exceptions_paths", Serialize(s));
+  s = testing::RichHost();
+  s.overrides.push_back({0, kAllNodes, 1, 2, {HopKind::kUnreachable, 0, 0}});
+  ok &= Write(dir, "broken_host_wildcard", Serialize(s));
+  s = testing::RichSwitch();
+  s.overrides[3].hops = {HopKind::kUp, 0, 1};
+  ok &= Write(dir, "broken_wildcard_kind", Serialize(s));
+  s = testing::RichSwitch();
+  s.dst_exceptions = {{1, 0, {0, 1, 1, 1}, {0, 1, 1, 1}}};
+  ok &= Write(dir, "broken_switch_dst_exceptions", Serialize(s));
+  // A switch artifact whose only overrides are wildcards, and a host artifact whose only
+  // exception makes a group unreachable.
+  s = testing::FatTree(8, Role::kSwitch, 2);
+  s.overrides = {{0, kAllNodes, 0, 17, {HopKind::kUnreachable, 0, 0}},
+                 {0, kAllNodes, 1, 9, {HopKind::kUnreachable, 0, 0}}};
+  ok &= Write(dir, "valid_fat_tree_k8_agg_wildcards", Serialize(s));
+  s = testing::FatTree(8, Role::kHost, 0);
+  s.entropy.by_lca[3] = {0xC000, 0xC001, 0xC002, 0xC003};
+  s.dst_exceptions = {{1, 9, {}, {}}};
+  ok &= Write(dir, "valid_fat_tree_k8_host_dead_group", Serialize(s));
   if (!ok) {
     std::fprintf(stderr, "%s: cannot write the corpus\n", dir.c_str());
     return 1;

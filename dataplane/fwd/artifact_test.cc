@@ -99,6 +99,7 @@ TEST(ArtifactTest, DeterministicAndSensitiveToEveryField) {
       [](ArtifactSpec& s) { s.overrides[0].dst = 2; },
       [](ArtifactSpec& s) { s.classes[0].name = "storagf"; },
       [](ArtifactSpec& s) { s.addresses.ipv6_base[5] = 1; },
+      [](ArtifactSpec& s) { s.overrides[3].dst = 6; },
   };
   const std::vector<uint8_t> base = Serialize(a);
   for (size_t i = 0; i < edits.size(); ++i) {
@@ -145,11 +146,12 @@ TEST(ArtifactTest, RejectsWrongMagicVersionRoleAndTier) {
     EXPECT_THAT(Decode(b).status().message(), HasSubstr("magic"));
   }
   {
+    // Version 1 lacked DST_EXCEPTIONS and the wildcard node: refused, not misread.
     ArtifactSpec s = RichSwitch();
-    s.version = 2;
+    s.version = 1;
     absl::Status st = Decode(Serialize(s)).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(st.message(), HasSubstr("format version 2"));
+    EXPECT_THAT(st.message(), HasSubstr("format version 1; this build reads version 2"));
   }
   {
     std::vector<uint8_t> b = good;
@@ -302,6 +304,19 @@ TEST(ArtifactTest, RejectsOutOfRangeValuesNamingSectionAndField) {
       {"override unreachable", [](auto& s) { s.overrides[1].hops.down_port = 1; },
        "OVERRIDES: overrides[1]: unreachable"},
       {"switch entropy", [](auto& s) { s.entropy.by_lca[2] = {1}; }, "ENTROPY: by_lca[2]"},
+      {"wildcard kind",
+       [](auto& s) {
+         s.overrides[3].hops = {HopKind::kUp, 0, 0b01};
+       },
+       "OVERRIDES: overrides[3].node 0xffffffff (every node) with kind 1"},
+      {"wildcard order", [](auto& s) { std::swap(s.overrides[2], s.overrides[3]); },
+       "OVERRIDES: overrides[3] (plane 0, node 4, level 1, dst 0) is not after"},
+      {"wildcard group", [](auto& s) { s.overrides[3].dst = 8; }, "OVERRIDES: overrides[3].dst 8"},
+      {"switch dst exceptions",
+       [](auto& s) {
+         s.dst_exceptions = {{1, 0, {0, 1, 1, 1}, {0, 1, 1, 1}}};
+       },
+       "DST_EXCEPTIONS: 1 entries in a switch artifact"},
       {"name", [](auto& s) { s.fabric_name = std::string(256, 'f'); }, "NAME: fabric/role"},
   };
   for (const Case& c : cases) {
@@ -328,6 +343,29 @@ TEST(ArtifactTest, RejectsOutOfRangeValuesNamingSectionAndField) {
       {"host port bits", [](auto& s) { s.node_masks[0].up_mask[3] = 1 << 4; },
        "NODE_MASKS: node_masks[0].up_mask[3]"},
       {"host plane", [](auto& s) { s.node_masks[0].plane = 1; }, "node_masks[0].plane 1"},
+      {"host wildcard",
+       [](auto& s) {
+         s.overrides.push_back({0, kAllNodes, 0, 9, {HopKind::kUnreachable, 0, 0}});
+       },
+       "OVERRIDES: overrides[1].node 0xffffffff (every node) with kind 2 in a host artifact"},
+      {"dst level", [](auto& s) { s.dst_exceptions[1].level = 2; },
+       "DST_EXCEPTIONS: dst_exceptions[1].level 2"},
+      {"dst host", [](auto& s) { s.dst_exceptions[0].dst = 64; },
+       "DST_EXCEPTIONS: dst_exceptions[0].dst 64; level 0 has 64"},
+      {"dst group", [](auto& s) { s.dst_exceptions[1].dst = 16; },
+       "DST_EXCEPTIONS: dst_exceptions[1].dst 16; level 1 has 16"},
+      {"dst port bits", [](auto& s) { s.dst_exceptions[1].ports[2] = 0b10000; },
+       "DST_EXCEPTIONS: dst_exceptions[1].ports[2] = 0x10; allowed bits 0xf"},
+      {"dst paths without ports", [](auto& s) { s.dst_exceptions[0].paths[3] = 1; },
+       "DST_EXCEPTIONS: dst_exceptions[0].paths[3] = 1 with ports[3] = 0x0"},
+      {"dst ports without paths", [](auto& s) { s.dst_exceptions[1].paths[2] = 0; },
+       "DST_EXCEPTIONS: dst_exceptions[1].paths[2] = 0 with ports[2] = 0xd"},
+      {"dst paths range", [](auto& s) { s.dst_exceptions[1].paths[1] = 65; },
+       "DST_EXCEPTIONS: dst_exceptions[1].paths[1] = 65"},
+      {"dst order", [](auto& s) { std::swap(s.dst_exceptions[0], s.dst_exceptions[1]); },
+       "DST_EXCEPTIONS: dst_exceptions[1] (level 0, dst 5) is not after"},
+      {"dst duplicate", [](auto& s) { s.dst_exceptions[1] = s.dst_exceptions[0]; },
+       "DST_EXCEPTIONS: dst_exceptions[1] (level 0, dst 5) is not after"},
   };
   for (const Case& c : host_cases) {
     ArtifactSpec s = RichHost();

@@ -133,6 +133,7 @@ inline ArtifactSpec RichSwitch() {
       {0, 1, 0, 3, {HopKind::kUp, 0, 0b10}},
       {0, 1, 1, 6, {HopKind::kUnreachable, 0, 0}},
       {0, 4, 1, 0, {HopKind::kDown, 1, 0}},
+      {0, kAllNodes, 1, 5, {HopKind::kUnreachable, 0, 0}},
   };
   ClassSpec storage;
   storage.name = "storage";
@@ -158,6 +159,10 @@ inline ArtifactSpec RichHost() {
   spec.entropy.by_lca[3] = {0xC000, 0xC001, 0xC002, 0xC003, 0xFFFFF};
   spec.node_masks = {{0, 2, {0, 0b1111, 0b1011, 0b1011}}};
   spec.overrides = {{0, 2, 0, 9, {HopKind::kUp, 0, 0b0100}}};
+  // Host 5 unreachable from everywhere; group 3 lost its plane-0 port 1 beyond the ToR and has
+  // two paths left per port at LCA tier 3.
+  spec.dst_exceptions = {{0, 5, {0, 0, 0, 0}, {0, 0, 0, 0}},
+                         {1, 3, {0, 0b1111, 0b1101, 0b1101}, {0, 1, 3, 2}}};
   ClassSpec c;
   c.name = "v6-storage";
   c.prefix = {0xfd, 0x00, 0x00, 0x0a};

@@ -156,29 +156,40 @@ absl::StatusOr<SwitchTable> SwitchTable::Build(const ArtifactSpec& spec, uint8_t
   for (int l = spec.tier + 2; l <= s.tiers; ++l) {
     uniform = uniform && t.up_mask_[l] == t.up_mask_[l - 1];
   }
-  // Overrides of this node: an open-addressed table at most half full.
+  // Overrides of this node: an open-addressed table at most half full. A wildcard override of the
+  // plane (kAllNodes) applies where the node has no entry of its own for the same (level, dst), so
+  // it is folded in under the same key and the lookup needs no second probe.
   size_t n = 0;
-  for (const OverrideSpec& o : spec.overrides) n += o.plane == plane && o.node == index;
+  for (const OverrideSpec& o : spec.overrides) {
+    n += o.plane == plane && (o.node == index || o.node == kAllNodes);
+  }
   if (n > 0) {
     const size_t cap = std::bit_ceil(2 * n);
     t.overrides_.assign(cap, OverrideSlot{});
     t.override_shift_ = static_cast<uint32_t>(32 - std::countr_zero(cap));
-    for (const OverrideSpec& o : spec.overrides) {
-      if (o.plane != plane || o.node != index) continue;
-      if (o.level > 1 || o.dst >= (1u << 24)) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("switch table: override level %u dst %u out of range", o.level, o.dst));
-      }
-      const uint32_t key = 1 + (uint32_t{o.level} << 24 | o.dst);
-      size_t i = (key * 0x9E3779B1u) >> t.override_shift_;
-      while (t.overrides_[i].key != 0) {
-        if (t.overrides_[i].key == key) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("switch table: two overrides for level %u dst %u", o.level, o.dst));
+    for (const bool wildcard : {false, true}) {
+      for (const OverrideSpec& o : spec.overrides) {
+        if (o.plane != plane || o.node != (wildcard ? kAllNodes : index)) continue;
+        if (o.level > 1 || o.dst >= (1u << 24)) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "switch table: override level %u dst %u out of range", o.level, o.dst));
         }
-        i = (i + 1) & (cap - 1);
+        const uint32_t key = 1 + (uint32_t{o.level} << 24 | o.dst);
+        size_t i = (key * 0x9E3779B1u) >> t.override_shift_;
+        bool taken = false;
+        while (t.overrides_[i].key != 0) {
+          if (t.overrides_[i].key == key) {
+            if (!wildcard) {
+              return absl::InvalidArgumentError(absl::StrFormat(
+                  "switch table: two overrides for level %u dst %u", o.level, o.dst));
+            }
+            taken = true;  // the node's own entry wins
+            break;
+          }
+          i = (i + 1) & (cap - 1);
+        }
+        if (!taken) t.overrides_[i] = OverrideSlot{key, o.hops};
       }
-      t.overrides_[i] = OverrideSlot{key, o.hops};
     }
   }
   if (uniform && t.restrictions_.empty() && t.overrides_.empty()) {
@@ -219,7 +230,15 @@ inline NextHops SwitchTable::Resolve(uint64_t v, uint64_t allowed) const {
   if (!overrides_.empty()) [[unlikely]] {
     const uint32_t host = fields_.Host(d);
     if (const NextHops* o = FindOverride(1 + host)) return *o;
-    if (const NextHops* o = FindOverride(1 + (1u << 24 | fields_.Group(d)))) return *o;
+    if (const NextHops* o = FindOverride(1 + (1u << 24 | fields_.Group(d)))) {
+      // A group's override at tier 1 going down goes to the destination's own port.
+      if (tier_ == 1 && o->kind == HopKind::kDown) {
+        nh.kind = HopKind::kDown;
+        nh.down_port = static_cast<uint16_t>((v >> down_shift_) & down_mask_);
+        return nh;
+      }
+      return *o;
+    }
   }
   const uint64_t diff = (v ^ own_above_) & above_mask_;
   if (diff == 0) {
@@ -365,7 +384,26 @@ absl::StatusOr<HostTable> HostTable::Build(const ArtifactSpec& spec, uint32_t ho
   }
   std::sort(t.overrides_.begin(), t.overrides_.end(),
             [](const HostOverride& x, const HostOverride& y) { return x.key < y.key; });
+  t.dst_exceptions_.reserve(spec.dst_exceptions.size());
+  for (const DstExceptionSpec& e : spec.dst_exceptions) {
+    DstException x;
+    x.key = uint32_t{e.level} << 24 | e.dst;
+    for (int l = 1; l <= s.tiers; ++l) {
+      x.ports[l] = e.ports[l] & t.all_ports_;
+      x.paths[l] = e.paths[l];
+    }
+    t.dst_exceptions_.push_back(x);
+  }
+  std::sort(t.dst_exceptions_.begin(), t.dst_exceptions_.end(),
+            [](const DstException& x, const DstException& y) { return x.key < y.key; });
   return t;
+}
+
+const HostTable::DstException* HostTable::FindDstException(uint32_t level, uint32_t dst) const {
+  const uint32_t key = level << 24 | dst;
+  auto it = std::lower_bound(dst_exceptions_.begin(), dst_exceptions_.end(), key,
+                             [](const DstException& e, uint32_t k) { return e.key < k; });
+  return it != dst_exceptions_.end() && it->key == key ? &*it : nullptr;
 }
 
 const NextHops* HostTable::FindOverride(uint32_t level, uint32_t dst) const {
@@ -389,10 +427,17 @@ int HostTable::Class6(const uint8_t* dst16) const {
   return -1;
 }
 
-uint32_t HostTable::Compose(int lca, int cls, const NextHops* ovr, HostPath* out, uint32_t cap,
-                            HopKind* kind) const {
+uint32_t HostTable::Compose(int lca, int cls, const NextHops* ovr, const DstException* dx,
+                            HostPath* out, uint32_t cap, HopKind* kind) const {
   uint64_t ports = port_mask_[lca];
   uint32_t limit = max_paths_;
+  size_t entropies = entropy_[lca].size();
+  if (dx != nullptr) {
+    // The destination's failures: the ports still leading there from an intact source, at most
+    // paths[lca] entropy values per port (the first of the list).
+    ports &= dx->ports[lca];
+    entropies = std::min<size_t>(entropies, dx->paths[lca]);
+  }
   if (ovr != nullptr) {
     if (ovr->kind != HopKind::kUp) {
       *kind = HopKind::kUnreachable;
@@ -410,7 +455,8 @@ uint32_t HostTable::Compose(int lca, int cls, const NextHops* ovr, HostPath* out
     return 0;
   }
   uint32_t n = 0;
-  for (uint32_t e : entropy_[lca]) {
+  for (size_t k = 0; k < entropies; ++k) {
+    const uint32_t e = entropy_[lca][k];
     for (uint64_t left = ports; left != 0 && n < limit; left &= left - 1) {
       const int p = std::countr_zero(left);
       out[n++] = HostPath{static_cast<uint16_t>(p), e, port_mac_[p]};
@@ -442,7 +488,12 @@ uint32_t HostTable::Paths(uint64_t v, int cls, HostPath* out, uint32_t cap, HopK
     ovr = FindOverride(0, fields_.Host(d));
     if (ovr == nullptr) ovr = FindOverride(1, fields_.Group(d));
   }
-  return Compose(lca, cls, ovr, out, cap, kind);
+  const DstException* dx = nullptr;
+  if (!dst_exceptions_.empty()) {
+    dx = FindDstException(0, fields_.Host(d));
+    if (dx == nullptr) dx = FindDstException(1, fields_.Group(d));
+  }
+  return Compose(lca, cls, ovr, dx, out, cap, kind);
 }
 
 uint32_t HostTable::Paths4(uint32_t dst, HostPath* out, uint32_t cap, HopKind* kind) const {
@@ -464,10 +515,11 @@ uint32_t HostTable::Paths6(const uint8_t* dst16, HostPath* out, uint32_t cap, Ho
 }
 
 // ---- HostTable::PrefixPathSets ----------------------------------------------------------------
-// The path set is a function of (is it this host, the LCA tier, the rail, a host override, the
-// class), and each of these is decided by membership in a prefix: the subtree prefixes Q_0 (this
-// host) .. Q_h (the fabric), the tier-1 group prefixes of other rails and of overrides, the host
-// prefixes of overrides, the class prefixes. Prefixes are laminar (two are nested or disjoint),
+// The path set is a function of (is it this host, the LCA tier, the rail, a host override, a
+// destination exception, the class), and each of these is decided by membership in a prefix: the
+// subtree prefixes Q_0 (this host) .. Q_h (the fabric), the tier-1 group prefixes of other rails,
+// of overrides and of destination exceptions, the host prefixes of overrides and of destination
+// exceptions, the class prefixes. Prefixes are laminar (two are nested or disjoint),
 // so for an address whose longest match among them is p, "the address is inside prefix q" is
 // "q contains p" for every q of the family: each p, evaluated by containment, gives the path set
 // of exactly the addresses for which it is the longest match.
@@ -527,9 +579,13 @@ std::vector<HostTable::PrefixPaths> HostTable::PrefixPathSets(bool ipv6) const {
       if ((g % fields_.m[2]) % rails_ != own_rail_) family.push_back(at(pack_group(g), 2));
     }
   }
-  for (const HostOverride& o : overrides_) {
-    const uint32_t dst = o.key & 0xffffff;
-    if (o.key >> 24 == 0) {
+  std::vector<uint32_t> keys;
+  keys.reserve(overrides_.size() + dst_exceptions_.size());
+  for (const HostOverride& o : overrides_) keys.push_back(o.key);
+  for (const DstException& e : dst_exceptions_) keys.push_back(e.key);
+  for (const uint32_t key : keys) {
+    const uint32_t dst = key & 0xffffff;
+    if (key >> 24 == 0) {
       const std::array<uint32_t, 4> d{0, dst % fields_.m[1], dst / fields_.m[1] % fields_.m[2],
                                       dst / fields_.m[1] / fields_.m[2]};
       family.push_back(at(Pack(fields_, d, 1), 1));
@@ -571,13 +627,18 @@ std::vector<HostTable::PrefixPaths> HostTable::PrefixPathSets(bool ipv6) const {
       if (p.len == 128) ovr = FindOverride(0, fields_.Host(d));
       if (ovr == nullptr && in_group) ovr = FindOverride(1, fields_.Group(d));
     }
+    const DstException* dx = nullptr;
+    if (!dst_exceptions_.empty() && valid) {
+      if (p.len == 128) dx = FindDstException(0, fields_.Host(d));
+      if (dx == nullptr && in_group) dx = FindDstException(1, fields_.Group(d));
+    }
     int cls = -1;
     for (size_t i = 0; i < classes_.size() && cls < 0; ++i) {
       if (Contains(FromBytes(classes_[i].prefix, classes_[i].prefix_len), p)) {
         cls = static_cast<int>(i);
       }
     }
-    const uint32_t n = Compose(lca, cls, ovr, buf.data(), kMaxHostPaths, &entry.kind);
+    const uint32_t n = Compose(lca, cls, ovr, dx, buf.data(), kMaxHostPaths, &entry.kind);
     entry.paths.assign(buf.begin(), buf.begin() + n);
     result.push_back(std::move(entry));
   }

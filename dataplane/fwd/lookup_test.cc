@@ -51,8 +51,17 @@ NextHops ExpectSwitch(const ArtifactSpec& spec, uint8_t plane, uint32_t node, co
   const int t = spec.tier;
   for (uint8_t level : {0, 1}) {
     const uint32_t key = level == 0 ? dst_index : dst_index / spec.shape.m[1];
-    for (const OverrideSpec& o : spec.overrides) {
-      if (o.plane == plane && o.node == node && o.level == level && o.dst == key) return o.hops;
+    // The node's own override, else the plane's wildcard.
+    for (const uint32_t who : {node, kAllNodes}) {
+      for (const OverrideSpec& o : spec.overrides) {
+        if (o.plane == plane && o.node == who && o.level == level && o.dst == key) {
+          // A tier-1 group override going down: the destination's own port.
+          if (level == 1 && t == 1 && o.hops.kind == HopKind::kDown) {
+            return NextHops{HopKind::kDown, static_cast<uint16_t>(dst.a[1]), 0};
+          }
+          return o.hops;
+        }
+      }
     }
   }
   int lca = 0;
@@ -197,6 +206,18 @@ TEST(SwitchTableTest, MasksOverridesAndClasses) {
           }
         }
       }
+      // Wildcards: some destinations unreachable from every node of the plane without an entry.
+      for (uint8_t plane = 0; plane < spec.shape.planes; ++plane) {
+        for (int i = 0; i < 6; ++i) {
+          OverrideSpec o;
+          o.plane = plane;
+          o.node = kAllNodes;
+          o.level = rng() % 2;
+          o.dst = rng() % (o.level == 0 ? hosts : hosts / spec.shape.m[1]);
+          o.hops.kind = HopKind::kUnreachable;
+          spec.overrides.push_back(o);
+        }
+      }
       std::sort(spec.overrides.begin(), spec.overrides.end(), [](const auto& x, const auto& y) {
         return std::tie(x.plane, x.node, x.level, x.dst) <
                std::tie(y.plane, y.node, y.level, y.dst);
@@ -323,6 +344,20 @@ std::vector<HostPath> ExpectPaths(const ArtifactSpec& spec, const Model& model, 
       for (uint32_t p = 0; p < nports; ++p) allowed[p] = m.up_mask[lca] >> p & 1;
     }
   }
+  // The destination's exception (host first, then its group): fewer ports, fewer entropies.
+  size_t entropy_cap = kMaxHostPaths;
+  for (uint8_t level : {0, 1}) {
+    const uint32_t key = level == 0 ? dst : dst / spec.shape.m[1];
+    const DstExceptionSpec* found = nullptr;
+    for (const DstExceptionSpec& e : spec.dst_exceptions) {
+      if (e.level == level && e.dst == key) found = &e;
+    }
+    if (found) {
+      for (uint32_t p = 0; p < nports; ++p) allowed[p] = allowed[p] && (found->ports[lca] >> p & 1);
+      entropy_cap = found->paths[lca];
+      break;
+    }
+  }
   for (uint8_t level : {0, 1}) {
     const uint32_t key = level == 0 ? dst : dst / spec.shape.m[1];
     const OverrideSpec* found = nullptr;
@@ -358,6 +393,7 @@ std::vector<HostPath> ExpectPaths(const ArtifactSpec& spec, const Model& model, 
       }
     }
   }
+  if (entropy.size() > entropy_cap) entropy.resize(entropy_cap);
   std::vector<HostPath> out;
   for (uint32_t e : entropy) {
     for (uint32_t p = 0; p < nports && out.size() < limit; ++p) {
@@ -503,6 +539,41 @@ TEST(HostTableTest, HostMasksAndOverrides) {
   spec.classes = {c};
   ASSERT_TRUE(Decode(Serialize(spec)).ok());
   CheckHosts(spec, {0, 3, 9});
+}
+
+TEST(HostTableTest, DestinationExceptions) {
+  // Two planes, dual-homed, 3 tiers: 4 host ports. Host 20 is unreachable from everywhere; group
+  // 6 lost port 1 (plane 0, b_1 = 1) beyond its own tier-1 group and keeps one path per port at
+  // LCA tier 3; host 25 (group 6) has its own entry; host 3 also has a source override for
+  // group 6 and a host mask.
+  ArtifactSpec spec = MakeSpec(Role::kHost, 0, {4, 4, 2}, {2, 2, 2}, 2);
+  spec.entropy.by_lca[2] = {1, 2};
+  spec.entropy.by_lca[3] = {1, 2, 3};
+  spec.node_masks = {{0, 3, {0, 0b1111, 0b0111, 0b0110}}};
+  spec.overrides = {{0, 3, 1, 6, {HopKind::kUp, 0, 0b0100}}};
+  spec.dst_exceptions = {{0, 20, {}, {}},
+                         {0, 25, {0, 0b0001, 0b0001, 0b0001}, {0, 1, 1, 1}},
+                         {1, 6, {0, 0b1111, 0b1101, 0b1101}, {0, 1, 2, 1}}};
+  ClassSpec c{"c", Mapped(10u << 24 | 1 << 4 | 1 << 2), 96 + 30, 1, 0, 0, ~uint64_t{0}};
+  spec.classes = {c};
+  ASSERT_TRUE(Decode(Serialize(spec)).ok()) << Decode(Serialize(spec)).status();
+  CheckHosts(spec, {0, 3, 9, 20, 24, 25, 26});
+  // By hand: host 0 -> host 20: unreachable, no paths; host 0 -> host 26 (group 6, LCA tier 3):
+  // ports 0, 2, 3, one entropy each.
+  absl::StatusOr<HostTable> t = HostTable::Build(spec, 0);
+  ASSERT_TRUE(t.ok());
+  const Model model(spec.shape);
+  const std::vector<Label> hosts = model.Labels(0);
+  std::array<HostPath, kMaxHostPaths> out;
+  HopKind kind;
+  EXPECT_EQ(t->Paths4(Addr4(spec, hosts[20].a), out.data(), 64, &kind), 0u);
+  EXPECT_EQ(kind, HopKind::kUnreachable);
+  ASSERT_EQ(t->Paths4(Addr4(spec, hosts[26].a), out.data(), 64, &kind), 3u);
+  EXPECT_EQ(kind, HopKind::kUp);
+  EXPECT_EQ(out[0].port, 0);
+  EXPECT_EQ(out[1].port, 2);
+  EXPECT_EQ(out[2].port, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i].entropy, 1u);
 }
 
 }  // namespace

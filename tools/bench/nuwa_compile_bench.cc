@@ -139,10 +139,13 @@ void Row(const Fabric& f, double budget_s, int failure_links, std::mt19937& rng)
   const CompileTiming cf = TimeCompile(ff);
   std::printf(
       "%-28s   with %d failed links + 1 switch: compile %9.3f ms, bytes %llu, node masks "
-      "%llu, overrides %llu, destinations re-evaluated %llu\n",
+      "%llu, overrides %llu (%llu wildcards), host destination exceptions %llu, destinations "
+      "re-evaluated %llu\n",
       "", failure_links, cf.median_s * 1e3, static_cast<unsigned long long>(cf.out.stats.bytes),
       static_cast<unsigned long long>(cf.out.stats.node_masks),
       static_cast<unsigned long long>(cf.out.stats.overrides),
+      static_cast<unsigned long long>(cf.out.stats.wildcards),
+      static_cast<unsigned long long>(cf.out.stats.dst_exceptions),
       static_cast<unsigned long long>(cf.out.stats.affected_destinations));
   std::fflush(stdout);
 }

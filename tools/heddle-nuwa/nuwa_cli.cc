@@ -335,11 +335,12 @@ int Compile_(const std::string& fabric_path, const std::string& out_dir, bool js
            {"NODES", Table::kRight},
            {"NODE-MASKS", Table::kRight},
            {"OVERRIDES", Table::kRight},
+           {"DST-EXCEPTIONS", Table::kRight},
            {"ENTROPY", Table::kRight},
            {"BYTES", Table::kRight},
            {"FILE"}});
   Json roles = Json::Array();
-  uint64_t total_bytes = 0, masks = 0, overrides = 0;
+  uint64_t total_bytes = 0, masks = 0, overrides = 0, dst_exceptions = 0;
   for (const ArtifactSpec* a : all) {
     const std::vector<uint8_t> bytes = fwd::Serialize(*a);
     const std::string path = (fs::path(out_dir) / FileNameOf(*a)).string();
@@ -365,16 +366,19 @@ int Compile_(const std::string& fabric_path, const std::string& out_dir, bool js
     total_bytes += bytes.size();
     masks += a->node_masks.size();
     overrides += a->overrides.size();
+    dst_exceptions += a->dst_exceptions.size();
     const std::string role = tier == 0 ? f.tier_names[0] : a->role_name;
     t.AddRow({role, absl::StrCat(tier), absl::StrCat(nodes), absl::StrCat(a->node_masks.size()),
-              absl::StrCat(a->overrides.size()), tier == 0 ? absl::StrCat(entropy) : "-",
-              absl::StrCat(bytes.size()), path});
+              absl::StrCat(a->overrides.size()),
+              tier == 0 ? absl::StrCat(a->dst_exceptions.size()) : "-",
+              tier == 0 ? absl::StrCat(entropy) : "-", absl::StrCat(bytes.size()), path});
     roles.Add(Json::Object()
                   .Str("role", role)
                   .Num("tier", tier)
                   .Num("nodes", nodes)
                   .Num("node_masks", a->node_masks.size())
                   .Num("overrides", a->overrides.size())
+                  .Num("dst_exceptions", a->dst_exceptions.size())
                   .Num("entropy_values", entropy)
                   .Num("bytes", bytes.size())
                   .Str("file", path));
@@ -388,7 +392,7 @@ int Compile_(const std::string& fabric_path, const std::string& out_dir, bool js
                .Num("hosts", NodeCount(f.shape, 0))
                .Num("switches", switches)
                .Num("rules", all.size())
-               .Num("exceptions", masks + overrides)
+               .Num("exceptions", masks + overrides + dst_exceptions)
                .Num("bytes", total_bytes)
                .Field("compile_ms", absl::StrFormat("%.3f", s->compile_ms))
                .Str("digest", Hex64(s->digest))
@@ -402,10 +406,10 @@ int Compile_(const std::string& fabric_path, const std::string& out_dir, bool js
                          f.shape.planes == 1 ? "" : "s", NodeCount(f.shape, 0), switches);
   out << t.Render();
   out << absl::StrFormat(
-      "%u rules, %u exceptions (%u node masks, %u overrides), %u bytes in all, compiled in %.3f "
-      "ms\ndigest %s\n",
-      all.size(), masks + overrides, masks, overrides, total_bytes, s->compile_ms,
-      Hex64(s->digest));
+      "%u rules, %u exceptions (%u node masks, %u overrides, %u destination exceptions), %u bytes "
+      "in all, compiled in %.3f ms\ndigest %s\n",
+      all.size(), masks + overrides + dst_exceptions, masks, overrides, dst_exceptions, total_bytes,
+      s->compile_ms, Hex64(s->digest));
   return kExitOk;
 }
 
@@ -486,10 +490,36 @@ Json HopsJson(const Fabric& f, NodeRef node, const NextHops& h) {
   return j;
 }
 
-std::string OverrideDst(const Fabric& f, const fwd::OverrideSpec& o) {
-  if (o.level == 0) return HostName(f, o.dst);
-  return absl::StrCat(f.tier_names[1], " group ", o.dst, " (", HostName(f, o.dst * f.shape.m[1]),
+std::string LevelDst(const Fabric& f, uint8_t level, uint32_t dst) {
+  if (level == 0) return HostName(f, dst);
+  return absl::StrCat(f.tier_names[1], " group ", dst, " (", HostName(f, dst * f.shape.m[1]),
                       " ..)");
+}
+
+std::string OverrideDst(const Fabric& f, const fwd::OverrideSpec& o) {
+  return LevelDst(f, o.level, o.dst);
+}
+
+// An override's node: its name, or "every <tier>" for a wildcard (with the plane when several).
+std::string OverrideNode(const Fabric& f, uint8_t plane, int tier, uint32_t node) {
+  if (node == fwd::kAllNodes) {
+    return absl::StrCat(f.shape.planes > 1 ? absl::StrCat("p", plane, "/") : "", "every ",
+                        f.tier_names[tier]);
+  }
+  return NodeName(
+      f, NodeRef{static_cast<uint8_t>(tier == 0 ? 0 : plane), static_cast<uint8_t>(tier), node});
+}
+
+// A destination exception's ports and entropy caps by LCA tier.
+std::string DstExceptionText(const Fabric& f, const fwd::DstExceptionSpec& e) {
+  bool none = true;
+  for (int L = 1; L <= f.shape.tiers; ++L) none = none && e.ports[L] == 0;
+  if (none) return "unreachable from every host";
+  std::vector<std::string> parts;
+  for (int L = 1; L <= f.shape.tiers; ++L) {
+    parts.push_back(absl::StrCat("L", L, ": ports ", Bits(e.ports[L]), " paths ", e.paths[L]));
+  }
+  return absl::StrJoin(parts, "  ");
 }
 
 int ShowNode(const Source& s, const std::string& node_text, bool json, std::ostream& out,
@@ -614,14 +644,17 @@ int ShowNode(const Source& s, const std::string& node_text, bool json, std::ostr
   Table ot({{"LEVEL", Table::kRight}, {"DESTINATION"}, {"NEXT HOPS"}});
   Json overrides = Json::Array();
   for (const fwd::OverrideSpec& o : a.overrides) {
-    if (o.plane != key_plane || o.node != node->index) continue;
+    if (o.plane != key_plane || (o.node != node->index && o.node != fwd::kAllNodes)) continue;
     const std::string hops = i == 0 && o.hops.kind == HopKind::kUp
                                  ? absl::StrCat("ports ", Bits(o.hops.up_mask))
                                  : HopsText(f, *node, o.hops);
-    ot.AddRow({absl::StrCat(o.level), OverrideDst(f, o), hops});
+    const bool wildcard = o.node == fwd::kAllNodes;
+    ot.AddRow({absl::StrCat(o.level), OverrideDst(f, o),
+               wildcard ? absl::StrCat(hops, " (every ", f.tier_names[i], ")") : hops});
     overrides.Add(Json::Object()
                       .Num("level", o.level)
                       .Num("dst", o.dst)
+                      .Bool("wildcard", wildcard)
                       .Str("destination", OverrideDst(f, o))
                       .Obj("hops", HopsJson(f, *node, o.hops)));
   }
@@ -718,22 +751,37 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
   Table ot({{"NODE"}, {"LEVEL", Table::kRight}, {"DESTINATION"}, {"NEXT HOPS"}});
   Json overrides = Json::Array();
   for (const fwd::OverrideSpec& o : a->overrides) {
-    const NodeRef n{static_cast<uint8_t>(tier == 0 ? 0 : o.plane), static_cast<uint8_t>(tier),
-                    o.node};
+    const std::string node_name = OverrideNode(f, o.plane, tier, o.node);
     std::string hops = KindName(o.hops.kind);
     if (o.hops.kind == HopKind::kDown) hops = absl::StrCat("down port ", o.hops.down_port);
     if (o.hops.kind == HopKind::kUp) {
       hops = absl::StrCat(tier == 0 ? "ports " : "up ",
                           Bits(o.hops.up_mask, tier == 0 ? 0 : sh.m[tier]));
     }
-    ot.AddRow({NodeName(f, n), absl::StrCat(o.level), OverrideDst(f, o), hops});
+    ot.AddRow({node_name, absl::StrCat(o.level), OverrideDst(f, o), hops});
     overrides.Add(Json::Object()
-                      .Str("node", NodeName(f, n))
+                      .Str("node", node_name)
                       .Num("level", o.level)
                       .Num("dst", o.dst)
                       .Str("kind", KindName(o.hops.kind))
                       .Num("down_port", o.hops.down_port)
                       .Str("up_mask", Bits(o.hops.up_mask)));
+  }
+  Table dt({{"LEVEL", Table::kRight}, {"DESTINATION"}, {"PORTS AND PATHS BY LCA TIER"}});
+  Json dst_exceptions = Json::Array();
+  for (const fwd::DstExceptionSpec& e : a->dst_exceptions) {
+    dt.AddRow({absl::StrCat(e.level), LevelDst(f, e.level, e.dst), DstExceptionText(f, e)});
+    Json ports = Json::Object(), paths = Json::Object();
+    for (int L = 1; L <= sh.tiers; ++L) {
+      ports.Str(absl::StrCat(L), Bits(e.ports[L]));
+      paths.Num(absl::StrCat(L), e.paths[L]);
+    }
+    dst_exceptions.Add(Json::Object()
+                           .Num("level", e.level)
+                           .Num("dst", e.dst)
+                           .Str("destination", LevelDst(f, e.level, e.dst))
+                           .Obj("ports", ports)
+                           .Obj("paths", paths));
   }
   Json entropy = Json::Object();
   std::vector<std::string> entropy_lines;
@@ -785,6 +833,7 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
                .Obj("classes", classes)
                .Obj("node_masks", masks)
                .Obj("overrides", overrides)
+               .Obj("dst_exceptions", dst_exceptions)
                .Obj("entropy", entropy)
                .Render()
         << "\n";
@@ -807,6 +856,7 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
       {"classes", absl::StrCat(a->classes.size())},
       {"node masks", absl::StrCat(a->node_masks.size())},
       {"overrides", absl::StrCat(a->overrides.size())},
+      {"destination exceptions", absl::StrCat(a->dst_exceptions.size())},
   });
   for (const fwd::ClassSpec& c : a->classes) {
     out << absl::StrFormat(
@@ -819,6 +869,7 @@ int ShowArtifact(const std::string& path, bool json, std::ostream& out, std::ost
   if (!entropy_lines.empty()) out << "entropy:\n" << absl::StrJoin(entropy_lines, "\n") << "\n";
   if (!mt.empty()) out << "\n" << mt.Render();
   if (!ot.empty()) out << "\n" << ot.Render();
+  if (!dt.empty()) out << "\n" << dt.Render();
   return kExitOk;
 }
 
@@ -1039,10 +1090,19 @@ int Diff(const std::string& left, const std::string& right, std::ostream& out, s
           std::string hops = KindName(o.hops.kind);
           if (o.hops.kind == HopKind::kDown) hops += absl::StrCat(" ", o.hops.down_port);
           if (o.hops.kind == HopKind::kUp) hops += absl::StrCat(" ", Bits(o.hops.up_mask));
-          return absl::StrCat("override ", node_name(o.plane, o.node), " -> ", OverrideDst(fb, o),
-                              ": ", hops);
+          return absl::StrCat("override ", OverrideNode(fb, o.plane, tier, o.node), " -> ",
+                              OverrideDst(fb, o), ": ", hops);
         });
-    const bool same = what.empty() && ma + mr + mc + oa + orr + oc == 0;
+    uint64_t da = 0, dr = 0, dc = 0;
+    DiffKeyed<fwd::DstExceptionSpec>(
+        x.dst_exceptions, y.dst_exceptions,
+        [](const fwd::DstExceptionSpec& e) { return std::make_pair(e.level, e.dst); }, &da, &dr,
+        &dc, &lines,
+        [&](const fwd::DstExceptionSpec& e) {
+          return absl::StrCat("destination exception ", LevelDst(fb, e.level, e.dst), ": ",
+                              DstExceptionText(fb, e));
+        });
+    const bool same = what.empty() && ma + mr + mc + oa + orr + oc + da + dr + dc == 0;
     if (same) {
       out << "role " << role << ": unchanged\n";
       continue;
@@ -1050,8 +1110,11 @@ int Diff(const std::string& left, const std::string& right, std::ostream& out, s
     differs = true;
     out << "role " << role << ":";
     if (!what.empty()) out << " " << absl::StrJoin(what, ", ") << " changed;";
-    out << absl::StrFormat(" node masks +%u -%u ~%u, overrides +%u -%u ~%u\n", ma, mr, mc, oa, orr,
+    out << absl::StrFormat(" node masks +%u -%u ~%u, overrides +%u -%u ~%u", ma, mr, mc, oa, orr,
                            oc);
+    if (da + dr + dc != 0)
+      out << absl::StrFormat(", destination exceptions +%u -%u ~%u", da, dr, dc);
+    out << "\n";
     for (const std::string& l : lines) out << l << "\n";
   }
   return differs ? kExitDiffers : kExitOk;
@@ -1059,6 +1122,46 @@ int Diff(const std::string& left, const std::string& right, std::ostream& out, s
 
 // ---- verify
 // ----------------------------------------------------------------------------------------
+
+// The tier of the lowest common ancestor of two hosts (1: the same tier-1 switches).
+uint32_t LcaTierOf(const Shape& sh, uint32_t a, uint32_t b) {
+  uint64_t div = 1;
+  for (int L = 1; L <= sh.tiers; ++L) {
+    div *= sh.m[L];
+    if (a / div == b / div) return static_cast<uint32_t>(L);
+  }
+  return static_cast<uint32_t>(sh.tiers);
+}
+
+// The ports of a host's path set for `ports` (the oracle's first hops), after the routing policy:
+// the destination class's planes, rail_local, and the path cap (which keeps the lowest ports, as
+// paths interleave ports first).
+uint64_t PolicyPorts(const Fabric& f, uint32_t src, uint32_t dst, int cls, uint64_t ports) {
+  const Shape& sh = f.shape;
+  uint32_t limit = f.routing.max_paths;
+  if (cls >= 0) {
+    const DestinationClass& c = f.routing.classes[cls];
+    if (c.planes_mask != 0) {
+      uint64_t allowed = 0;
+      for (uint32_t p = 0; p < sh.planes; ++p) {
+        if (c.planes_mask >> p & 1) allowed |= ((uint64_t{1} << sh.w[1]) - 1) << (p * sh.w[1]);
+      }
+      ports &= allowed;
+    }
+    if (c.max_paths != 0) limit = c.max_paths;
+  }
+  if (f.routing.rail_local && sh.rails != 0) {
+    const uint32_t src_rail = (src / sh.m[1]) % sh.m[2] % sh.rails;
+    const uint32_t dst_rail = (dst / sh.m[1]) % sh.m[2] % sh.rails;
+    if (src_rail != dst_rail) ports = 0;
+  }
+  uint64_t kept = 0;
+  for (uint32_t n = 0; ports != 0 && n < limit; ++n) {
+    kept |= ports & -ports;
+    ports &= ports - 1;
+  }
+  return kept;
+}
 
 int Verify(const std::string& fabric_path, uint64_t sample, uint64_t seed, std::ostream& out,
            std::ostream& err) {
@@ -1180,22 +1283,35 @@ int Verify(const std::string& fabric_path, uint64_t sample, uint64_t seed, std::
         }
         continue;
       }
-      // The path set's ports must be oracle next hops; without a policy narrowing them (class
-      // planes, rail_local, a cap below the port count) they must be all of them.
+      // The path set's ports: the oracle's first hops, narrowed by the policy exactly as the
+      // host applies it (the class's planes, rail_local, then the cap: paths interleave ports, so
+      // a cap of n keeps the n lowest ports).
       uint64_t got_ports = 0, want_ports = 0;
       for (uint32_t k = 0; k < np; ++k) got_ports |= uint64_t{1} << paths[k].port;
       for (uint32_t p : want.ports) want_ports |= uint64_t{1} << p;
       const int cls = ClassOfHost(f, dst);
-      const bool narrowed =
-          (cls >= 0 && (f.routing.classes[cls].planes_mask || f.routing.classes[cls].max_paths)) ||
-          f.routing.rail_local || f.routing.max_paths < want.ports.size();
-      const bool ok = narrowed ? (got_ports & ~want_ports) == 0 : got_ports == want_ports;
-      if (!ok || (np == 0) != want.ports.empty()) {
-        if (!(narrowed && np == 0)) {
-          report(absl::StrCat(HostName(f, src), " -> ", HostName(f, dst), ": artifact ports ",
-                              Bits(got_ports), ", oracle ", Bits(want_ports)));
-        }
+      want_ports = PolicyPorts(f, src, dst, cls, want_ports);
+      if (got_ports != want_ports || (np == 0) != (want_ports == 0)) {
+        report(absl::StrCat(HostName(f, src), " -> ", HostName(f, dst), ": artifact ports ",
+                            Bits(got_ports), ", oracle ", Bits(want_ports)));
         continue;
+      }
+      // Every (port, entropy) must lead to the destination on a shortest path through the failed
+      // fabric, the switches hashing over their surviving next hops (docs/nuwa.md §5).
+      if (f.hash.function != HashFunction::kUnknown) {
+        const uint32_t hops = 2 * LcaTierOf(sh, src, dst) - 1;
+        bool ok = true;
+        for (uint32_t k = 0; k < np && ok; ++k) {
+          const auto path = oracle.SimulatePath(table, src, dst, paths[k].port,
+                                                static_cast<uint16_t>(paths[k].entropy));
+          if (path.size() != hops) {
+            report(absl::StrCat(HostName(f, src), " -> ", HostName(f, dst), ": port ",
+                                paths[k].port, " entropy ", paths[k].entropy, " takes ",
+                                path.size(), " switches, the shortest path ", hops));
+            ok = false;
+          }
+        }
+        if (!ok) continue;
       }
       // Entropy: the paths leaving on one port should visit distinct switch sequences.
       if (np > 1) {

@@ -138,6 +138,40 @@ TEST(HeddleNuwa, CompileThenReadArtifacts) {
   EXPECT_THAT(r.out, HasSubstr("role agg.nuwa: unchanged"));
 }
 
+// Destination-side failures (fat-tree-k8-failures.yaml): host[17]'s only link is down, so the
+// host artifact says it is unreachable from every host, and each switch tier has one wildcard
+// override for it instead of one override per switch.
+TEST(HeddleNuwa, DestinationFailuresInArtifacts) {
+  const std::string fabric = kSource + "/deploy/examples/fabrics/fat-tree-k8-failures.yaml";
+  TempDir dir;
+  Result r = RunCli({"compile", fabric, "-o", dir.path()});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("destination exceptions)"));
+  r = RunCli({"show", dir.path() + "/host.nuwa"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("host[17]                     unreachable from every host"));
+  r = RunCli({"show", dir.path() + "/tor.nuwa"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("every tor      0  host[17]"));
+  r = RunCli({"query", "--artifacts", dir.path(), "--node", "host[3]", "--dst", "host[17]"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("unreachable"));
+  r = RunCli({"verify", "--fabric", fabric});
+  EXPECT_EQ(r.code, kExitOk) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": 0 mismatches"));
+  // Without the host link failure: no exception for host[17] any more.
+  const std::string healed = dir.path() + "/healed.yaml";
+  std::string text = ReadFile(fabric);
+  const std::string line = "    - {node: \"host[17]\", up_port: 0}   # the host's only link\n";
+  ASSERT_NE(text.find(line), std::string::npos);
+  text.erase(text.find(line), line.size());
+  std::ofstream(healed) << text;
+  r = RunCli({"diff", fabric, healed});
+  EXPECT_EQ(r.code, kExitDiffers) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("destination exception host[17]: unreachable from every host"));
+  EXPECT_THAT(r.out, HasSubstr("override every tor -> host[17]: unreachable"));
+}
+
 TEST(HeddleNuwa, DiffShowsExceptions) {
   TempDir dir;
   const std::string degraded = dir.path() + "/ft4-degraded.yaml";
