@@ -204,7 +204,9 @@ absl::StatusOr<SwitchTable> SwitchTable::Build(const ArtifactSpec& spec, uint8_t
       f.shift[j] = t.fields_.shift[j];
       f.digit_mask[j] = t.fields_.digit_mask[j];
       f.m[j] = t.fields_.m[j];
-      f.pow2 = f.pow2 && std::has_single_bit(f.m[j]);
+      // No range check only where the digit's field holds exactly m_j values: a power-of-two m_j
+      // in a wider field (an artifact may lay its fields out wider than needed) still needs it.
+      f.pow2 = f.pow2 && uint64_t{f.digit_mask[j]} + 1 == f.m[j];
     }
     const uint64_t up = spec.tier < s.tiers ? t.up_mask_[spec.tier + 1] : 0;
     f.up_word = static_cast<uint64_t>(up != 0 ? HopKind::kUp : HopKind::kUnreachable);

@@ -90,7 +90,7 @@ struct FastSwitch4 {
   uint32_t above = 0;  // their field bits
   uint32_t down_shift = 0;
   uint32_t down_mask = 0;
-  bool pow2 = true;  // every m_j a power of two: no digit range check
+  bool pow2 = true;  // every digit field holds exactly m_j values: no digit range check
   std::array<uint32_t, 4> shift{};
   std::array<uint32_t, 4> digit_mask{};
   std::array<uint32_t, 4> m{};
