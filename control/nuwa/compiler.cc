@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/container/flat_hash_set.h"
@@ -14,6 +15,44 @@
 
 namespace heddle::nuwa {
 namespace {
+
+// The hosts' addresses are the plan's base with the packed digits in their low `Wf` bits, the
+// same bits in both families (fabric.cc HostIpv4/HostIpv6). A class prefix given in one family
+// therefore names the host set that this prefix, of the same 128-bit length, names in the other:
+// the other family's base, with the bits the prefix fixes inside the digits copied over. nullopt
+// when the fabric has one family only, or the prefix names no host (it disagrees with its
+// family's base above the digits).
+std::optional<std::pair<std::array<uint8_t, 16>, uint8_t>> TwinPrefix(
+    const Fabric& f, const std::array<uint8_t, 16>& prefix, uint8_t len) {
+  if (!f.addresses.has_ipv6) return std::nullopt;
+  std::array<uint8_t, 16> v4{};  // ::ffff:base4
+  v4[10] = v4[11] = 0xff;
+  for (int b = 0; b < 4; ++b)
+    v4[12 + b] = static_cast<uint8_t>(f.addresses.ipv4_base >> (24 - 8 * b));
+  const std::array<uint8_t, 16>& v6 = f.addresses.ipv6_base;
+  auto bit = [](const std::array<uint8_t, 16>& a, int i) { return (a[i / 8] >> (7 - i % 8)) & 1; };
+  int digits = 0;  // Wf: the digits' top bit, from the least significant
+  for (int j = 1; j <= kMaxTiers; ++j) {
+    if (f.addresses.width[j] != 0)
+      digits = std::max(digits, f.addresses.shift[j] + f.addresses.width[j]);
+  }
+  const int fixed = 128 - digits;  // bit positions [0, fixed) are the base's in every host address
+  auto matches_base = [&](const std::array<uint8_t, 16>& base) {
+    for (int i = 0; i < std::min<int>(len, fixed); ++i) {
+      if (bit(prefix, i) != bit(base, i)) return false;
+    }
+    return true;
+  };
+  const bool is_v4 = matches_base(v4) && len >= 96;
+  const bool is_v6 = matches_base(v6);
+  if (is_v4 == is_v6) return std::nullopt;  // names no host (or both: one entry does for both)
+  std::array<uint8_t, 16> twin = is_v4 ? v6 : v4;
+  for (int i = fixed; i < len; ++i) {
+    const uint8_t m = static_cast<uint8_t>(0x80 >> (i % 8));
+    twin[i / 8] = static_cast<uint8_t>(bit(prefix, i) ? twin[i / 8] | m : twin[i / 8] & ~m);
+  }
+  return std::make_pair(twin, static_cast<uint8_t>(std::max<int>(len, fixed)));
+}
 
 // ---- Canonical encoding for the digest --------------------------------------------------------
 
@@ -795,7 +834,17 @@ fwd::ArtifactSpec BaseSpec(const Fabric& f, uint64_t digest) {
     cs.planes_mask = static_cast<uint8_t>(c.planes_mask);
     cs.restrict_tier = static_cast<uint8_t>(c.restrict_tier);
     cs.allowed_up_mask = c.allowed_up_mask;
-    spec.classes.push_back(std::move(cs));
+    // A class names hosts: those with an address of either family in its prefix. Lookups match a
+    // destination address of one family against the class prefixes, so the prefix goes in
+    // twice, once per family, right after each other (first match wins within each family).
+    std::optional<std::pair<std::array<uint8_t, 16>, uint8_t>> twin =
+        TwinPrefix(f, c.prefix, c.prefix_len);
+    spec.classes.push_back(cs);
+    if (twin) {
+      cs.prefix = twin->first;
+      cs.prefix_len = twin->second;
+      spec.classes.push_back(std::move(cs));
+    }
   }
   return spec;
 }
@@ -1064,6 +1113,17 @@ Fabric FabricFromArtifact(const fwd::ArtifactSpec& a) {
     d.planes_mask = c.planes_mask;
     d.restrict_tier = c.restrict_tier;
     d.allowed_up_mask = c.allowed_up_mask;
+    // The other family's copy the compiler wrote after a class (TwinPrefix) is not a class.
+    if (!f.routing.classes.empty()) {
+      const DestinationClass& prev = f.routing.classes.back();
+      const auto twin = TwinPrefix(f, prev.prefix, prev.prefix_len);
+      DestinationClass as_prev = d;
+      as_prev.prefix = prev.prefix;
+      as_prev.prefix_len = prev.prefix_len;
+      if (twin && twin->first == d.prefix && twin->second == d.prefix_len && as_prev == prev) {
+        continue;
+      }
+    }
     f.routing.classes.push_back(std::move(d));
   }
   for (int t = 0; t <= f.shape.tiers; ++t)

@@ -409,6 +409,72 @@ TEST(Compiler, DeadDestinationsNeedWildcardsNotPerNodeOverrides) {
 }
 
 // ~1M (switch, destination) pairs each.
+// A class names hosts by an address of either family (the oracle's ClassOfHost); lookups match one
+// family's destination address against the class prefixes, so a class given as an IPv6 prefix
+// must restrict IPv4 lookups of its hosts too, and the reverse. Every switch and host answers the
+// same for a destination's IPv4 and IPv6 address, and the IPv4 answers match the oracle.
+TEST(Compiler, ClassesApplyToBothAddressFamilies) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(seed);
+    Fabric f = FatTree(8);
+    const uint32_t pod_shift = f.addresses.shift[3];
+    const uint32_t pod_bits = f.addresses.width[3];
+    const uint32_t edge_shift = f.addresses.shift[2];
+    // Pod 1 by an IPv6 prefix: its traffic climbs to the lower half of the cores only.
+    DestinationClass v6;
+    v6.name = "pod1-v6";
+    v6.prefix = f.addresses.ipv6_base;
+    v6.prefix[15 - pod_shift / 8] |= static_cast<uint8_t>(1u << (pod_shift % 8));
+    v6.prefix_len = static_cast<uint8_t>(128 - pod_shift - pod_bits);
+    v6.restrict_tier = 3;
+    v6.allowed_up_mask = 0x3;
+    // Pod 2's first edge group by an IPv4 prefix: two paths, agg 0 of its pod only.
+    DestinationClass v4;
+    v4.name = "pod2-edge0-v4";
+    const uint32_t addr = f.addresses.ipv4_base | 2u << pod_shift;
+    v4.prefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, static_cast<uint8_t>(addr >> 24),
+                 static_cast<uint8_t>(addr >> 16), static_cast<uint8_t>(addr >> 8),
+                 static_cast<uint8_t>(addr)};
+    v4.prefix_len = static_cast<uint8_t>(128 - edge_shift - f.addresses.width[2]);
+    v4.restrict_tier = 2;
+    v4.allowed_up_mask = 0x1;
+    v4.max_paths = 2;
+    f.routing.classes = {v6, v4};
+    testing::AddRandomFailures(rng, f, 3, seed % 2);
+    auto c = Compile(f);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->host.classes.size(), 4u) << "each class once per family";
+    const std::vector<uint32_t> hosts = AllHosts(f);
+    EXPECT_GT(CheckAgainstOracle(f, *c, hosts), 0u);
+    for (int t = 1; t <= f.shape.tiers; ++t) {
+      for (uint32_t x = 0; x < NodeCount(f.shape, t); ++x) {
+        absl::StatusOr<fwd::SwitchTable> table = fwd::SwitchTable::Build(c->switches[t - 1], 0, x);
+        ASSERT_TRUE(table.ok()) << table.status();
+        for (uint32_t h : hosts) {
+          const std::array<uint8_t, 16> a6 = HostIpv6(f.shape, f.addresses, h);
+          ASSERT_EQ(table->Lookup4(HostIpv4(f.shape, f.addresses, h)), table->Lookup6(a6.data()))
+              << Describe(f) << " tier " << t << " node " << x << " host " << h;
+        }
+      }
+    }
+    for (uint32_t src : hosts) {
+      absl::StatusOr<fwd::HostTable> table = fwd::HostTable::Build(c->host, src);
+      ASSERT_TRUE(table.ok()) << table.status();
+      for (uint32_t h : hosts) {
+        fwd::HostPath p4[fwd::kMaxHostPaths], p6[fwd::kMaxHostPaths];
+        fwd::HopKind k4, k6;
+        const std::array<uint8_t, 16> a6 = HostIpv6(f.shape, f.addresses, h);
+        const uint32_t n4 =
+            table->Paths4(HostIpv4(f.shape, f.addresses, h), p4, fwd::kMaxHostPaths, &k4);
+        const uint32_t n6 = table->Paths6(a6.data(), p6, fwd::kMaxHostPaths, &k6);
+        ASSERT_EQ(n4, n6) << Describe(f) << " host " << src << " -> " << h;
+        ASSERT_EQ(k4, k6);
+        for (uint32_t i = 0; i < n4; ++i) ASSERT_EQ(p4[i], p6[i]);
+      }
+    }
+  }
+}
+
 TEST(CompilerProperty, FatTree32SampledPairs) { LargeFatTree(32, 800, false); }
 TEST(CompilerProperty, FatTree32ClassAndFailuresSampledPairs) { LargeFatTree(32, 400, true); }
 TEST(CompilerProperty, FatTree64SampledPairs) { LargeFatTree(64, 200, false); }

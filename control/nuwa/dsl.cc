@@ -70,6 +70,7 @@ constexpr absl::string_view kFabricKeys[] = {"name",
 constexpr absl::string_view kAddressingKeys[] = {"ipv4", "ipv6"};
 constexpr absl::string_view kHashKeys[] = {"function", "seed", "bit_offset"};
 constexpr absl::string_view kRoutingKeys[] = {"max_paths", "rail_local", "classes"};
+constexpr size_t kMaxClasses = 32;
 constexpr absl::string_view kClassKeys[] = {"name", "prefix", "max_paths", "planes", "via"};
 constexpr absl::string_view kViaKeys[] = {"tier", "indexes"};
 constexpr absl::string_view kFailureKeys[] = {"links", "switches"};
@@ -812,6 +813,12 @@ class Parser {
       Error(*classes, "routing.classes",
             absl::StrCat("expected a list of classes ({name, prefix, ...}), got ",
                          Describe(*classes)));
+      return;
+    }
+    if (classes->size() > kMaxClasses) {
+      Error(*classes, "routing.classes",
+            absl::StrCat(classes->size(), " classes; at most ", kMaxClasses,
+                         " (each takes an IPv4 and an IPv6 entry in the artifacts)"));
       return;
     }
     std::set<std::string> names;

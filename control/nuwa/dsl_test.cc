@@ -221,7 +221,13 @@ struct BadCase {
 
 std::vector<BadCase> BadCases() {
   const std::string base = kBase;
+  std::string many_classes = base + "routing:\n  classes:\n";
+  for (int i = 0; i < 33; ++i) {
+    many_classes += "    - {name: c" + std::to_string(i) + ", prefix: 10.0.0." +
+                    std::to_string(i) + "/32}\n";
+  }
   return {
+      {"too_many_classes", many_classes, 7, "routing.classes", "at most 32"},
       {"empty", "", 1, "fabric", "missing"},
       {"no_fabric", "routing: {max_paths: 4}\n", 1, "fabric", "missing"},
       {"unknown_top_key", base + "rooting: {}\n", 5, "rooting", "did you mean \"routing\""},
