@@ -72,35 +72,6 @@ uint32_t LcaOf(const Shape& sh, uint32_t a, uint32_t b) {
   return static_cast<uint32_t>(sh.tiers);
 }
 
-// The ports a host's path set should have for oracle first hops `ports`: the class's planes,
-// rail_local, then the cap (paths interleave ports, so a cap of n keeps the n lowest ports).
-uint64_t PolicyPorts(const Fabric& f, uint32_t src, uint32_t dst, uint64_t ports) {
-  const Shape& sh = f.shape;
-  uint32_t limit = f.routing.max_paths;
-  const int cls = ClassOfHost(f, dst);
-  if (cls >= 0) {
-    const DestinationClass& c = f.routing.classes[cls];
-    if (c.planes_mask != 0) {
-      uint64_t allowed = 0;
-      for (uint32_t p = 0; p < sh.planes; ++p) {
-        if (c.planes_mask >> p & 1) allowed |= ((uint64_t{1} << sh.w[1]) - 1) << (p * sh.w[1]);
-      }
-      ports &= allowed;
-    }
-    if (c.max_paths != 0) limit = c.max_paths;
-  }
-  if (f.routing.rail_local && sh.rails != 0 &&
-      (src / sh.m[1]) % sh.m[2] % sh.rails != (dst / sh.m[1]) % sh.m[2] % sh.rails) {
-    ports = 0;
-  }
-  uint64_t kept = 0;
-  for (uint32_t n = 0; ports != 0 && n < limit; ++n) {
-    kept |= ports & -ports;
-    ports &= ports - 1;
-  }
-  return kept;
-}
-
 // Compares the host artifact (through Serialize/Decode) with the oracle for every (src, dst) of
 // the two lists: the path set's ports are the oracle's first hops after the policy, empty and
 // kUnreachable exactly when there are none; with a known hash model every (port, entropy) reaches
@@ -138,7 +109,7 @@ uint64_t CheckHostsAgainstOracle(const Fabric& f, const Compiled& c,
       uint64_t got = 0, want = 0;
       for (uint32_t i = 0; i < n; ++i) got |= uint64_t{1} << paths[i].port;
       for (uint32_t p : table[o.NodeId({0, 0, src})].ports) want |= uint64_t{1} << p;
-      want = PolicyPorts(f, src, dst, want);
+      want = PolicyPorts(f, src, dst, ClassOfHost(f, dst), want);
       ++checked;
       if (got != want || (kind == fwd::HopKind::kUp) != (want != 0)) {
         ADD_FAILURE() << Describe(f) << "\n  host " << src << " -> host " << dst << ": ports 0x"

@@ -41,6 +41,33 @@ int ClassOfHost(const Fabric& fabric, uint32_t host) {
   return -1;
 }
 
+uint64_t PolicyPorts(const Fabric& f, uint32_t src, uint32_t dst, int cls, uint64_t ports) {
+  const Shape& sh = f.shape;
+  uint32_t limit = f.routing.max_paths;
+  if (cls >= 0) {
+    const DestinationClass& c = f.routing.classes[cls];
+    if (c.planes_mask != 0) {
+      uint64_t allowed = 0;
+      for (uint32_t p = 0; p < sh.planes; ++p) {
+        if (c.planes_mask >> p & 1) allowed |= ((uint64_t{1} << sh.w[1]) - 1) << (p * sh.w[1]);
+      }
+      ports &= allowed;
+    }
+    if (c.max_paths != 0) limit = c.max_paths;
+  }
+  if (f.routing.rail_local && sh.rails != 0) {
+    const uint32_t src_rail = (src / sh.m[1]) % sh.m[2] % sh.rails;
+    const uint32_t dst_rail = (dst / sh.m[1]) % sh.m[2] % sh.rails;
+    if (src_rail != dst_rail) ports = 0;
+  }
+  uint64_t kept = 0;
+  for (uint32_t n = 0; ports != 0 && n < limit; ++n) {
+    kept |= ports & -ports;
+    ports &= ports - 1;
+  }
+  return kept;
+}
+
 fwd::NextHops ToNextHops(const Shape& shape, int tier, const OracleHops& hops) {
   fwd::NextHops out;
   if (hops.local) {

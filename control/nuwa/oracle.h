@@ -45,6 +45,12 @@ fwd::NextHops ToNextHops(const Shape& shape, int tier, const OracleHops& hops);
 // address when the plan has one); -1 for none.
 int ClassOfHost(const Fabric& fabric, uint32_t host);
 
+// The host ports a host's path set towards `dst` should have, given `ports`, the oracle's first
+// hops: after the routing policy — the destination class `cls` (ClassOfHost; -1: none) keeps its
+// planes and caps the paths, rail_local empties sets towards other rails, and the cap keeps the
+// lowest ports (paths interleave ports first, docs/nuwa.md §4).
+uint64_t PolicyPorts(const Fabric& fabric, uint32_t src, uint32_t dst, int cls, uint64_t ports);
+
 class Oracle {
  public:
   explicit Oracle(const Fabric& fabric);

@@ -1133,36 +1133,6 @@ uint32_t LcaTierOf(const Shape& sh, uint32_t a, uint32_t b) {
   return static_cast<uint32_t>(sh.tiers);
 }
 
-// The ports of a host's path set for `ports` (the oracle's first hops), after the routing policy:
-// the destination class's planes, rail_local, and the path cap (which keeps the lowest ports, as
-// paths interleave ports first).
-uint64_t PolicyPorts(const Fabric& f, uint32_t src, uint32_t dst, int cls, uint64_t ports) {
-  const Shape& sh = f.shape;
-  uint32_t limit = f.routing.max_paths;
-  if (cls >= 0) {
-    const DestinationClass& c = f.routing.classes[cls];
-    if (c.planes_mask != 0) {
-      uint64_t allowed = 0;
-      for (uint32_t p = 0; p < sh.planes; ++p) {
-        if (c.planes_mask >> p & 1) allowed |= ((uint64_t{1} << sh.w[1]) - 1) << (p * sh.w[1]);
-      }
-      ports &= allowed;
-    }
-    if (c.max_paths != 0) limit = c.max_paths;
-  }
-  if (f.routing.rail_local && sh.rails != 0) {
-    const uint32_t src_rail = (src / sh.m[1]) % sh.m[2] % sh.rails;
-    const uint32_t dst_rail = (dst / sh.m[1]) % sh.m[2] % sh.rails;
-    if (src_rail != dst_rail) ports = 0;
-  }
-  uint64_t kept = 0;
-  for (uint32_t n = 0; ports != 0 && n < limit; ++n) {
-    kept |= ports & -ports;
-    ports &= ports - 1;
-  }
-  return kept;
-}
-
 int Verify(const std::string& fabric_path, uint64_t sample, uint64_t seed, std::ostream& out,
            std::ostream& err) {
   absl::StatusOr<Source> s = FromFabricFile(fabric_path);
