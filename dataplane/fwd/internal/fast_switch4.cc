@@ -90,6 +90,11 @@ void Scalar(const FastSwitch4& f, const uint32_t* dst, uint8_t* out, size_t n) {
 }
 #undef HEDDLE_FWD_STORE4
 
+// GCC 12 warns that the "undefined" pass-through operand of its AVX-512 intrinsics
+// (_mm512_undefined_epi32, deliberately self-initialized) may be used uninitialized; every lane
+// here is written under an all-ones mask, so the operand is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // Sixteen addresses a step. The answers' first words are built as 32-bit lanes and widened to
 // 64 bits, the up masks come from a masked move, and vpermt2q interleaves the two into NextHops
 // four to a 64-byte store.
@@ -147,6 +152,7 @@ void Scalar(const FastSwitch4& f, const uint32_t* dst, uint8_t* out, size_t n) {
   }
   FastSwitch4Scalar(f, dst + i, out + 16 * i, n - i);
 }
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
