@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/text_match.h"
 #include "dataplane/storm/levels.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -122,39 +123,6 @@ std::string Join(absl::string_view path, absl::string_view key) {
 }
 
 std::string Quote(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
-
-// Levenshtein distance, for "did you mean" on unknown keys.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-enum class UintParse { kOk, kNegative, kNotInteger, kTooBig };
-
-// Strict decimal: no sign, no hex, no fraction, no exponent.
-UintParse ParseUint(absl::string_view s, uint64_t* v) {
-  if (s.empty()) return UintParse::kNotInteger;
-  if (s[0] == '-') {
-    uint64_t ignored;
-    return ParseUint(s.substr(1), &ignored) == UintParse::kNotInteger ? UintParse::kNotInteger
-                                                                      : UintParse::kNegative;
-  }
-  if (!absl::ascii_isdigit(static_cast<unsigned char>(s[0]))) return UintParse::kNotInteger;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  if (ptr != s.data() + s.size()) return UintParse::kNotInteger;
-  if (ec == std::errc::result_out_of_range) return UintParse::kTooBig;
-  return ec == std::errc() ? UintParse::kOk : UintParse::kNotInteger;
-}
 
 bool IsHex(absl::string_view s) {
   for (char ch : s) {
@@ -475,16 +443,9 @@ class Parser {
         Error(k, Join(path, key), "appears twice; keep one");
         continue;
       }
-      bool known = false;
-      absl::string_view best;
+      if (std::find(std::begin(keys), std::end(keys), key) != std::end(keys)) continue;
       // Suggest only close matches: one edit for short keys, two for longer ones.
-      size_t best_distance = std::min<size_t>(2, std::max<size_t>(1, key.size() / 2)) + 1;
-      for (absl::string_view valid : keys) {
-        if (valid == key) known = true;
-        size_t d = EditDistance(key, valid);
-        if (d < best_distance) best = valid, best_distance = d;
-      }
-      if (known) continue;
+      const absl::string_view best = NearestKey(key, keys);
       std::string hint = best.empty() ? "" : absl::StrCat("did you mean ", Quote(best), "? ");
       Error(k, Join(path, key),
             absl::StrCat("unknown key; ", hint, "valid keys: ", absl::StrJoin(keys, ", ")));

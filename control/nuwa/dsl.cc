@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/text_match.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -106,54 +107,9 @@ bool Contains(Keys keys, absl::string_view key) {
 
 std::string Quote(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 
-// Levenshtein distance, for "did you mean" on unknown keys and values.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// The closest of `candidates` to `s`, if close enough to be a likely typo.
-absl::string_view Nearest(absl::string_view s, Keys candidates) {
-  absl::string_view best;
-  size_t best_distance = std::min<size_t>(2, std::max<size_t>(1, s.size() / 2)) + 1;
-  for (absl::string_view c : candidates) {
-    size_t d = EditDistance(s, c);
-    if (d < best_distance) best = c, best_distance = d;
-  }
-  return best;
-}
-
 std::string DidYouMean(absl::string_view s, Keys candidates) {
-  absl::string_view best = Nearest(s, candidates);
+  absl::string_view best = NearestKey(s, candidates);
   return best.empty() ? "" : absl::StrCat("did you mean ", Quote(best), "? ");
-}
-
-// Strict unsigned integer: decimal, or hex with 0x when `hex` is set; no sign, no fraction.
-enum class UintParse { kOk, kNegative, kNotInteger, kTooBig };
-UintParse ParseUint(absl::string_view s, bool hex, uint64_t* v) {
-  if (!s.empty() && s[0] == '-') return UintParse::kNegative;
-  int base = 10;
-  if (hex && (absl::StartsWith(s, "0x") || absl::StartsWith(s, "0X"))) {
-    s.remove_prefix(2);
-    base = 16;
-  }
-  if (s.empty() || !absl::ascii_isxdigit(static_cast<unsigned char>(s[0]))) {
-    return UintParse::kNotInteger;
-  }
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v, base);
-  if (ec == std::errc::result_out_of_range) return UintParse::kTooBig;
-  if (ec != std::errc() || ptr != s.data() + s.size()) return UintParse::kNotInteger;
-  return UintParse::kOk;
 }
 
 bool IsName(absl::string_view s) {
@@ -350,7 +306,7 @@ class Parser {
       return false;
     }
     uint64_t v = 0;
-    switch (ParseUint(n.Scalar(), hex, &v)) {
+    switch (ParseUint(n.Scalar(), &v, hex)) {
       case UintParse::kNotInteger:
         Error(n, path, absl::StrCat(Quote(n.Scalar()), " is not an integer; use ", range));
         return false;
@@ -716,7 +672,7 @@ class Parser {
       return false;
     }
     uint64_t l = 0;
-    if (ParseUint(absl::string_view(text).substr(slash + 1), false, &l) != UintParse::kOk ||
+    if (ParseUint(absl::string_view(text).substr(slash + 1), &l) != UintParse::kOk ||
         l > max_len) {
       Error(
           n, path,
@@ -931,8 +887,8 @@ class Parser {
         part = absl::StripAsciiWhitespace(part);
         std::vector<absl::string_view> ends = absl::StrSplit(part, absl::MaxSplits('-', 1));
         uint64_t lo = 0, hi = 0;
-        if (ParseUint(ends[0], false, &lo) != UintParse::kOk ||
-            (ends.size() == 2 && ParseUint(ends[1], false, &hi) != UintParse::kOk)) {
+        if (ParseUint(ends[0], &lo) != UintParse::kOk ||
+            (ends.size() == 2 && ParseUint(ends[1], &hi) != UintParse::kOk)) {
           Error(*indexes, ip,
                 absl::StrCat(Quote(part), " is not an index or a range; write e.g. \"0-3,6\"",
                              range_hint));
