@@ -218,6 +218,13 @@ class SwitchTable {
     uint64_t allowed = ~uint64_t{0};  // the class's allowed_up_mask if it restricts tier + 1
   };
   NextHops Resolve(uint64_t v, uint64_t allowed) const;
+  NextHops LookupGeneral4(uint32_t dst) const;
+  // With overrides beside the fast path: true if `dst` lies in a tier-1 group that has one.
+  bool OverriddenGroup4(uint32_t dst) const {
+    if ((dst & ~fields_.v4_field_bits) != fields_.v4_base) return false;
+    const uint32_t g = ((dst & fields_.v4_field_bits) >> fields_.shift[2]) & group_mask_;
+    return override_groups_[g >> 6] >> (g & 63) & 1;
+  }
   const NextHops* FindOverride(uint32_t key) const;
   uint64_t Allowed4(uint32_t dst) const;
   uint64_t Allowed6(const uint8_t* dst16) const;
@@ -228,10 +235,15 @@ class SwitchTable {
   uint32_t down_mask_ = 0;
   uint64_t own_above_ = 0;   // this node's a-digits above its tier, packed like an address
   uint64_t above_mask_ = 0;  // the field bits of tiers above this node's
-  // The fast path: no classes restrict this tier, no overrides, the same up mask for every LCA
-  // tier (no failures near this node): one answer for every destination reached upwards.
+  // The fast path: no classes restrict this tier, the same up mask for every LCA tier (no
+  // failures near this node): one answer for every destination reached upwards. Overrides (a dead
+  // host or group elsewhere, often a wildcard in every switch of the plane) leave it in use: a bit
+  // per tier-1 group (its digits above tier 1, packed as in the address) marks the groups that
+  // have any, and only their destinations take the general path.
   internal::FastSwitch4 fast_;
   internal::FastSwitch4Fn fast_fn_ = nullptr;      // null: the general path
+  std::vector<uint64_t> override_groups_;          // empty: no overrides beside the fast path
+  uint32_t group_mask_ = 0;
   std::array<uint64_t, kMaxTiers + 1> up_mask_{};  // by LCA tier: usable up ports
   // Classes in match order up to the last one that restricts tier + 1 (empty: none does).
   std::vector<Restriction> restrictions_;

@@ -192,7 +192,29 @@ absl::StatusOr<SwitchTable> SwitchTable::Build(const ArtifactSpec& spec, uint8_t
       }
     }
   }
-  if (uniform && t.restrictions_.empty() && t.overrides_.empty()) {
+  // Overrides beside the fast path: the tier-1 groups they name, as bits indexed by the group's
+  // packed digits above tier 1 — up to 2^20 groups (128 KiB), else the general path.
+  int group_bits = 0;
+  for (int j = 2; j <= s.tiers; ++j) {
+    const int top = t.fields_.shift[j] + static_cast<int>(std::bit_width(t.fields_.digit_mask[j]));
+    group_bits = std::max(group_bits, top - t.fields_.shift[2]);
+  }
+  const bool groups_fit = s.tiers >= 2 && group_bits <= 20;
+  if (uniform && t.restrictions_.empty() && (t.overrides_.empty() || groups_fit)) {
+    if (!t.overrides_.empty()) {
+      t.group_mask_ = static_cast<uint32_t>((uint64_t{1} << group_bits) - 1);
+      t.override_groups_.assign((size_t{1} << group_bits) / 64 + 1, 0);
+      for (const OverrideSlot& o : t.overrides_) {
+        if (o.key == 0) continue;
+        const uint32_t level = (o.key - 1) >> 24, dst = (o.key - 1) & 0xffffff;
+        const uint32_t group = level == 0 ? dst / s.m[1] : dst;  // dense: a3 * m2 + a2
+        const uint32_t a2 = group % s.m[2], a3 = s.tiers >= 3 ? group / s.m[2] : 0;
+        uint32_t g = a2;
+        if (s.tiers >= 3) g |= a3 << (t.fields_.shift[3] - t.fields_.shift[2]);
+        g &= t.group_mask_;
+        t.override_groups_[g >> 6] |= uint64_t{1} << (g & 63);
+      }
+    }
     internal::FastSwitch4& f = t.fast_;
     f.field_bits = t.fields_.v4_field_bits;
     f.base = t.fields_.v4_base;
@@ -276,6 +298,9 @@ static_assert(offsetof(NextHops, kind) == 0 && offsetof(NextHops, down_port) == 
 
 NextHops SwitchTable::Lookup4(uint32_t dst) const {
   if (fast_fn_ != nullptr) {
+    if (!override_groups_.empty() && OverriddenGroup4(dst)) [[unlikely]] {
+      return LookupGeneral4(dst);
+    }
     uint64_t words[2];
     if (fast_.pow2) {
       internal::FastSwitch4Words<true>(fast_, dst, words);
@@ -286,6 +311,10 @@ NextHops SwitchTable::Lookup4(uint32_t dst) const {
     std::memcpy(&nh, words, sizeof(nh));
     return nh;
   }
+  return LookupGeneral4(dst);
+}
+
+NextHops SwitchTable::LookupGeneral4(uint32_t dst) const {
   uint64_t v;
   if (!fields_.Fields4(dst, &v)) return NextHops{};
   return Resolve(v, restrictions_.empty() ? ~uint64_t{0} : Allowed4(dst));
@@ -300,14 +329,20 @@ NextHops SwitchTable::Lookup6(const uint8_t* dst16) const {
 void SwitchTable::LookupBulk4(const uint32_t* dst, NextHops* out, size_t n) const {
   if (fast_fn_ != nullptr) {
     fast_fn_(fast_, dst, out, n);
+    if (!override_groups_.empty()) {
+      for (size_t i = 0; i < n; ++i) {
+        if (OverriddenGroup4(dst[i])) [[unlikely]] out[i] = LookupGeneral4(dst[i]);
+      }
+    }
     return;
   }
-  for (size_t i = 0; i < n; ++i) out[i] = Lookup4(dst[i]);
+  for (size_t i = 0; i < n; ++i) out[i] = LookupGeneral4(dst[i]);
 }
 
 size_t SwitchTable::memory_bytes() const {
   return sizeof(*this) + restrictions_.capacity() * sizeof(Restriction) +
-         overrides_.capacity() * sizeof(OverrideSlot);
+         overrides_.capacity() * sizeof(OverrideSlot) +
+         override_groups_.capacity() * sizeof(uint64_t);
 }
 
 // ---- HostTable -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 // in one run: the same destinations (uniformly random hosts), bursts of 32, runs interleaved.
 //
 //   ninja -C build fwd_lookup_bench && build/tools/bench/fwd_lookup_bench [--rounds 5]
-//       [--nh-bytes 2|4|8] [--dsts 1048576] [--seconds 0.25] [--raw-ids]
+//       [--nh-bytes 2|4|8] [--dsts 1048576] [--seconds 0.25] [--raw-ids] [--dead-hosts N]
 //
 // rte_fib gets the routes two ways, both checked equal to SwitchTable for every host before
 // timing:
@@ -56,7 +56,8 @@ struct Options {
   int nh_bytes = 2;
   size_t dsts = 1 << 20;
   double seconds = 0.25;
-  bool raw_ids = false;  // time rte_fib's ids without turning them into next-hop sets
+  bool raw_ids = false;     // time rte_fib's ids without turning them into next-hop sets
+  uint32_t dead_hosts = 0;  // hosts unreachable through wildcard overrides
 };
 
 // Next-hop ids shared by both sides: down ports as themselves, each distinct up set 64 + i.
@@ -139,7 +140,24 @@ volatile uint64_t g_sink;
 
 void RunNode(uint8_t tier, uint32_t index, const Options& opt, const std::vector<uint32_t>& hosts,
              const std::vector<testing::Label>& labels, const std::vector<uint32_t>& dst) {
-  const ArtifactSpec spec = testing::FatTree(64, Role::kSwitch, tier);
+  ArtifactSpec spec = testing::FatTree(64, Role::kSwitch, tier);
+  // --dead-hosts: hosts whose only link failed, unreachable from every switch of the plane (the
+  // compiler's wildcard overrides); every other destination keeps the failure-free answer.
+  std::vector<bool> dead(hosts.size() + 1, false);  // [hosts.size()]: "no host", never dead
+  for (uint32_t i = 0; i < opt.dead_hosts; ++i) {
+    const uint32_t h = static_cast<uint32_t>((uint64_t{i} * 7919 + 13) % hosts.size());
+    if (dead[h]) continue;
+    dead[h] = true;
+    OverrideSpec o;
+    o.plane = 0;
+    o.node = kAllNodes;
+    o.level = 0;
+    o.dst = h;
+    o.hops.kind = HopKind::kUnreachable;
+    spec.overrides.push_back(o);
+  }
+  std::sort(spec.overrides.begin(), spec.overrides.end(),
+            [](const OverrideSpec& x, const OverrideSpec& y) { return x.dst < y.dst; });
   absl::StatusOr<SwitchTable> table = SwitchTable::Build(spec, 0, index);
   if (!table.ok()) {
     std::fprintf(stderr, "%s\n", std::string(table.status().message()).c_str());
@@ -148,7 +166,8 @@ void RunNode(uint8_t tier, uint32_t index, const Options& opt, const std::vector
   // The node's own a-digits, from the enumerated labels (not from the table).
   const testing::Label self = testing::Model(spec.shape).Labels(tier)[index];
   NextHopIds ids;
-  auto route_of = [&](const testing::Label& h) {
+  auto route_of = [&](const testing::Label& h, size_t host) {
+    if (dead[host]) return ids.Id(NextHops{HopKind::kUnreachable, 0, 0});
     int lca = 0;
     for (int j = tier + 1; j <= 3; ++j) {
       if (h.a[j] != self.a[j]) lca = j;
@@ -160,7 +179,7 @@ void RunNode(uint8_t tier, uint32_t index, const Options& opt, const std::vector
   const uint32_t kTbl8 = 264;
   std::string name = "perhost" + std::to_string(tier);
   Fib per_host = MakeFib(name.c_str(), opt.nh_bytes, kTbl8, hosts.size() + 16);
-  for (size_t h = 0; h < hosts.size(); ++h) Add(per_host, hosts[h], 32, route_of(labels[h]));
+  for (size_t h = 0; h < hosts.size(); ++h) Add(per_host, hosts[h], 32, route_of(labels[h], h));
   name = "pergroup" + std::to_string(tier);
   Fib per_group = MakeFib(name.c_str(), opt.nh_bytes, kTbl8, hosts.size() + 16);
   const uint32_t m1 = spec.shape.m[1];
@@ -170,9 +189,13 @@ void RunNode(uint8_t tier, uint32_t index, const Options& opt, const std::vector
     for (int j = 2; j <= 3; ++j) own_group = own_group && first.a[j] == self.a[j];
     if (own_group) {
       for (uint32_t h = 0; h < m1; ++h)
-        Add(per_group, hosts[g * m1 + h], 32, route_of(labels[g * m1 + h]));
+        Add(per_group, hosts[g * m1 + h], 32, route_of(labels[g * m1 + h], g * m1 + h));
     } else {
-      Add(per_group, hosts[g * m1], 27, route_of(first));
+      Add(per_group, hosts[g * m1], 27, route_of(first, hosts.size()));  // the group's answer
+      for (uint32_t h = 0; h < m1; ++h) {
+        if (dead[g * m1 + h])
+          Add(per_group, hosts[g * m1 + h], 32, route_of(labels[g * m1 + h], g * m1 + h));
+      }
     }
   }
   // Equivalence, every host, before any timing.
@@ -319,10 +342,12 @@ int main(int argc, char** argv) {
       opt.seconds = std::atof(next());
     } else if (a == "--raw-ids") {
       opt.raw_ids = true;
+    } else if (a == "--dead-hosts") {
+      opt.dead_hosts = static_cast<uint32_t>(std::strtoul(next(), nullptr, 10));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--rounds N] [--nh-bytes 1|2|4|8] [--dsts N] [--seconds S] "
-                   "[--raw-ids]\n",
+                   "[--raw-ids] [--dead-hosts N]\n",
                    argv[0]);
       return 2;
     }
