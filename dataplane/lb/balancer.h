@@ -295,7 +295,7 @@ class Balancer {
   // counters and every flow's state (REPS cache, flowlet and round-robin state) are kept: each
   // balancer checks the indexes it reads against the set, so state another kind left is harmless.
   void Reconfigure(const BalancerParams& params);
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     switch (kind_) {
       case BalancerKind::kEcmp:
         return ecmp_.Pick(c);
