@@ -184,6 +184,7 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
       record_history_(wants_history_),
       track_loads_(config.balancer == BalancerKind::kAdaptive ||
                    config.pin_policy == PinPolicy::kLeastLoaded),
+      record_or_track_(record_history_ || track_loads_),
       one_packet_pin_(config.pin && config.flow_unit == FlowUnit::kRequest &&
                       config.pin_policy == PinPolicy::kHash),
       recent_(new RecentFlow[size_t{1} << kRecentBits]) {
@@ -193,6 +194,7 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
 void PinSelector::SetFeedbackExpected(bool expected) {
   feedback_expected_ = expected;
   record_history_ = wants_history_ && feedback_expected_;
+  record_or_track_ = record_history_ || track_loads_;
 }
 
 void PinSelector::Reconfigure(const LbConfig& config) {
@@ -221,6 +223,7 @@ void PinSelector::Reconfigure(const LbConfig& config) {
   // a few epochs (65.5 µs each) of a change anyway.
   track_loads_ =
       config_.balancer == BalancerKind::kAdaptive || config_.pin_policy == PinPolicy::kLeastLoaded;
+  record_or_track_ = record_history_ || track_loads_;
   threshold_.store(EffectiveThreshold(config_), std::memory_order_relaxed);
 }
 

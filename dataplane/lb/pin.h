@@ -380,6 +380,13 @@ class PinSelector {
   uint8_t PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
                      uint64_t gap_ns);
   void Record(FlowEntry& e, uint32_t psn, uint8_t path);
+  // The packet's PSN history (record_history_) and its bytes in PathLoads (track_loads_).
+  void RecordAndTrack(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint8_t i,
+                      uint64_t now_ns) {
+    if (record_history_) Record(e, desc.psn, i);
+    if (track_loads_)
+      loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+  }
   // The fast path's flow lookup: the recent-flow cache, then the flow table without inserting.
   // nullptr: the flow has no entry.
   [[gnu::always_inline]] inline FlowEntry* FindRecent(const uint8_t* ip, bool v6, uint32_t qpn);
@@ -412,6 +419,8 @@ class PinSelector {
   // Whether packets add their bytes to PathLoads: only its readers need it (the adaptive balancer,
   // the least-loaded pin policy). Penalties from feedback are added whatever the balancer.
   bool track_loads_;
+  // record_history_ || track_loads_: one test per packet for both.
+  bool record_or_track_;
   // The fast path's shortcut for one-packet messages applies: pin on, request mode, the hash pin
   // policy.
   bool one_packet_pin_;
@@ -541,16 +550,22 @@ template <typename Count>
       count(LbCounter::kSprayedRest, 1);
     }
   }
-  if (record_history_) Record(e, desc.psn, i);
-  if (track_loads_)
-    loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+  if (record_or_track_) [[unlikely]]
+    RecordAndTrack(e, desc, set, i, now_ns);
   if (desc.flags & pkt::kFlagLast) e.flags &= static_cast<uint8_t>(~kFlowInMessage);
 }
 
 inline FlowEntry* PinSelector::FindRecent(const uint8_t* ip, bool v6, uint32_t qpn) {
   // IPv4: the addresses themselves (adjacent in the header) are the tag, no hash needed.
-  const uint64_t tag = v6 ? HashFlowV6(ip, qpn) : internal::Load64(ip + 12);
-  const uint32_t key = kRecentValid | static_cast<uint32_t>(v6) << 24 | qpn;
+  uint64_t tag;
+  uint32_t key;
+  if (!v6) [[likely]] {
+    tag = internal::Load64(ip + 12);
+    key = kRecentValid | qpn;
+  } else {
+    tag = HashFlowV6(ip, qpn);
+    key = kRecentValid | 1u << 24 | qpn;
+  }
   const size_t slot =
       (static_cast<uint32_t>(tag) ^ static_cast<uint32_t>(tag >> 32) ^ key) * 0x9E3779B1u >>
       (32 - kRecentBits);
@@ -624,9 +639,8 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     verdict = Verdict::kPinned;
     ++tally.pinned_flows;
     ++tally.pinned_packets;
-    if (record_history_) Record(*e, desc.psn, i);
-    if (track_loads_) [[unlikely]]
-      loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+    if (record_or_track_) [[unlikely]]
+      RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
     const uint64_t gap_ns = now_ns - e->last_ns;

@@ -110,9 +110,10 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   if (old_port == new_port) return RewriteResult::kUnchanged;
   udp[0] = static_cast<uint8_t>(new_port >> 8);
   udp[1] = static_cast<uint8_t>(new_port);
-  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC.
-  ApplyIcrcDelta(frame + desc.icrc_off,
-                 cache.Delta16(old_port, new_port, desc.icrc_off - desc.l4_off - 2u));
+  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC. (Below
+  // 64 KiB: IcrcDelta16() takes the tail modulo 2^16 too.)
+  const auto tail = static_cast<uint16_t>(desc.icrc_off - desc.l4_off - 2u);
+  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16(old_port, new_port, tail));
   return RewriteResult::kRewritten;
 }
 

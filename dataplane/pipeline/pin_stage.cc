@@ -100,6 +100,9 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   uint64_t verdict_bytes[3] = {0, 0, 0};
   static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
                 static_cast<int>(lb::Verdict::kSprayed) == 1);
+  // Locals: the rewrite's byte stores may alias any member, so they would be loaded per packet.
+  std::atomic<uint64_t>* const path_bytes = path_bytes_;
+  std::atomic<uint64_t>* const path_packets = path_packets_;
   const uint16_t n = b.n;
   for (uint16_t i = 0; i < n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
@@ -112,14 +115,18 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const size_t len = m->data_len;  // the headers are in the first segment
     lb::PathChoice c;
     lb::RewriteResult r;
-    if (!sel.TryChooseRewriteFast(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
-        [[unlikely]] {
+    int verdict;  // index into verdict_bytes
+    if (sel.TryChooseRewriteFast(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
+        [[likely]] {
+      verdict = static_cast<int>(c.verdict);  // pinned or sprayed
+    } else {
       c = sel.Choose(d, frame, len, now_ns);
       if (c.path == nullptr) {
         ++untouched;
         continue;
       }
       r = RewriteGeneral(m, d, *c.path, field);
+      verdict = std::min<int>(static_cast<int>(c.verdict), 2);
     }
     if (r == lb::RewriteResult::kRewritten) [[likely]] {
       ++rewritten;
@@ -131,13 +138,13 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     }
     b.egress[i] = c.path->port;
     const uint32_t bytes = m->pkt_len;
-    verdict_bytes[std::min<int>(static_cast<int>(c.verdict), 2)] += bytes;
+    verdict_bytes[verdict] += bytes;
     const size_t slot =
         static_cast<size_t>(std::min<uint32_t>(c.set_id, kLbReportedSets)) * lb::kMaxPaths +
         c.index;
-    std::atomic<uint64_t>& pb = path_bytes_[slot];
+    std::atomic<uint64_t>& pb = path_bytes[slot];
     pb.store(pb.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    std::atomic<uint64_t>& pp = path_packets_[slot];
+    std::atomic<uint64_t>& pp = path_packets[slot];
     pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   sel.Commit(tally_);
