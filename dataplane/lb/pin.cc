@@ -229,6 +229,8 @@ void PinSelector::Reconfigure(const LbConfig& config) {
 
 void PinSelector::SetPathTable(const PathTable* table) {
   table_ = table;
+  // The recent flows' sets are the old table's (RecentFlow).
+  std::fill(recent_.get(), recent_.get() + (size_t{1} << kRecentBits), RecentFlow{});
   table_generation_ = table != nullptr ? table->generation() : 0;
   // Set ids past 0xfffe are kNoPathSet in the entries: never below num_sets_.
   num_sets_ =
@@ -396,13 +398,21 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   return {&set[i], i, verdict, set.id};
 }
 
-FlowEntry* PinSelector::FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
-                                       uint32_t key, size_t slot) {
+const PinSelector::RecentFlow* PinSelector::FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn,
+                                                           uint64_t tag, uint32_t key,
+                                                           size_t slot) {
   const uint64_t hash =
       v6 ? tag : internal::HashFlow(ip + 12, ip + 16, false, qpn);  // HashRequest()
   FlowEntry* e = flows_.Find(hash, qpn);
-  if (e != nullptr) recent_[slot] = RecentFlow{tag, hash, e, key};
-  return e;
+  // Bound to this table (an entry's generation is never 0) and to one of its sets; else Choose()
+  // (re)binds it.
+  if (e == nullptr || e->generation != table_generation_ || e->path_set >= num_sets_) {
+    return nullptr;
+  }
+  const PathSetView set = sets_[e->path_set];
+  RecentFlow& r = recent_[slot];
+  r = RecentFlow{tag, hash, e, set.paths, key, e->path_set, static_cast<uint16_t>(set.size)};
+  return &r;
 }
 
 void PinSelector::Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal,

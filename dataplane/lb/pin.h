@@ -387,16 +387,18 @@ class PinSelector {
     if (track_loads_)
       loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
   }
+  struct RecentFlow;
   // The fast path's flow lookup: the recent-flow cache, then the flow table without inserting.
-  // nullptr: the flow has no entry.
-  [[gnu::always_inline]] inline FlowEntry* FindRecent(const uint8_t* ip, bool v6, uint32_t qpn);
+  // nullptr: the flow has no entry, or its entry is not bound to a set of the current table.
+  [[gnu::always_inline]] inline const RecentFlow* FindRecent(const uint8_t* ip, bool v6,
+                                                             uint32_t qpn);
   template <bool kRewrite>
   [[gnu::always_inline]] inline bool Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
                                           uint64_t now_ns, BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, EntropyField field,
                                           IcrcDeltaCache* icrc);
-  FlowEntry* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag, uint32_t key,
-                            size_t slot);
+  const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
+                                   uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
   void AckUpTo(FlowEntry& e, PathSetView set, uint32_t psn, bool ce, uint64_t now_ns);
 
@@ -434,14 +436,23 @@ class PinSelector {
   }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
   // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
-  // (IPv6) and QPN. A slot names an entry by pointer (entries never move while they live) and is
-  // trusted only while that entry still holds the slot's hash and QPN: an entry emptied by a
-  // sweep, or replaced by another flow, fails the check, and the table is searched again.
+  // (IPv6) and QPN. A slot names an entry by pointer (entries never move while they live) and its
+  // path set in the current table. It is trusted only while that entry still holds the slot's
+  // hash, QPN and set id: an entry emptied by a sweep, or replaced by another flow, fails the
+  // check, and the table is searched again. A slot is filled only for an entry bound to the
+  // current table, and SetPathTable() empties them all, so an entry that passes is still bound to
+  // it: an entry is rebound only when its generation differs from the table's, or when it is
+  // inserted afresh, and then it gets the current generation and the set of its destination (the
+  // same set: the slot's tag holds the addresses for IPv4; the set id check covers a 64-bit hash
+  // collision of two IPv6 flows).
   struct RecentFlow {
     uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
     uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
     FlowEntry* entry = nullptr;
-    uint32_t key = 0;  // kRecentValid | IPv6 << 24 | destination QPN; 0: empty
+    const Path* paths = nullptr;  // the entry's set in the current table
+    uint32_t key = 0;             // kRecentValid | IPv6 << 24 | destination QPN; 0: empty
+    uint16_t set_id = 0;
+    uint16_t set_size = 0;
   };
   static constexpr int kRecentBits = 8;
   static constexpr uint32_t kRecentValid = 1u << 31;
@@ -555,7 +566,8 @@ template <typename Count>
   if (desc.flags & pkt::kFlagLast) e.flags &= static_cast<uint8_t>(~kFlowInMessage);
 }
 
-inline FlowEntry* PinSelector::FindRecent(const uint8_t* ip, bool v6, uint32_t qpn) {
+inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip, bool v6,
+                                                              uint32_t qpn) {
   // IPv4: the addresses themselves (adjacent in the header) are the tag, no hash needed.
   uint64_t tag;
   uint32_t key;
@@ -571,9 +583,9 @@ inline FlowEntry* PinSelector::FindRecent(const uint8_t* ip, bool v6, uint32_t q
       (32 - kRecentBits);
   const RecentFlow& r = recent_[slot];
   if (r.tag == tag && r.key == key) [[likely]] {
-    FlowEntry* e = r.entry;
-    if (e->key_hash == r.hash && e->qpn == qpn) [[likely]]
-      return e;
+    const FlowEntry* e = r.entry;
+    if (e->key_hash == r.hash && e->qpn == qpn && e->path_set == r.set_id) [[likely]]
+      return &r;
   }
   return FindRecentMiss(ip, v6, qpn, tag, key, slot);
 }
@@ -608,10 +620,10 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     if (size_t{desc.bth_off} + pkt::kBthLen > len) return false;
   }
   const bool v6 = l3 == 6;
-  FlowEntry* const e = FindRecent(frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
-  // Bound to this table (an entry's generation is never 0) and to one of its sets.
-  if (e == nullptr || e->generation != table_generation_ || e->path_set >= num_sets_) return false;
-  const PathSetView set = sets_[e->path_set];
+  const RecentFlow* const r = FindRecent(frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
+  if (r == nullptr) return false;
+  FlowEntry* const e = r->entry;
+  const PathSetView set{r->paths, r->set_size, r->set_id};
   // From here on the packet is the fast path's: the steps of Choose().
   const uint64_t hash = e->key_hash;
   uint8_t i;
