@@ -11,6 +11,11 @@
 //     Rewrite(frame, len, desc, *c.path, config.entropy_field);   // rewrite.h
 //     egress = c.path->port;
 //   }                                                      // else: forward untouched
+//   // or, per packet of a burst, the inline fast path with its counts summed per burst
+//   // (pin-select does this; Choose() where it declines):
+//   //   if (!pin.TryChooseRewriteFast(desc, frame, len, now_ns, field, icrc, tally, &c, &r))
+//   //     c = pin.Choose(desc, frame, len, now_ns), ...;
+//   //   ... after the burst: pin.Commit(tally);
 //   // uplink -> host, once joined to the request's destination QPN (the verbs shim's QPN pairs):
 //   pin.OnReversePacket(desc, frame, len, request_qpn, now_ns);
 //   // control thread, any time:
