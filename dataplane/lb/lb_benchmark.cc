@@ -172,7 +172,7 @@ void BM_Lb(benchmark::State& state) {
     if constexpr (mode == kFastRewrite) {
       // As pin-select: the fast path, Choose() and Rewrite() where it declines; a burst is 32.
       PathChoice c;
-      RewriteResult r;
+      RewriteResult r = RewriteResult::kNotRoce;
       if (!sel.TryChooseRewriteFast(t.descs[i], frame, len, now, EntropyField::kUdpSourcePort, icrc,
                                     tally, &c, &r)) {
         c = sel.Choose(t.descs[i], frame, len, now);

@@ -318,7 +318,9 @@ class Differential {
     ASSERT_EQ(got.path, want.path) << "packet " << fast_packets_ + slow_packets_;
     ASSERT_EQ(got.index, want.index);
     ASSERT_EQ(got.verdict, want.verdict);
-    if (want.path != nullptr) ASSERT_EQ(got.set_id, want.set_id);
+    if (want.path != nullptr) {
+      ASSERT_EQ(got.set_id, want.set_id);
+    }
     ASSERT_EQ(got_r, want_r);
     ASSERT_EQ(a, b) << "rewritten bytes differ";
     CompareFlows();
