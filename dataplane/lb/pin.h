@@ -658,6 +658,26 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     ++tally.pinned_packets;
     if (record_or_track_) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
+  } else if ((flags & kOnly) == kOnly && config_.flow_unit == FlowUnit::kRequest &&
+             !(config_.pin && desc.payload_len <= threshold)) {
+    // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
+    // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
+    const uint64_t gap_ns = now_ns - e->last_ns;
+    e->last_ns = now_ns;
+    if (e->flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
+    const uint32_t size = desc.payload_len;
+    ++e->messages;
+    e->size = size;
+    e->flow_threshold = Saturate32(threshold);
+    e->flow_bytes = size;
+    e->flags = kFlowSizeKnown;
+    i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
+    verdict = Verdict::kSprayed;
+    ++tally.sprayed_flows;
+    ++tally.sprayed_packets;
+    if (record_or_track_) [[unlikely]]
+      RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
     const uint64_t gap_ns = now_ns - e->last_ns;
