@@ -157,7 +157,7 @@ concept LoadBalancer = requires(B b, const PickContext& c, FlowEntry& e, PathSet
 
 class EcmpBalancer {
  public:
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     return static_cast<uint8_t>(internal::FastRange(c.flow_hash, c.set.size));
   }
   void OnPathFeedback(FlowEntry&, PathSetView, uint8_t, PathSignal) {}
@@ -166,7 +166,9 @@ class EcmpBalancer {
 class RpsBalancer {
  public:
   explicit RpsBalancer(internal::Rng* rng) : rng_(rng) {}
-  uint8_t Pick(const PickContext& c) { return static_cast<uint8_t>(rng_->Below(c.set.size)); }
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
+    return static_cast<uint8_t>(rng_->Below(c.set.size));
+  }
   void OnPathFeedback(FlowEntry&, PathSetView, uint8_t, PathSignal) {}
 
  private:
@@ -175,7 +177,7 @@ class RpsBalancer {
 
 class RoundRobinBalancer {
  public:
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     FlowEntry& e = *c.flow;
     const uint8_t i = e.rr_next < c.set.size ? e.rr_next : 0;
     e.rr_next = static_cast<uint8_t>(i + 1u == c.set.size ? 0 : i + 1);
@@ -187,7 +189,7 @@ class RoundRobinBalancer {
 class FlowletBalancer {
  public:
   FlowletBalancer(internal::Rng* rng, uint64_t gap_ns) : rng_(rng), gap_ns_(gap_ns) {}
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     FlowEntry& e = *c.flow;
     if (c.gap_ns > gap_ns_ || e.current_path >= c.set.size) {
       e.current_path = static_cast<uint8_t>(rng_->Below(c.set.size));
@@ -213,7 +215,7 @@ class RepsBalancer {
  public:
   RepsBalancer(internal::Rng* rng, uint32_t cache_size, BalancerCounters* counters)
       : rng_(rng), cache_size_(cache_size), counters_(counters) {}
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     FlowEntry& e = *c.flow;
     while (e.reps_count != 0) {
       const uint8_t p = e.reps[e.reps_head];
@@ -256,7 +258,7 @@ class RepsBalancer {
 class AdaptiveBalancer {
  public:
   AdaptiveBalancer(internal::Rng* rng, PathLoads* loads) : rng_(rng), loads_(loads) {}
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     FlowEntry& e = *c.flow;
     const uint32_t n = c.set.size;
     uint32_t best = e.current_path < n ? e.current_path : rng_->Below(n);
@@ -295,7 +297,7 @@ class Balancer {
   // counters and every flow's state (REPS cache, flowlet and round-robin state) are kept: each
   // balancer checks the indexes it reads against the set, so state another kind left is harmless.
   void Reconfigure(const BalancerParams& params);
-  uint8_t Pick(const PickContext& c) {
+  [[gnu::always_inline]] uint8_t Pick(const PickContext& c) {
     switch (kind_) {
       case BalancerKind::kEcmp:
         return ecmp_.Pick(c);

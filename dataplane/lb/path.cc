@@ -200,6 +200,9 @@ absl::StatusOr<std::unique_ptr<const PathTable>> PathTable::Build(const PathTabl
         {static_cast<uint32_t>(t->paths_.size()), static_cast<uint32_t>(set.size())});
     t->paths_.insert(t->paths_.end(), set.begin(), set.end());
   }
+  for (uint32_t id = 0; id < t->sets_.size(); ++id) {  // paths_ is complete: it no longer moves
+    t->views_.push_back({&t->paths_[t->sets_[id].first], t->sets_[id].count, id});
+  }
   if (spec.default_set >= static_cast<int32_t>(spec.sets.size()) || spec.default_set < -1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "default path set %d does not exist (%d sets)", spec.default_set, spec.sets.size()));

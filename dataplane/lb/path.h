@@ -133,11 +133,10 @@ class PathTable {
   // The same for a 16-byte address (IPv4 as ::ffff:a.b.c.d).
   PathSetView LookupAddress(const uint8_t* addr16) const;
 
-  PathSetView set(uint32_t id) const {
-    return id < sets_.size() ? PathSetView{&paths_[sets_[id].first], sets_[id].count, id}
-                             : PathSetView{};
-  }
-  size_t num_sets() const { return sets_.size(); }
+  PathSetView set(uint32_t id) const { return id < views_.size() ? views_[id] : PathSetView{}; }
+  size_t num_sets() const { return views_.size(); }
+  // Every set's view, indexed by id (num_sets() of them): for callers that check the id once.
+  const PathSetView* views() const { return views_.data(); }
   // Distinct for every table built in this process (never 0).
   uint32_t generation() const { return generation_; }
   const PathTableSpec& spec() const { return spec_; }
@@ -157,11 +156,14 @@ class PathTable {
     std::vector<Entry> entries;  // sorted by (hi, lo)
   };
   PathTable() = default;
+  PathTable(const PathTable&) = delete;  // views_ point into paths_
+  PathTable& operator=(const PathTable&) = delete;
   PathSetView LookupWords(uint64_t hi, uint64_t lo) const;
 
   PathTableSpec spec_;
   std::vector<Path> paths_;
   std::vector<SetRange> sets_;
+  std::vector<PathSetView> views_;   // views_[id] = set(id)
   std::vector<LengthGroup> groups_;  // longest prefix first
   int32_t default_set_ = -1;
   uint32_t generation_ = 0;

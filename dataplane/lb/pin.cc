@@ -31,13 +31,6 @@ bool HeadersFit(const uint8_t* frame, size_t len, const pkt::PacketDesc& d) {
          static_cast<size_t>(d.bth_off) + pkt::kBthLen <= len;
 }
 
-bool IsControl(pkt::RoceClass c) {
-  return c == pkt::RoceClass::kAck || c == pkt::RoceClass::kAtomicAck ||
-         c == pkt::RoceClass::kCnp || c == pkt::RoceClass::kOther;
-}
-
-uint32_t Saturate32(uint64_t v) { return v > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(v); }
-
 }  // namespace
 
 const char* FlowUnitName(FlowUnit u) {
@@ -190,11 +183,18 @@ PinSelector::PinSelector(const LbConfig& config, const PathTable* table)
                      config.pin_policy == PinPolicy::kLeastLoaded),
       record_history_(wants_history_),
       track_loads_(config.balancer == BalancerKind::kAdaptive ||
-                   config.pin_policy == PinPolicy::kLeastLoaded) {}
+                   config.pin_policy == PinPolicy::kLeastLoaded),
+      record_or_track_(record_history_ || track_loads_),
+      one_packet_pin_(config.pin && config.flow_unit == FlowUnit::kRequest &&
+                      config.pin_policy == PinPolicy::kHash),
+      recent_(new RecentFlow[size_t{1} << kRecentBits]) {
+  SetPathTable(table);
+}
 
 void PinSelector::SetFeedbackExpected(bool expected) {
   feedback_expected_ = expected;
   record_history_ = wants_history_ && feedback_expected_;
+  record_or_track_ = record_history_ || track_loads_;
 }
 
 void PinSelector::Reconfigure(const LbConfig& config) {
@@ -217,15 +217,25 @@ void PinSelector::Reconfigure(const LbConfig& config) {
                    config_.balancer == BalancerKind::kAdaptive ||
                    config_.pin_policy == PinPolicy::kLeastLoaded;
   record_history_ = wants_history_ && feedback_expected_;
+  one_packet_pin_ = config_.pin && config_.flow_unit == FlowUnit::kRequest &&
+                    config_.pin_policy == PinPolicy::kHash;
   // Bytes sent while no reader of PathLoads ran are not in it: they would have decayed away within
   // a few epochs (65.5 µs each) of a change anyway.
   track_loads_ =
       config_.balancer == BalancerKind::kAdaptive || config_.pin_policy == PinPolicy::kLeastLoaded;
+  record_or_track_ = record_history_ || track_loads_;
   threshold_.store(EffectiveThreshold(config_), std::memory_order_relaxed);
 }
 
 void PinSelector::SetPathTable(const PathTable* table) {
   table_ = table;
+  // The recent flows' sets are the old table's (RecentFlow).
+  std::fill(recent_.get(), recent_.get() + (size_t{1} << kRecentBits), RecentFlow{});
+  table_generation_ = table != nullptr ? table->generation() : 0;
+  // Set ids past 0xfffe are kNoPathSet in the entries: never below num_sets_.
+  num_sets_ =
+      table != nullptr ? static_cast<uint32_t>(std::min<size_t>(table->num_sets(), 0xffff)) : 0;
+  sets_ = table != nullptr ? table->views() : nullptr;
   loads_.Reset();
 }
 
@@ -283,10 +293,7 @@ uint8_t PinSelector::PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, ui
       i = balancer_.Pick(PickContext{&e, set, hash, now_ns, gap_ns});
       break;
   }
-  e.pinned_path = i;
-  e.pinned_entropy = set[i].entropy;
-  e.pinned_port = set[i].port;
-  e.flags |= kFlowPinValid;
+  SetPinned(e, set, i);
   return i;
 }
 
@@ -320,55 +327,6 @@ PathSetView PinSelector::Bind(FlowEntry& e, const uint8_t* frame, const pkt::Pac
     if ((e.flags & kFlowPinValid) == 0 && (e.flags & kFlowPinned)) Bump(LbCounter::kRepinned);
   }
   return set;
-}
-
-void PinSelector::StartMessage(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set,
-                               uint64_t hash, uint64_t now_ns, uint64_t gap_ns) {
-  const bool first = (desc.flags & pkt::kFlagFirst) != 0;
-  if (first && (e.flags & kFlowInMessage)) Bump(LbCounter::kAbandoned);
-  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
-
-  bool size_known = false;
-  uint64_t size = 0;
-  if (first && (desc.flags & pkt::kFlagLast)) {
-    size_known = true;  // a single-packet message (SEND/WRITE only, READ request, atomic)
-    size = desc.payload_len;
-  } else if (first && (desc.flags & pkt::kFlagReth) && desc.roce_class == pkt::RoceClass::kWrite) {
-    size_known = true;
-    size = desc.dma_length;
-  }
-  ++e.messages;
-
-  // What outlives a message: in QP mode the QP's pinned path, whether it proved long and whether
-  // it crossed the threshold, until the QP idles; in request mode nothing.
-  constexpr uint8_t kQpBits = kFlowPinValid | kFlowLong | kFlowCrossed;
-  uint8_t flags = e.flags & kQpBits;
-  if (config_.flow_unit == FlowUnit::kRequest || gap_ns > config_.flow_idle_ns) {
-    flags = 0;
-    e.flow_bytes = 0;
-  }
-  bool pinned;
-  if (!config_.pin || (flags & kFlowLong)) {
-    pinned = false;
-  } else if (size_known) {
-    pinned = e.flow_bytes + size <= threshold;
-    if (!pinned && config_.flow_unit == FlowUnit::kQp) {
-      flags |= kFlowLong;
-      Bump(LbCounter::kQpPromoted);
-    }
-  } else {
-    pinned = true;  // short until proven long
-  }
-  flags |= kFlowInMessage;
-  if (size_known) flags |= kFlowSizeKnown;
-  if (pinned) flags |= kFlowPinned;
-  e.flags = flags;
-  e.size = Saturate32(size);
-  e.flow_threshold = Saturate32(threshold);
-  if (pinned && ((e.flags & kFlowPinValid) == 0 || e.pinned_path >= set.size)) {
-    PickPinned(e, set, hash, now_ns, gap_ns);
-  }
-  Bump(pinned ? LbCounter::kPinnedFlows : LbCounter::kSprayedFlows);
 }
 
 void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
@@ -406,7 +364,7 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
     return {nullptr, kNoPath, Verdict::kNoPathSet};
   }
   const uint64_t hash = HashRequest(frame, desc);
-  if (IsControl(desc.roce_class))
+  if (IsControlClass(desc.roce_class))
     return Stateless(desc, frame, hash, Verdict::kControl, LbCounter::kControl);
 
   bool inserted = false;
@@ -426,52 +384,35 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
     return {nullptr, kNoPath, Verdict::kNoPathSet};
   }
 
+  auto count = [this](LbCounter c, uint64_t n) { Bump(c, n); };
   if ((desc.flags & pkt::kFlagFirst) || (e->flags & kFlowInMessage) == 0) {
-    StartMessage(*e, desc, set, hash, now_ns, gap_ns);
+    StartMessage(*e, desc, set, hash, now_ns, gap_ns, count);
   } else if ((e->flags & kFlowPinned) &&
              ((e->flags & kFlowPinValid) == 0 || e->pinned_path >= set.size)) {
     // The pinned path vanished with a new table mid-message (counted in Bind()).
-    PickPinned(*e, set, hash, now_ns, gap_ns);
+    PinPath(*e, set, hash, now_ns, gap_ns);
   }
-
-  uint8_t i;
   Verdict verdict;
-  if (e->flags & kFlowPinned) {
-    i = e->pinned_path;
-    verdict = Verdict::kPinned;
-    Bump(LbCounter::kPinnedPackets);
-  } else {
-    i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
-    verdict = Verdict::kSprayed;
-    Bump(LbCounter::kSprayedPackets);
-  }
-
-  const uint64_t before = e->flow_bytes;
-  e->flow_bytes += desc.payload_len;
-  if ((e->flags & kFlowPinned) && e->flow_bytes > e->flow_threshold) {
-    // Passed the threshold while pinned: the message stays where it is (never moved), unless
-    // the operator opted into spraying the rest of messages of unknown size.
-    if ((e->flags & kFlowCrossed) == 0) {
-      e->flags |= kFlowCrossed;
-      Bump(LbCounter::kCrossedThreshold);
-      if (config_.flow_unit == FlowUnit::kQp) {
-        e->flags |= kFlowLong;
-        Bump(LbCounter::kQpPromoted);
-      }
-    }
-    Bump(LbCounter::kPinnedBytesOverThreshold,
-         e->flow_bytes - std::max<uint64_t>(before, e->flow_threshold));
-    if (config_.crossing == CrossingRule::kSprayRest && (e->flags & kFlowSizeKnown) == 0) {
-      // Opt-in: pinned only provisionally; the packets after this one are sprayed.
-      e->flags &= static_cast<uint8_t>(~kFlowPinned);
-      Bump(LbCounter::kSprayedRest);
-    }
-  }
-  if (record_history_) Record(*e, desc.psn, i);
-  if (track_loads_)
-    loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
-  if (desc.flags & pkt::kFlagLast) e->flags &= static_cast<uint8_t>(~kFlowInMessage);
+  const uint8_t i = Place(*e, set, hash, now_ns, gap_ns, &verdict, count);
+  Account(*e, desc, set, i, now_ns, count);
   return {&set[i], i, verdict, set.id};
+}
+
+const PinSelector::RecentFlow* PinSelector::FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn,
+                                                           uint64_t tag, uint32_t key,
+                                                           size_t slot) {
+  const uint64_t hash =
+      v6 ? tag : internal::HashFlow(ip + 12, ip + 16, false, qpn);  // HashRequest()
+  FlowEntry* e = flows_.Find(hash, qpn);
+  // Bound to this table (an entry's generation is never 0) and to one of its sets; else Choose()
+  // (re)binds it.
+  if (e == nullptr || e->generation != table_generation_ || e->path_set >= num_sets_) {
+    return nullptr;
+  }
+  const PathSetView set = sets_[e->path_set];
+  RecentFlow& r = recent_[slot];
+  r = RecentFlow{tag, hash, e, set.paths, key, e->path_set, static_cast<uint16_t>(set.size)};
+  return &r;
 }
 
 void PinSelector::Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal,

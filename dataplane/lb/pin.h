@@ -11,6 +11,11 @@
 //     Rewrite(frame, len, desc, *c.path, config.entropy_field);   // rewrite.h
 //     egress = c.path->port;
 //   }                                                      // else: forward untouched
+//   // or, per packet of a burst, the inline fast path with its counts summed per burst
+//   // (pin-select does this; Choose() where it declines):
+//   //   if (!pin.TryChooseRewriteFast(desc, frame, len, now_ns, field, icrc, tally, &c, &r))
+//   //     c = pin.Choose(desc, frame, len, now_ns), ...;
+//   //   ... after the burst: pin.Commit(tally);
 //   // uplink -> host, once joined to the request's destination QPN (the verbs shim's QPN pairs):
 //   pin.OnReversePacket(desc, frame, len, request_qpn, now_ns);
 //   // control thread, any time:
@@ -65,7 +70,9 @@
 #include "dataplane/lb/flow_table.h"
 #include "dataplane/lb/internal/hash.h"
 #include "dataplane/lb/path.h"
+#include "dataplane/lb/rewrite.h"
 #include "dataplane/pkt/parse.h"
+#include "dataplane/pkt/roce.h"
 
 namespace heddle::lb {
 
@@ -222,6 +229,82 @@ class PinSelector {
   // least up to the end of BTH); the ICRC may lie beyond len.
   PathChoice Choose(const pkt::PacketDesc& desc, const uint8_t* frame, size_t len, uint64_t now_ns);
 
+  // ---- The per-burst fast path (docs/pin.md §9.2) ----
+  // Counts of the packets the fast path placed during one burst: plain integers of the worker's
+  // instead of a counter store per packet. Commit() adds them to the counters. Every packet the
+  // fast path places is pinned or sprayed, so kPackets is their sum.
+  struct BurstTally {
+    uint64_t pinned_packets = 0;
+    uint64_t sprayed_packets = 0;
+    uint64_t pinned_flows = 0;
+    uint64_t sprayed_flows = 0;
+    bool other = false;                        // a count below is non-zero
+    std::array<uint64_t, kNumLbCounters> n{};  // the other counters, by LbCounter
+    void Add(LbCounter c, uint64_t k = 1) {
+      switch (c) {
+        case LbCounter::kPackets:
+          return;  // pinned + sprayed packets
+        case LbCounter::kPinnedPackets:
+          pinned_packets += k;
+          return;
+        case LbCounter::kSprayedPackets:
+          sprayed_packets += k;
+          return;
+        case LbCounter::kPinnedFlows:
+          pinned_flows += k;
+          return;
+        case LbCounter::kSprayedFlows:
+          sprayed_flows += k;
+          return;
+        default:
+          n[static_cast<size_t>(c)] += k;
+          other = true;
+      }
+    }
+  };
+  // Choose() for the common packet, inline: a RoCE request (not a control opcode) of a flow whose
+  // entry exists and is bound to the current path table, found through a small direct-mapped
+  // cache of recent flows without hashing its addresses again. The same decision, path, flow
+  // state, generator draws, balancer counters and counts as Choose() (pin_fast_path_test runs
+  // random traffic through both), with the counts added to `tally`. Returns false, having
+  // changed nothing but that cache, for every other packet: not RoCE, headers that do not fit, a
+  // control opcode, no table, a flow without an entry (Choose() inserts it), an entry bound to an
+  // older table or to no set. The caller then calls Choose().
+  [[gnu::always_inline]] bool TryChooseFast(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                            size_t len, uint64_t now_ns, BurstTally& tally,
+                                            PathChoice* out) {
+    return Fast<false>(desc, const_cast<uint8_t*>(frame), len, now_ns, tally, out, nullptr,
+                       EntropyField::kUdpSourcePort, nullptr);
+  }
+  // TryChooseFast(), and the path written into the frame as Rewrite(frame, len, desc, *out->path,
+  // field, &icrc) writes it (*rewrite: its result): the pin-select stage's whole per-packet work
+  // with one check of the headers. Also declines a frame whose ICRC lies beyond `len`.
+  [[gnu::always_inline]] bool TryChooseRewriteFast(const pkt::PacketDesc& desc, uint8_t* frame,
+                                                   size_t len, uint64_t now_ns, EntropyField field,
+                                                   IcrcDeltaCache& icrc, BurstTally& tally,
+                                                   PathChoice* out, RewriteResult* rewrite) {
+    return Fast<true>(desc, frame, len, now_ns, tally, out, rewrite, field, &icrc);
+  }
+  // Adds a burst's tally to the counters and clears it (once per burst).
+  void Commit(BurstTally& t) {
+    const uint64_t packets = t.pinned_packets + t.sprayed_packets;
+    if (packets != 0) {
+      Bump(LbCounter::kPackets, packets);
+      if (t.pinned_packets != 0) Bump(LbCounter::kPinnedPackets, t.pinned_packets);
+      if (t.sprayed_packets != 0) Bump(LbCounter::kSprayedPackets, t.sprayed_packets);
+      if (t.pinned_flows != 0) Bump(LbCounter::kPinnedFlows, t.pinned_flows);
+      if (t.sprayed_flows != 0) Bump(LbCounter::kSprayedFlows, t.sprayed_flows);
+      t.pinned_packets = t.sprayed_packets = t.pinned_flows = t.sprayed_flows = 0;
+    }
+    if (t.other) {
+      for (size_t i = 0; i < t.n.size(); ++i) {
+        if (t.n[i] != 0) Bump(static_cast<LbCounter>(i), t.n[i]);
+        t.n[i] = 0;
+      }
+      t.other = false;
+    }
+  }
+
   // A packet towards the host, joined to the destination QPN of the requests it answers (its
   // addresses are swapped to find the flow). Returns the feedback applied (kNone if nothing).
   Feedback OnReversePacket(const pkt::PacketDesc& desc, const uint8_t* frame, size_t len,
@@ -237,6 +320,10 @@ class PinSelector {
   }
   static uint64_t HashReverse(const uint8_t* frame, const pkt::PacketDesc& desc,
                               uint32_t request_qpn);
+  // HashRequest() of an IPv6 packet from its IP header.
+  static uint64_t HashFlowV6(const uint8_t* ip, uint32_t qpn) {
+    return internal::HashFlow(ip + 8, ip + 24, true, qpn);
+  }
 
   // Empties flow entries [begin, begin + count) idle past flow_idle_ns; the worker sweeps a slice
   // per poll loop.
@@ -263,16 +350,69 @@ class PinSelector {
   PathChoice Stateless(const pkt::PacketDesc& desc, const uint8_t* frame, uint64_t hash,
                        Verdict verdict, LbCounter counter);
   PathSetView Bind(FlowEntry& e, const uint8_t* frame, const pkt::PacketDesc& desc, bool fresh);
+  // The per-packet rule shared by Choose() and TryChooseFast(): `count(LbCounter, n)` is where
+  // their counts go (the counters, or a burst's tally).
+  // A message (or in QP mode a flow) starts with this packet: its size, pinned or sprayed, and
+  // the pinned path.
+  template <typename Count>
   void StartMessage(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint64_t hash,
-                    uint64_t now_ns, uint64_t gap_ns);
+                    uint64_t now_ns, uint64_t gap_ns, Count count);
+  // The packet's path index for entry `e` (after StartMessage() if it started a message).
+  template <typename Count>
+  uint8_t Place(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns, uint64_t gap_ns,
+                Verdict* verdict, Count count);
+  // After the choice: the flow's bytes and the threshold crossing, the PSN history, the loads,
+  // the end of the message.
+  template <typename Count>
+  void Account(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint8_t i,
+               uint64_t now_ns, Count count);
+  // The pinned path of a flow that needs one: inline for the hash policy, else PickPinned().
+  uint8_t PinPath(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns, uint64_t gap_ns) {
+    if (config_.pin_policy != PinPolicy::kHash) return PickPinned(e, set, hash, now_ns, gap_ns);
+    // Request mode: each message is placed on its own; QP mode: the QP keeps one place.
+    const uint64_t h =
+        config_.flow_unit == FlowUnit::kRequest ? internal::Remix(hash, e.messages) : hash;
+    const auto i = static_cast<uint8_t>(internal::FastRange(h, set.size));
+    SetPinned(e, set, i);
+    return i;
+  }
+  static void SetPinned(FlowEntry& e, PathSetView set, uint8_t i) {
+    e.pinned_path = i;
+    e.pinned_entropy = set[i].entropy;
+    e.pinned_port = set[i].port;
+    e.flags |= kFlowPinValid;
+  }
   uint8_t PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
                      uint64_t gap_ns);
   void Record(FlowEntry& e, uint32_t psn, uint8_t path);
+  // The packet's PSN history (record_history_) and its bytes in PathLoads (track_loads_).
+  void RecordAndTrack(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint8_t i,
+                      uint64_t now_ns) {
+    if (record_history_) Record(e, desc.psn, i);
+    if (track_loads_)
+      loads_.AddBytes(set.id, i, static_cast<uint32_t>(desc.l3_off) + desc.ip_len, now_ns);
+  }
+  struct RecentFlow;
+  // The fast path's flow lookup: the recent-flow cache, then the flow table without inserting.
+  // nullptr: the flow has no entry, or its entry is not bound to a set of the current table.
+  [[gnu::always_inline]] inline const RecentFlow* FindRecent(const uint8_t* ip, bool v6,
+                                                             uint32_t qpn);
+  template <bool kRewrite>
+  [[gnu::always_inline]] inline bool Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
+                                          uint64_t now_ns, BurstTally& tally, PathChoice* out,
+                                          RewriteResult* rewrite, EntropyField field,
+                                          IcrcDeltaCache* icrc);
+  const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
+                                   uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
   void AckUpTo(FlowEntry& e, PathSetView set, uint32_t psn, bool ce, uint64_t now_ns);
 
   LbConfig config_;
   const PathTable* table_;
+  // table_'s generation and sets, for the fast path (0 and none without a table).
+  uint32_t table_generation_ = 0;
+  uint32_t num_sets_ = 0;
+  const PathSetView* sets_ = nullptr;
   std::atomic<uint64_t> threshold_;
   internal::Rng rng_;
   PathLoads loads_;
@@ -286,7 +426,274 @@ class PinSelector {
   // Whether packets add their bytes to PathLoads: only its readers need it (the adaptive balancer,
   // the least-loaded pin policy). Penalties from feedback are added whatever the balancer.
   bool track_loads_;
+  // record_history_ || track_loads_: one test per packet for both.
+  bool record_or_track_;
+  // The fast path's shortcut for one-packet messages applies: pin on, request mode, the hash pin
+  // policy.
+  bool one_packet_pin_;
+  // The least IP header length by pkt::L3 value; 0xffff: not IP.
+  static constexpr std::array<uint16_t, 256> kMinIpHeader = [] {
+    std::array<uint16_t, 256> a{};
+    a.fill(0xffff);
+    a[static_cast<uint8_t>(pkt::L3::kIpv4)] = pkt::kIpv4MinHeaderLen;
+    a[static_cast<uint8_t>(pkt::L3::kIpv6)] = pkt::kIpv6HeaderLen;
+    return a;
+  }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
+  // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
+  // (IPv6) and QPN. A slot names an entry by pointer (entries never move while they live) and its
+  // path set in the current table. It is trusted only while that entry still holds the slot's
+  // hash, QPN and set id: an entry emptied by a sweep, or replaced by another flow, fails the
+  // check, and the table is searched again. A slot is filled only for an entry bound to the
+  // current table, and SetPathTable() empties them all, so an entry that passes is still bound to
+  // it: an entry is rebound only when its generation differs from the table's, or when it is
+  // inserted afresh, and then it gets the current generation and the set of its destination (the
+  // same set: the slot's tag holds the addresses for IPv4; the set id check covers a 64-bit hash
+  // collision of two IPv6 flows).
+  struct RecentFlow {
+    uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
+    uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
+    FlowEntry* entry = nullptr;
+    const Path* paths = nullptr;  // the entry's set in the current table
+    uint32_t key = 0;             // kRecentValid | IPv6 << 24 | destination QPN; 0: empty
+    uint16_t set_id = 0;
+    uint16_t set_size = 0;
+  };
+  static constexpr int kRecentBits = 8;
+  static constexpr uint32_t kRecentValid = 1u << 31;
+  std::unique_ptr<RecentFlow[]> recent_;
 };
+
+inline bool IsControlClass(pkt::RoceClass c) {
+  return c == pkt::RoceClass::kAck || c == pkt::RoceClass::kAtomicAck ||
+         c == pkt::RoceClass::kCnp || c == pkt::RoceClass::kOther;
+}
+
+inline uint32_t Saturate32(uint64_t v) {
+  return v > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(v);
+}
+
+template <typename Count>
+[[gnu::always_inline]] inline void PinSelector::StartMessage(FlowEntry& e,
+                                                             const pkt::PacketDesc& desc,
+                                                             PathSetView set, uint64_t hash,
+                                                             uint64_t now_ns, uint64_t gap_ns,
+                                                             Count count) {
+  const bool first = (desc.flags & pkt::kFlagFirst) != 0;
+  if (first && (e.flags & kFlowInMessage)) count(LbCounter::kAbandoned, 1);
+  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
+
+  bool size_known = false;
+  uint64_t size = 0;
+  if (first && (desc.flags & pkt::kFlagLast)) {
+    size_known = true;  // a single-packet message (SEND/WRITE only, READ request, atomic)
+    size = desc.payload_len;
+  } else if (first && (desc.flags & pkt::kFlagReth) && desc.roce_class == pkt::RoceClass::kWrite) {
+    size_known = true;
+    size = desc.dma_length;
+  }
+  ++e.messages;
+
+  // What outlives a message: in QP mode the QP's pinned path, whether it proved long and whether
+  // it crossed the threshold, until the QP idles; in request mode nothing.
+  constexpr uint8_t kQpBits = kFlowPinValid | kFlowLong | kFlowCrossed;
+  uint8_t flags = e.flags & kQpBits;
+  if (config_.flow_unit == FlowUnit::kRequest || gap_ns > config_.flow_idle_ns) {
+    flags = 0;
+    e.flow_bytes = 0;
+  }
+  bool pinned;
+  if (!config_.pin || (flags & kFlowLong)) {
+    pinned = false;
+  } else if (size_known) {
+    pinned = e.flow_bytes + size <= threshold;
+    if (!pinned && config_.flow_unit == FlowUnit::kQp) {
+      flags |= kFlowLong;
+      count(LbCounter::kQpPromoted, 1);
+    }
+  } else {
+    pinned = true;  // short until proven long
+  }
+  flags |= kFlowInMessage;
+  if (size_known) flags |= kFlowSizeKnown;
+  if (pinned) flags |= kFlowPinned;
+  e.flags = flags;
+  e.size = Saturate32(size);
+  e.flow_threshold = Saturate32(threshold);
+  if (pinned && ((e.flags & kFlowPinValid) == 0 || e.pinned_path >= set.size)) {
+    PinPath(e, set, hash, now_ns, gap_ns);
+  }
+  count(pinned ? LbCounter::kPinnedFlows : LbCounter::kSprayedFlows, 1);
+}
+
+template <typename Count>
+[[gnu::always_inline]] inline uint8_t PinSelector::Place(FlowEntry& e, PathSetView set,
+                                                         uint64_t hash, uint64_t now_ns,
+                                                         uint64_t gap_ns, Verdict* verdict,
+                                                         Count count) {
+  if (e.flags & kFlowPinned) {
+    *verdict = Verdict::kPinned;
+    count(LbCounter::kPinnedPackets, 1);
+    return e.pinned_path;
+  }
+  *verdict = Verdict::kSprayed;
+  count(LbCounter::kSprayedPackets, 1);
+  return balancer_.Pick(PickContext{&e, set, hash, now_ns, gap_ns});
+}
+
+template <typename Count>
+[[gnu::always_inline]] inline void PinSelector::Account(FlowEntry& e, const pkt::PacketDesc& desc,
+                                                        PathSetView set, uint8_t i, uint64_t now_ns,
+                                                        Count count) {
+  const uint64_t before = e.flow_bytes;
+  e.flow_bytes += desc.payload_len;
+  if ((e.flags & kFlowPinned) && e.flow_bytes > e.flow_threshold) [[unlikely]] {
+    // Passed the threshold while pinned: the message stays where it is (never moved), unless
+    // the operator opted into spraying the rest of messages of unknown size.
+    if ((e.flags & kFlowCrossed) == 0) {
+      e.flags |= kFlowCrossed;
+      count(LbCounter::kCrossedThreshold, 1);
+      if (config_.flow_unit == FlowUnit::kQp) {
+        e.flags |= kFlowLong;
+        count(LbCounter::kQpPromoted, 1);
+      }
+    }
+    count(LbCounter::kPinnedBytesOverThreshold,
+          e.flow_bytes - (before > e.flow_threshold ? before : e.flow_threshold));
+    if (config_.crossing == CrossingRule::kSprayRest && (e.flags & kFlowSizeKnown) == 0) {
+      // Opt-in: pinned only provisionally; the packets after this one are sprayed.
+      e.flags &= static_cast<uint8_t>(~kFlowPinned);
+      count(LbCounter::kSprayedRest, 1);
+    }
+  }
+  if (record_or_track_) [[unlikely]]
+    RecordAndTrack(e, desc, set, i, now_ns);
+  if (desc.flags & pkt::kFlagLast) e.flags &= static_cast<uint8_t>(~kFlowInMessage);
+}
+
+inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip, bool v6,
+                                                              uint32_t qpn) {
+  // IPv4: the addresses themselves (adjacent in the header) are the tag, no hash needed.
+  uint64_t tag;
+  uint32_t key;
+  if (!v6) [[likely]] {
+    tag = internal::Load64(ip + 12);
+    key = kRecentValid | qpn;
+  } else {
+    tag = HashFlowV6(ip, qpn);
+    key = kRecentValid | 1u << 24 | qpn;
+  }
+  const size_t slot =
+      (static_cast<uint32_t>(tag) ^ static_cast<uint32_t>(tag >> 32) ^ key) * 0x9E3779B1u >>
+      (32 - kRecentBits);
+  const RecentFlow& r = recent_[slot];
+  if (r.tag == tag && r.key == key) [[likely]] {
+    const FlowEntry* e = r.entry;
+    if (e->key_hash == r.hash && e->qpn == qpn && e->path_set == r.set_id) [[likely]]
+      return &r;
+  }
+  return FindRecentMiss(ip, v6, qpn, tag, key, slot);
+}
+
+template <bool kRewrite>
+inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
+                              uint64_t now_ns, BurstTally& tally, PathChoice* out,
+                              RewriteResult* rewrite, EntropyField field, IcrcDeltaCache* icrc) {
+  // Choose()'s checks (and with the rewrite, Rewrite()'s): whatever would not be placed on a
+  // flow's state, or not rewritten inline, goes to the general path.
+  // The IP header's least length by L3; not IP: more than any offset.
+  const auto l3 = static_cast<uint8_t>(desc.l3);
+  const uint32_t min_ip = kMinIpHeader[l3];
+  // Control opcodes (IsControlClass()) by bit. A class beyond the mask may alias one of them: it
+  // then merely takes the general path.
+  constexpr uint32_t kControl = 1u << static_cast<int>(pkt::RoceClass::kAck) |
+                                1u << static_cast<int>(pkt::RoceClass::kAtomicAck) |
+                                1u << static_cast<int>(pkt::RoceClass::kCnp) |
+                                1u << static_cast<int>(pkt::RoceClass::kOther);
+  const uint16_t flags = desc.flags;
+  if ((flags & pkt::kFlagRoce) == 0 ||
+      ((kControl >> (static_cast<uint32_t>(desc.roce_class) & 31)) & 1) || frame == nullptr) {
+    return false;
+  }
+  if (desc.l4_off < desc.l3_off + min_ip || desc.bth_off != desc.l4_off + pkt::kUdpHeaderLen) {
+    return false;
+  }
+  if constexpr (kRewrite) {
+    if (desc.icrc_off < desc.bth_off + pkt::kBthLen || size_t{desc.icrc_off} + pkt::kIcrcLen > len)
+      return false;
+  } else {
+    if (size_t{desc.bth_off} + pkt::kBthLen > len) return false;
+  }
+  const bool v6 = l3 == 6;
+  const RecentFlow* const r = FindRecent(frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
+  if (r == nullptr) return false;
+  FlowEntry* const e = r->entry;
+  const PathSetView set{r->paths, r->set_size, r->set_id};
+  // From here on the packet is the fast path's: the steps of Choose().
+  const uint64_t hash = e->key_hash;
+  uint8_t i;
+  Verdict verdict;
+  constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
+  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
+  if ((flags & kOnly) == kOnly && one_packet_pin_ && desc.payload_len <= threshold) [[likely]] {
+    // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
+    // Place() and Account() with what such a message already says. It is a flow of known size
+    // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
+    e->last_ns = now_ns;
+    if (e->flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
+    const uint32_t size = desc.payload_len;
+    const uint32_t messages = e->messages + 1;
+    e->messages = messages;
+    e->size = size;
+    e->flow_threshold = Saturate32(threshold);
+    e->flow_bytes = size;
+    i = static_cast<uint8_t>(internal::FastRange(internal::Remix(hash, messages), set.size));
+    e->pinned_path = i;
+    e->pinned_entropy = set[i].entropy;
+    e->pinned_port = set[i].port;
+    e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    verdict = Verdict::kPinned;
+    ++tally.pinned_flows;
+    ++tally.pinned_packets;
+    if (record_or_track_) [[unlikely]]
+      RecordAndTrack(*e, desc, set, i, now_ns);
+  } else if ((flags & kOnly) == kOnly && config_.flow_unit == FlowUnit::kRequest &&
+             !(config_.pin && desc.payload_len <= threshold)) {
+    // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
+    // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
+    const uint64_t gap_ns = now_ns - e->last_ns;
+    e->last_ns = now_ns;
+    if (e->flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
+    const uint32_t size = desc.payload_len;
+    ++e->messages;
+    e->size = size;
+    e->flow_threshold = Saturate32(threshold);
+    e->flow_bytes = size;
+    e->flags = kFlowSizeKnown;
+    i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
+    verdict = Verdict::kSprayed;
+    ++tally.sprayed_flows;
+    ++tally.sprayed_packets;
+    if (record_or_track_) [[unlikely]]
+      RecordAndTrack(*e, desc, set, i, now_ns);
+  } else {
+    auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
+    const uint64_t gap_ns = now_ns - e->last_ns;
+    e->last_ns = now_ns;
+    if ((flags & pkt::kFlagFirst) || (e->flags & kFlowInMessage) == 0) {
+      StartMessage(*e, desc, set, hash, now_ns, gap_ns, count);
+    } else if ((e->flags & kFlowPinned) &&
+               ((e->flags & kFlowPinValid) == 0 || e->pinned_path >= set.size)) [[unlikely]] {
+      PinPath(*e, set, hash, now_ns, gap_ns);
+    }
+    i = Place(*e, set, hash, now_ns, gap_ns, &verdict, count);
+    Account(*e, desc, set, i, now_ns, count);
+  }
+  *out = {&set[i], i, verdict, set.id};
+  if constexpr (kRewrite) *rewrite = RewriteFitting(frame, len, desc, set[i], field, *icrc);
+  return true;
+}
 
 }  // namespace heddle::lb

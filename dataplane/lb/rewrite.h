@@ -29,8 +29,10 @@
 // desc that does not fit the frame (not from Parse() of it) is refused, nothing is written.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/path.h"
@@ -67,10 +69,17 @@ RewriteResult RewriteHeaders(uint8_t* frame, size_t len, const pkt::PacketDesc& 
 
 // Applies a delta to the little-endian ICRC at `icrc`.
 inline void ApplyIcrcDelta(uint8_t* icrc, uint32_t delta) noexcept {
-  icrc[0] ^= static_cast<uint8_t>(delta);
-  icrc[1] ^= static_cast<uint8_t>(delta >> 8);
-  icrc[2] ^= static_cast<uint8_t>(delta >> 16);
-  icrc[3] ^= static_cast<uint8_t>(delta >> 24);
+  if constexpr (std::endian::native == std::endian::little) {
+    uint32_t v;  // one 32-bit XOR: the word is little-endian on the wire
+    std::memcpy(&v, icrc, sizeof v);
+    v ^= delta;
+    std::memcpy(icrc, &v, sizeof v);
+  } else {
+    icrc[0] ^= static_cast<uint8_t>(delta);
+    icrc[1] ^= static_cast<uint8_t>(delta >> 8);
+    icrc[2] ^= static_cast<uint8_t>(delta >> 16);
+    icrc[3] ^= static_cast<uint8_t>(delta >> 24);
+  }
 }
 
 // RFC 1624 eqn. 3: a one's-complement checksum after one 16-bit word changed from old_word to
@@ -83,29 +92,43 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   return static_cast<uint16_t>(~sum);
 }
 
-[[gnu::always_inline]] inline RewriteResult Rewrite(uint8_t* frame, size_t len,
-                                                    const pkt::PacketDesc& desc, const Path& path,
-                                                    EntropyField field,
-                                                    IcrcDeltaCache* cache) noexcept {
-  // The checks of RewriteHeaders()'s HeadersFit() and of the ICRC's place, for the UDP source port.
-  const bool fits = (desc.flags & pkt::kFlagRoce) && desc.l3 != pkt::L3::kNone &&
-                    desc.l4_off >= desc.l3_off + 4 && desc.bth_off == desc.l4_off + 8 &&
-                    desc.icrc_off >= desc.bth_off + 12 && size_t{desc.icrc_off} + 4 <= len;
-  const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
-  if (!fits || !sport || path.has_next_hop_mac || cache == nullptr || frame == nullptr) {
-    return RewriteFull(frame, len, desc, path, field, cache);
-  }
+// Rewrite() of a frame whose geometry Rewrite() accepts (RoCE; IPv4 or IPv6 with UDP at least 4
+// bytes in; BTH right after UDP; the ICRC after BTH and within `len`), `frame` not null. The
+// caller has checked that (PinSelector::TryChooseRewriteFast() does, for its own reasons).
+// Inline: the common frame (the UDP source port, a zero UDP checksum, no next-hop MAC).
+[[gnu::always_inline]] inline RewriteResult RewriteFitting(uint8_t* frame, size_t len,
+                                                           const pkt::PacketDesc& desc,
+                                                           const Path& path, EntropyField field,
+                                                           IcrcDeltaCache& cache) noexcept {
   uint8_t* udp = frame + desc.l4_off;
-  if ((udp[6] | udp[7]) != 0) return RewriteFull(frame, len, desc, path, field, cache);
+  const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
+  if (!sport || path.has_next_hop_mac || (udp[6] | udp[7]) != 0) [[unlikely]] {
+    return RewriteFull(frame, len, desc, path, field, &cache);
+  }
   const auto old_port = static_cast<uint16_t>(udp[0] << 8 | udp[1]);
   const auto new_port = static_cast<uint16_t>(path.entropy);
   if (old_port == new_port) return RewriteResult::kUnchanged;
   udp[0] = static_cast<uint8_t>(new_port >> 8);
   udp[1] = static_cast<uint8_t>(new_port);
-  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC.
-  ApplyIcrcDelta(frame + desc.icrc_off,
-                 cache->Delta16(old_port, new_port, desc.icrc_off - desc.l4_off - 2u));
+  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC. (Below
+  // 64 KiB: IcrcDelta16() takes the tail modulo 2^16 too.)
+  const auto tail = static_cast<uint16_t>(desc.icrc_off - desc.l4_off - 2u);
+  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16(old_port, new_port, tail));
   return RewriteResult::kRewritten;
+}
+
+[[gnu::always_inline]] inline RewriteResult Rewrite(uint8_t* frame, size_t len,
+                                                    const pkt::PacketDesc& desc, const Path& path,
+                                                    EntropyField field,
+                                                    IcrcDeltaCache* cache) noexcept {
+  // The checks of RewriteHeaders()'s HeadersFit() and of the ICRC's place.
+  const bool fits = (desc.flags & pkt::kFlagRoce) && desc.l3 != pkt::L3::kNone &&
+                    desc.l4_off >= desc.l3_off + 4 && desc.bth_off == desc.l4_off + 8 &&
+                    desc.icrc_off >= desc.bth_off + 12 && size_t{desc.icrc_off} + 4 <= len;
+  if (!fits || cache == nullptr || frame == nullptr) {
+    return RewriteFull(frame, len, desc, path, field, cache);
+  }
+  return RewriteFitting(frame, len, desc, path, field, *cache);
 }
 
 }  // namespace heddle::lb

@@ -93,45 +93,42 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     return b.n;
   }
 
-  const lb::EntropyField field = sel_->config().entropy_field;
+  lb::PinSelector& sel = *sel_;
+  const lb::EntropyField field = sel.config().entropy_field;
   uint64_t rewritten = 0, unchanged = 0, refused = 0, untouched = 0;
-  uint64_t pinned_bytes = 0, sprayed_bytes = 0, stateless_bytes = 0;
-  for (uint16_t i = 0; i < b.n; ++i) {
+  // Bytes by verdict: pinned, sprayed, stateless (control packets and table-full fallbacks).
+  uint64_t verdict_bytes[3] = {0, 0, 0};
+  static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
+                static_cast<int>(lb::Verdict::kSprayed) == 1);
+  // Locals: the rewrite's byte stores may alias any member, so they would be loaded per packet.
+  std::atomic<uint64_t>* const path_bytes = path_bytes_;
+  std::atomic<uint64_t>* const path_packets = path_packets_;
+  const uint16_t n = b.n;
+  for (uint16_t i = 0; i < n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
-    if (!(d.flags & pkt::kFlagRoce)) {
+    if (!(d.flags & pkt::kFlagRoce)) [[unlikely]] {
       ++untouched;
       continue;
     }
     rte_mbuf* m = b.pkts[i];
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const size_t len = m->data_len;  // the headers are in the first segment
-    const lb::PathChoice c = sel_->Choose(d, frame, len, now_ns);
-    if (c.path == nullptr) {
-      ++untouched;
-      continue;
-    }
+    lb::PathChoice c;
     lb::RewriteResult r;
-    if (static_cast<size_t>(d.icrc_off) + pkt::kIcrcLen <= len) {
-      r = lb::Rewrite(frame, len, d, *c.path, field, &icrc_cache_);
+    int verdict;  // index into verdict_bytes
+    if (sel.TryChooseRewriteFast(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
+        [[likely]] {
+      verdict = static_cast<int>(c.verdict);  // pinned or sprayed
     } else {
-      // A chained mbuf whose ICRC lies beyond the first segment: patch it where it lies.
-      uint8_t icrc[pkt::kIcrcLen];
-      const auto* at = static_cast<const uint8_t*>(rte_pktmbuf_read(m, d.icrc_off, 4, icrc));
-      if (at == nullptr) [[unlikely]] {
-        ++refused;
+      c = sel.Choose(d, frame, len, now_ns);
+      if (c.path == nullptr) {
+        ++untouched;
         continue;
       }
-      std::memcpy(icrc, at, sizeof icrc);
-      const uint32_t stored = uint32_t{icrc[0]} | uint32_t{icrc[1]} << 8 | uint32_t{icrc[2]} << 16 |
-                              uint32_t{icrc[3]} << 24;
-      uint32_t delta = 0;
-      r = lb::RewriteHeaders(frame, len, d, *c.path, field, stored, &delta, &icrc_cache_);
-      if (delta != 0) {
-        lb::ApplyIcrcDelta(icrc, delta);
-        WriteChain(m, d.icrc_off, icrc, sizeof icrc);
-      }
+      r = RewriteGeneral(m, d, *c.path, field);
+      verdict = std::min<int>(static_cast<int>(c.verdict), 2);
     }
-    if (r == lb::RewriteResult::kRewritten) {
+    if (r == lb::RewriteResult::kRewritten) [[likely]] {
       ++rewritten;
     } else if (r == lb::RewriteResult::kUnchanged) {
       ++unchanged;
@@ -141,33 +138,52 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     }
     b.egress[i] = c.path->port;
     const uint32_t bytes = m->pkt_len;
-    switch (c.verdict) {
-      case lb::Verdict::kPinned:
-        pinned_bytes += bytes;
-        break;
-      case lb::Verdict::kSprayed:
-        sprayed_bytes += bytes;
-        break;
-      default:
-        stateless_bytes += bytes;
-        break;
-    }
+    verdict_bytes[verdict] += bytes;
     const size_t slot =
         static_cast<size_t>(std::min<uint32_t>(c.set_id, kLbReportedSets)) * lb::kMaxPaths +
         c.index;
-    std::atomic<uint64_t>& pb = path_bytes_[slot];
+    std::atomic<uint64_t>& pb = path_bytes[slot];
     pb.store(pb.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    std::atomic<uint64_t>& pp = path_packets_[slot];
+    std::atomic<uint64_t>& pp = path_packets[slot];
     pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+  sel.Commit(tally_);
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
   if (unchanged) Add(PinStageCounter::kUnchanged, unchanged);
   if (refused) Add(PinStageCounter::kRewriteRefused, refused);
   if (untouched) Add(PinStageCounter::kUntouchedPackets, untouched);
-  if (pinned_bytes) Add(PinStageCounter::kPinnedBytes, pinned_bytes);
-  if (sprayed_bytes) Add(PinStageCounter::kSprayedBytes, sprayed_bytes);
-  if (stateless_bytes) Add(PinStageCounter::kStatelessBytes, stateless_bytes);
+  if (verdict_bytes[0]) Add(PinStageCounter::kPinnedBytes, verdict_bytes[0]);
+  if (verdict_bytes[1]) Add(PinStageCounter::kSprayedBytes, verdict_bytes[1]);
+  if (verdict_bytes[2]) Add(PinStageCounter::kStatelessBytes, verdict_bytes[2]);
   return b.n;
+}
+
+// The rewrite of a packet the selector's general path placed: Rewrite() when the ICRC lies in
+// the first segment, else the headers here and the ICRC patched where it lies (a chained mbuf).
+// kMalformed: refused (headers that do not fit, an ICRC that cannot be read).
+lb::RewriteResult PinSelectStage::RewriteGeneral(rte_mbuf* m, const pkt::PacketDesc& d,
+                                                 const lb::Path& path, lb::EntropyField field) {
+  uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+  const size_t len = m->data_len;
+  if (static_cast<size_t>(d.icrc_off) + pkt::kIcrcLen <= len) {
+    return lb::Rewrite(frame, len, d, path, field, &icrc_cache_);
+  }
+  uint8_t icrc[pkt::kIcrcLen];
+  const auto* at = static_cast<const uint8_t*>(rte_pktmbuf_read(m, d.icrc_off, 4, icrc));
+  if (at == nullptr) [[unlikely]] {
+    return lb::RewriteResult::kMalformed;
+  }
+  std::memcpy(icrc, at, sizeof icrc);
+  const uint32_t stored = uint32_t{icrc[0]} | uint32_t{icrc[1]} << 8 | uint32_t{icrc[2]} << 16 |
+                          uint32_t{icrc[3]} << 24;
+  uint32_t delta = 0;
+  const lb::RewriteResult r =
+      lb::RewriteHeaders(frame, len, d, path, field, stored, &delta, &icrc_cache_);
+  if (delta != 0) {
+    lb::ApplyIcrcDelta(icrc, delta);
+    WriteChain(m, d.icrc_off, icrc, sizeof icrc);
+  }
+  return r;
 }
 
 // One reverse-direction RoCE packet: decode its feedback, pair it with the requests' flow through

@@ -39,8 +39,11 @@
 
 #include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/pin.h"
+#include "dataplane/lb/rewrite.h"
 #include "dataplane/pipeline/lb_control.h"
 #include "dataplane/pipeline/stage.h"
+
+struct rte_mbuf;
 
 namespace heddle::pipeline {
 
@@ -74,6 +77,8 @@ class PinSelectStage final : public Stage {
  private:
   uint64_t NowNs() const;
   void Apply(const LbParams& p);
+  lb::RewriteResult RewriteGeneral(rte_mbuf* m, const pkt::PacketDesc& d, const lb::Path& path,
+                                   lb::EntropyField field);
   void Feedback(const pkt::PacketDesc& d, const uint8_t* frame, uint64_t now_ns,
                 const verbs::HostBacklogIndex* host);
   void FlushFeedback();
@@ -90,6 +95,8 @@ class PinSelectStage final : public Stage {
   Options o_;
   std::unique_ptr<lb::PinSelector> sel_;
   lb::IcrcDeltaCache icrc_cache_;  // this worker's memo of ICRC deltas
+  // The selector's counts of a burst's fast-path packets, added to its counters after the burst.
+  lb::PinSelector::BurstTally tally_;
   uint64_t applied_generation_ = 0;
   double ns_per_tsc_ = 1.0;
   std::atomic<uint64_t>* stage_;         // LbControl's block for this worker

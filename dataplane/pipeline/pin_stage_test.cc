@@ -8,6 +8,7 @@
 #include <rte_mbuf.h>
 
 #include <atomic>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -15,10 +16,10 @@
 #include "dataplane/lb/lb_test_util.h"
 #include "dataplane/pipeline/lb_control.h"
 #include "dataplane/pipeline/stages.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
-#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
@@ -152,6 +153,7 @@ class PinStageTest : public ::testing::Test {
   }
   uint64_t Stage(PinStageCounter c) { return control_->totals().stage_counter(c); }
   uint64_t Sel(lb::LbCounter c) { return control_->totals().selector_counter(c); }
+  size_t sel_flows() const { return w_[0]->stage->selector().flows().size(); }
 
   // Splits `pkts` into bursts of `burst` packets; returns everything that left, in order.
   std::vector<Out> RunBursts(const std::vector<Packet>& pkts, size_t burst = 32) {
@@ -388,6 +390,93 @@ TEST_F(PinStageTest, ChainedMbufsAndShortFirstSegments) {
   }
   PollAll();
   EXPECT_EQ(Sel(lb::LbCounter::kMalformed), 1u);
+}
+
+// The stage's fast path (lb::PinSelector::TryChooseRewriteFast(), counts summed per burst) against
+// the general path: a reference selector with the stage's seed runs Choose() and RewriteFull() on
+// copies of the same random traffic (IPv4 and IPv6 QPs, one-packet and long messages, control
+// packets, every balancer). Every packet must leave on the same uplink with the same bytes, and
+// the counters the stage publishes must equal the reference's.
+TEST_F(PinStageTest, FastPathMatchesTheGeneralPath) {
+  for (int kind = 0; kind < static_cast<int>(lb::BalancerKind::kCount); ++kind) {
+    lb::LbConfig config{
+        .balancer = static_cast<lb::BalancerKind>(kind), .threshold_bytes = 6000, .seed = 7};
+    SCOPED_TRACE(lb::BalancerKindName(config.balancer));
+    Make(config);
+    std::shared_ptr<const lb::PathTable> table = control_->current().table;
+    lb::LbConfig rc = config;
+    rc.seed = config.seed * 0x9E3779B97F4A7C15ull + 1;  // as the stage mixes in worker 0
+    lb::PinSelector ref(rc, table.get());
+    ref.SetFeedbackExpected(false);  // no host index: as the stage
+    uint64_t bytes_total = 0, packets_total = 0;
+
+    std::mt19937_64 rng(kind + 1);
+    std::vector<Packet> traffic;
+    for (int m = 0; m < 400; ++m) {
+      pkt::FrameSpec f = Hosts(1, static_cast<uint8_t>(2 + rng() % 5));
+      if (rng() % 4 == 0) {
+        f.ipv6 = true;
+        f.dst_ip6[15] = static_cast<uint8_t>(rng() % 5);
+      }
+      f.udp_sport = static_cast<uint16_t>(0xc000 + rng() % 16);
+      const uint32_t qpn = 10 + static_cast<uint32_t>(rng() % 6);
+      if (rng() % 10 == 0) {
+        traffic.push_back(Ack(Hosts(2, 1), qpn, static_cast<uint32_t>(rng() % 100)));
+        continue;
+      }
+      const uint32_t bytes = rng() % 3 == 0 ? static_cast<uint32_t>(rng() % 20'000)
+                                            : static_cast<uint32_t>(rng() % 1024);
+      for (Packet& p :
+           Message(f, rng() % 2 == 0, qpn, static_cast<uint32_t>(rng() & 0xffffff), bytes)) {
+        traffic.push_back(std::move(p));
+      }
+    }
+    for (size_t i = 0; i < traffic.size(); i += 32) {
+      std::vector<Packet> part(traffic.begin() + i,
+                               traffic.begin() + std::min(traffic.size(), i + 32));
+      const std::vector<Out> got = Run(part);  // advances now_ns_ by 1000 first
+      ASSERT_EQ(got.size(), part.size());
+      for (size_t k = 0; k < part.size(); ++k) {
+        Packet want = part[k];
+        const lb::PathChoice c = ref.Choose(want.desc, want.data(), want.size(), now_ns_);
+        uint16_t egress = kNoEgress;
+        if (c.path != nullptr &&
+            lb::RewriteFull(want.data(), want.size(), want.desc, *c.path,
+                            lb::EntropyField::kUdpSourcePort) != lb::RewriteResult::kMalformed) {
+          egress = c.path->port;
+          bytes_total += want.size();
+          ++packets_total;
+        }
+        pkt::PacketDesc d;
+        ASSERT_EQ(pkt::Parse(want.data(), want.size(), &d), pkt::ParseError::kOk);
+        EXPECT_EQ(got[k].egress, egress) << "packet " << i + k;
+        EXPECT_EQ(got[k].sport, d.udp_sport) << "packet " << i + k;
+        EXPECT_TRUE(got[k].icrc_ok);
+      }
+      PollAll();
+    }
+    for (int c = 0; c < lb::kNumLbCounters; ++c) {
+      EXPECT_EQ(Sel(static_cast<lb::LbCounter>(c)), ref.counter(static_cast<lb::LbCounter>(c)))
+          << lb::LbCounterName(static_cast<lb::LbCounter>(c));
+    }
+    const LbTotals t = control_->totals();
+    uint64_t bytes = 0, packets = 0;
+    for (const auto& set : t.path_bytes) {
+      for (uint64_t v : set) bytes += v;
+    }
+    for (const auto& set : t.path_packets) {
+      for (uint64_t v : set) packets += v;
+    }
+    EXPECT_EQ(packets, packets_total);
+    EXPECT_EQ(bytes, bytes_total);
+    EXPECT_EQ(Stage(PinStageCounter::kPinnedBytes) + Stage(PinStageCounter::kSprayedBytes) +
+                  Stage(PinStageCounter::kStatelessBytes),
+              bytes_total);
+    EXPECT_EQ(Stage(PinStageCounter::kRewritten) + Stage(PinStageCounter::kUnchanged),
+              packets_total);
+    EXPECT_EQ(sel_flows(), ref.flows().size());
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace
