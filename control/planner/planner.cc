@@ -134,14 +134,28 @@ absl::Status Planner::AddWorker(const WorkerSpec& spec) {
     return absl::ResourceExhaustedError(
         absl::StrCat("already ", workers_.size(), " workers; at most ", kMaxWorkers));
   }
-  std::vector<SolverWorker> ws = SolverWorkers();
-  ws.push_back({spec, 1.0, std::min(1.0, config_.deadline_sigmas * config_.noise_prior)});
-  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), ws);
-  if (!plan.ok()) {
-    return absl::Status(plan.status().code(),
-                        absl::StrCat("worker ", spec.id, " not added: ", plan.status().message()));
+  const SolverWorker joining{spec, 1.0,
+                             std::min(1.0, config_.deadline_sigmas * config_.noise_prior)};
+  // Can the worker be planned at all (memory for the minimum batch, min_inner_steps within the
+  // target, its own token floor)? If not, it is refused.
+  SolverConfig alone = SolverConfigNow();
+  alone.tokens_per_round = 0;
+  if (absl::StatusOr<Plan> p = Solve(alone, std::span<const SolverWorker>(&joining, 1)); !p.ok()) {
+    return absl::Status(p.status().code(),
+                        absl::StrCat("worker ", spec.id, " not added: ", p.status().message()));
   }
+  // It can; what is left to fail is the members' token budget, which needs more members: it
+  // joins, and the job waits for a plan until enough have joined.
+  std::vector<SolverWorker> ws = SolverWorkers();
+  ws.push_back(joining);
+  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), ws);
   workers_.emplace(spec.id, Worker{spec, ThroughputEstimator(config_.estimator)});
+  if (!plan.ok()) {
+    plan_ = Plan{};
+    has_plan_ = false;
+    no_plan_reason_ = plan.status();
+    return absl::OkStatus();
+  }
   Adopt(*std::move(plan), absl::StrCat("join ", spec.id));
   return absl::OkStatus();
 }
@@ -165,6 +179,8 @@ absl::Status Planner::RemoveWorker(std::string_view worker_id) {
   absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), SolverWorkers());
   if (plan.ok()) {
     Adopt(*std::move(plan), absl::StrCat("leave ", id));
+  } else if (!has_plan_) {
+    no_plan_reason_ = plan.status();
   } else {
     Plan kept = plan_;
     std::erase_if(kept.workers, [&](const WorkerAssignment& a) { return a.worker_id == id; });
@@ -237,7 +253,9 @@ absl::StatusOr<ReportResult> Planner::Report(const WorkerReport& r) {
   result.sample = w.estimator.Add(measured / modelled);
 
   if (pit == pending_.end()) {
-    pit = pending_.emplace(r.round, Pending{}).first;
+    Pending fresh;
+    for (const auto& [id, member] : workers_) fresh.expected.push_back(id);
+    pit = pending_.emplace(r.round, std::move(fresh)).first;
     while (pending_.size() > kMaxPendingRounds) {
       // The oldest round never completed (a member stopped reporting without leaving): abandon it.
       completed_through_ = std::max(completed_through_, pending_.begin()->first);
@@ -259,7 +277,9 @@ void Planner::CompleteRounds(ReportResult* result) {
     auto done = pending_.end();
     for (auto pit = pending_.begin(); pit != pending_.end(); ++pit) {
       bool all = !pit->second.reports.empty();
-      for (const auto& [id, w] : workers_) all &= pit->second.reports.contains(id);
+      for (const std::string& id : pit->second.expected) {
+        all &= !workers_.contains(id) || pit->second.reports.contains(id);
+      }
       if (all) done = pit;
     }
     if (done == pending_.end()) return;
@@ -294,17 +314,23 @@ void Planner::CompleteRounds(ReportResult* result) {
   }
 }
 
+double Planner::BudgetNow() const {
+  const SolverConfig& c = config_.solver;
+  if (c.target_round_s <= 0) return plan_.compute_budget_s;  // derived, or a token budget alone
+  const double cap = c.comm_overlaps ? c.target_round_s : c.target_round_s - comm_s_;
+  bool token_constrained = c.tokens_per_round > 0;
+  for (const auto& [id, w] : workers_) token_constrained |= w.spec.min_tokens_per_round > 0;
+  // A fixed target: whatever the comm time now leaves. With token targets the plan's budget is
+  // the shortest that carries them, which must still fit the target.
+  return token_constrained ? std::min(plan_.compute_budget_s, cap) : cap;
+}
+
 void Planner::RunPolicy(ReportResult* result) {
   if (!has_plan_ || rounds_since_plan_ < config_.replan.cooldown_rounds) return;
   const ReplanPolicy& pol = config_.replan;
   const Plan now = RepredictLocked();
   const SolverConfig c = SolverConfigNow();
-  // The budget the plan must keep: the target's, when one is set (the comm time may have moved),
-  // otherwise the one it was made for.
-  double budget = plan_.compute_budget_s;
-  if (c.target_round_s > 0 && c.tokens_per_round == 0) {
-    budget = c.comm_overlaps ? c.target_round_s : c.target_round_s - c.comm_s;
-  }
+  const double budget = BudgetNow();
   // Guarded by the margins the plan was made with: the noise estimates move by more than the
   // speed estimates do, and a plan is not worth changing for them alone (docs/planner.md §5).
   double high = 0;
@@ -337,15 +363,21 @@ void Planner::RunPolicy(ReportResult* result) {
   result->replan_reason = std::move(reason);
 }
 
+absl::Status Planner::NoPlan() const {
+  if (workers_.empty()) return absl::FailedPreconditionError("no plan: the planner has no workers");
+  return absl::FailedPreconditionError(absl::StrCat("no plan for the ", workers_.size(),
+                                                    " members yet: ", no_plan_reason_.message()));
+}
+
 absl::StatusOr<Plan> Planner::CurrentPlan() const {
   absl::MutexLock l(&mu_);
-  if (!has_plan_) return absl::FailedPreconditionError("no plan: the planner has no workers");
+  if (!has_plan_) return NoPlan();
   return plan_;
 }
 
 absl::StatusOr<Plan> Planner::PredictCurrent() const {
   absl::MutexLock l(&mu_);
-  if (!has_plan_) return absl::FailedPreconditionError("no plan: the planner has no workers");
+  if (!has_plan_) return NoPlan();
   return RepredictLocked();
 }
 

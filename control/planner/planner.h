@@ -123,8 +123,11 @@ class Planner {
  public:
   static absl::StatusOr<std::unique_ptr<Planner>> Create(const PlannerConfig& config);
 
-  // Adds a worker and replans. Atomic: if the spec is invalid, the id taken, or no plan fits the
-  // new member set (e.g. it cannot run min_inner_steps within the target), nothing changes.
+  // Adds a worker and replans. Atomic: if the spec is invalid, the id taken, or the worker cannot
+  // be planned (memory below the minimum batch, min_inner_steps beyond the target, its own token
+  // floor out of reach), nothing changes. A worker that can be planned always joins; if the
+  // members cannot yet carry tokens_per_round together, there is no plan until more join
+  // (CurrentPlan() says why).
   absl::Status AddWorker(const WorkerSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a worker and replans. A pending round that waited only for it completes. Should the
   // replan fail (a token budget the rest cannot carry), the worker is still removed, the previous
@@ -135,7 +138,7 @@ class Planner {
   // The WAN exchange time the relay measured (seconds); used from the next replan on.
   absl::Status SetCommTime(double comm_s) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The plan in force; FailedPrecondition when there are no workers.
+  // The plan in force; FailedPrecondition when there are no workers or no plan yet.
   absl::StatusOr<Plan> CurrentPlan() const ABSL_LOCKS_EXCLUDED(mu_);
   // The plan in force re-predicted under the current speed estimates and comm time.
   absl::StatusOr<Plan> PredictCurrent() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -153,6 +156,9 @@ class Planner {
     ThroughputEstimator estimator;
   };
   struct Pending {
+    // The members when the round's first report arrived: the round completes when all of them
+    // that are still members have reported (a worker that joins mid-round does not hold it up).
+    std::vector<std::string> expected;
     std::map<std::string, WorkerRoundIdle> reports;
   };
 
@@ -163,6 +169,9 @@ class Planner {
   std::vector<SolverWorker> SolverWorkersInPlanOrder() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Plan RepredictLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double FinishMargin(const Worker& w) const;
+  // The compute budget the plan in force must keep under the current comm time.
+  double BudgetNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NoPlan() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Adopt(Plan plan, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes every pending round that all current members have reported; runs the policy after
   // each. Returns the last policy outcome.
@@ -175,6 +184,8 @@ class Planner {
   std::map<std::string, Worker, std::less<>> workers_ ABSL_GUARDED_BY(mu_);
   Plan plan_ ABSL_GUARDED_BY(mu_);
   bool has_plan_ ABSL_GUARDED_BY(mu_) = false;
+  // Why there is no plan although there are members (a token budget they cannot carry yet).
+  absl::Status no_plan_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t rounds_since_plan_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);

@@ -293,7 +293,70 @@ TEST(PlannerTest, ALeavingWorkerCompletesTheRoundItWasHolding) {
   EXPECT_DOUBLE_EQ(p->RecentRounds()[0].idle_s, 1.0);
 }
 
-TEST(PlannerTest, TokenBudgetModeAndFailedReplanKeepsThePlan) {
+TEST(PlannerTest, AWorkerJoiningMidRoundDoesNotHoldItUp) {
+  std::unique_ptr<Planner> p = Make124();
+  const Plan plan = *p->CurrentPlan();
+  const WorkerAssignment& a = plan.workers[0];
+  ASSERT_TRUE(p->Report({.worker_id = "a",
+                         .round = 1,
+                         .batch_size = a.batch_size,
+                         .inner_steps = a.inner_steps,
+                         .compute_s = 500})
+                  .ok());
+  ASSERT_TRUE(p->AddWorker(Spec("d", 20000)).ok());
+  for (const char* id : {"b", "c"}) {
+    ASSERT_TRUE(
+        p->Report(
+             {.worker_id = id, .round = 1, .batch_size = 32, .inner_steps = 100, .compute_s = 490})
+            .ok());
+  }
+  ASSERT_EQ(p->RecentRounds().size(), 1u);
+  EXPECT_EQ(p->RecentRounds()[0].workers.size(), 3u);
+  // From the next round on, d is expected too.
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_TRUE(
+        p->Report(
+             {.worker_id = id, .round = 2, .batch_size = 32, .inner_steps = 100, .compute_s = 490})
+            .ok());
+  }
+  EXPECT_EQ(p->RecentRounds().size(), 1u);
+  ASSERT_TRUE(
+      p->Report(
+           {.worker_id = "d", .round = 2, .batch_size = 32, .inner_steps = 100, .compute_s = 495})
+          .ok());
+  ASSERT_EQ(p->RecentRounds().size(), 2u);
+  EXPECT_EQ(p->RecentRounds()[1].workers.size(), 4u);
+}
+
+TEST(PlannerTest, RemovingAWorkerTheTokenBudgetNeededKeepsTheOthersAssignments) {
+  PlannerConfig c = Config();
+  c.solver.target_round_s = 0;
+  c.solver.max_inner_steps = 100;
+  c.solver.tokens_per_round = int64_t{2048} * 32 * 150;  // more than one worker's 100 steps
+  absl::StatusOr<std::unique_ptr<Planner>> pp = Planner::Create(c);
+  ASSERT_TRUE(pp.ok());
+  Planner& p = **pp;
+  ASSERT_TRUE(p.AddWorker(Spec("a", 10000)).ok());
+  // a alone cannot carry the budget: it joins, and there is no plan until c does.
+  const absl::Status none = p.CurrentPlan().status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.message(), HasSubstr("no plan for the 1 members yet: tokens_per_round"));
+  ASSERT_TRUE(p.AddWorker(Spec("c", 40000)).ok());
+  const Plan before = *p.CurrentPlan();
+  EXPECT_GE(before.total_tokens, c.solver.tokens_per_round);
+  const absl::Status s = p.RemoveWorker("c");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("worker c removed, but replanning failed"));
+  EXPECT_EQ(p.Estimate("c").status().code(), absl::StatusCode::kNotFound);
+  const Plan after = *p.CurrentPlan();
+  ASSERT_EQ(after.workers.size(), 1u);
+  EXPECT_EQ(after.workers[0].worker_id, "a");
+  EXPECT_EQ(after.workers[0].inner_steps, before.workers[0].inner_steps);
+  EXPECT_EQ(after.workers[0].batch_size, before.workers[0].batch_size);
+  EXPECT_GT(after.version, before.version);
+}
+
+TEST(PlannerTest, TokenBudgetModeAndAnUnreachableBudget) {
   PlannerConfig c = Config();
   c.solver.target_round_s = 0;
   c.solver.tokens_per_round = int64_t{2048} * 32 * 300;  // 300 steps of batch 32 in all
@@ -307,13 +370,17 @@ TEST(PlannerTest, TokenBudgetModeAndFailedReplanKeepsThePlan) {
   // 1:4 speeds: about 60 and 240 steps.
   EXPECT_NEAR(plan.workers[0].inner_steps, 60, 2);
   EXPECT_NEAR(plan.workers[1].inner_steps, 240, 2);
-  // Manual replan under a lower step cap that cannot carry the budget fails and keeps the plan.
+  // A worker whose own token floor is out of reach (100 steps of 32 at most) is refused.
   PlannerConfig tight = c;
   tight.solver.max_inner_steps = 100;
   absl::StatusOr<std::unique_ptr<Planner>> tp = Planner::Create(tight);
   ASSERT_TRUE(tp.ok());
-  ASSERT_TRUE((*tp)->AddWorker(Spec("a", 10000)).ok() == false);  // 100 steps of 32 < budget
-  EXPECT_EQ((*tp)->CurrentPlan().status().code(), absl::StatusCode::kFailedPrecondition);
+  WorkerSpec greedy = Spec("g", 10000);
+  greedy.min_tokens_per_round = int64_t{2048} * 32 * 101;
+  const absl::Status s = (*tp)->AddWorker(greedy);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("worker g not added: worker g: min_tokens_per_round"));
+  EXPECT_EQ((*tp)->Estimate("g").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(PlannerTest, ConcurrentReportsFromManyThreads) {
