@@ -249,8 +249,16 @@ absl::StatusOr<ReportResult> Planner::Report(const WorkerReport& r) {
   const int64_t tokens = r.batch_size * r.inner_steps * seq;
   const double measured = static_cast<double>(tokens) / r.compute_s;
   const double modelled = w.spec.throughput.TokensPerSecond(static_cast<double>(r.batch_size));
+  const double ratio = measured / modelled;
+  // Four orders of magnitude off the profile is a unit mistake (ms for s), not a speed.
+  if (!(ratio >= 1e-4 && ratio <= 1e4)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s%d steps of batch %d in %g s is %g tokens/s, %g times the profiled %g tokens/s; check "
+        "that compute_s is in seconds, or re-profile the worker (remove and add it)",
+        who, r.inner_steps, r.batch_size, r.compute_s, measured, ratio, modelled));
+  }
   ReportResult result;
-  result.sample = w.estimator.Add(measured / modelled);
+  result.sample = w.estimator.Add(ratio);
 
   if (pit == pending_.end()) {
     Pending fresh;

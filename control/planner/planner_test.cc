@@ -138,6 +138,10 @@ TEST(PlannerTest, ReportValidation) {
   EXPECT_EQ(with([](WorkerReport& r) { r.compute_s = std::numeric_limits<double>::infinity(); }),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with([](WorkerReport& r) { r.batch_size = 0; }), absl::StatusCode::kInvalidArgument);
+  // Milliseconds passed as seconds: 10 steps of 32 × 2048 tokens in 1e-4 s.
+  EXPECT_EQ(with([](WorkerReport& r) { r.compute_s = 1e-4; }), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](WorkerReport& r) { r.compute_s = 1e-300; }),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with([](WorkerReport& r) { r.inner_steps = -2; }), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(p->Report(ok).ok());
   EXPECT_EQ(p->Report(ok).status().code(), absl::StatusCode::kAlreadyExists);
