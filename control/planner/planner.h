@@ -15,11 +15,12 @@
 //
 // Report() feeds the worker's online speed estimator (estimator.h). When every member has
 // reported a round, the round's measured straggler idle is recorded and the replan policy runs:
-// it re-predicts the current plan under the new estimates and replaces it only when that
-// prediction overruns the compute budget, or leaves more than `idle_threshold` of the GPU time
-// idle or the round under-filled, *and* a fresh plan is better by at least `min_improvement` —
-// and not within `cooldown_rounds` of the last plan. Noise moves the estimates by less than these
-// margins, so plans do not churn (docs/planner.md §5).
+// it re-predicts the current plan under the new estimates and replaces it when that prediction
+// overruns the compute budget, or when it leaves more than `idle_threshold` of the GPU time idle
+// (or under-fills the round) and a fresh plan is better by at least `min_improvement`; never
+// within `cooldown_rounds` of the last plan. Noise moves the estimates by less than these margins,
+// so plans do not churn (docs/planner.md §5). Each worker's expected finish is planned with
+// `deadline_sigmas` of its measured round-to-round noise as headroom (§3.4).
 //
 // Thread-safe: every method takes one absl::Mutex. Nothing here is on a hot path (a call per
 // worker per round). No method throws; errors come back as absl::Status.

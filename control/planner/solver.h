@@ -13,7 +13,7 @@
 //
 // Solve() is a pure function: the same inputs in any order give the same plan, bit for bit
 // (assignments sorted by worker id, ties broken by fixed rules). It is what Planner (planner.h)
-// calls; benchmarks and the simulator (sim.h) call it directly.
+// calls; the solver benchmark calls it directly.
 //
 // Contract with the relay's aggregation (dataplane/relay): a worker's contribution for a round
 // carries n_i = b_i·H_i·seq_len_i tokens (WorkerAssignment::tokens) and τ_i = H_i inner steps
