@@ -48,6 +48,20 @@ inline pkt::FrameSpec Reverse(pkt::FrameSpec f) {
   return f;
 }
 
+// The RC opcode of a WRITE or SEND message's packet: only, first, middle or last.
+inline uint8_t MessageOpcode(bool write, bool first, bool last) {
+  if (write) {
+    return first && last ? pkt::op::kWriteOnly
+           : first       ? pkt::op::kWriteFirst
+           : last        ? pkt::op::kWriteLast
+                         : pkt::op::kWriteMiddle;
+  }
+  return first && last ? pkt::op::kSendOnly
+         : first       ? pkt::op::kSendFirst
+         : last        ? pkt::op::kSendLast
+                       : pkt::op::kSendMiddle;
+}
+
 // The packets of one message: WRITE (RETH on the first) or SEND of `bytes` at `mtu`.
 inline std::vector<Packet> Message(const pkt::FrameSpec& f, bool write, uint32_t qpn, uint32_t psn,
                                    uint32_t bytes, uint32_t mtu = 1024) {
@@ -55,18 +69,8 @@ inline std::vector<Packet> Message(const pkt::FrameSpec& f, bool write, uint32_t
   const uint32_t n = bytes == 0 ? 1 : (bytes + mtu - 1) / mtu;
   for (uint32_t i = 0; i < n; ++i) {
     pkt::RoceSpec r;
-    const bool first = i == 0, last = i + 1 == n;
-    if (write) {
-      r.opcode = first && last ? pkt::op::kWriteOnly
-                 : first       ? pkt::op::kWriteFirst
-                 : last        ? pkt::op::kWriteLast
-                               : pkt::op::kWriteMiddle;
-    } else {
-      r.opcode = first && last ? pkt::op::kSendOnly
-                 : first       ? pkt::op::kSendFirst
-                 : last        ? pkt::op::kSendLast
-                               : pkt::op::kSendMiddle;
-    }
+    const bool last = i + 1 == n;
+    r.opcode = MessageOpcode(write, i == 0, last);
     r.dest_qp = qpn;
     r.psn = (psn + i) & 0xffffff;
     r.dma_length = bytes;

@@ -231,17 +231,7 @@ class Differential {
     const uint32_t i = n - qp.left;
     const bool first = i == 0, last = qp.left == 1;
     --qp.left;
-    if (qp.write) {
-      r.opcode = first && last ? pkt::op::kWriteOnly
-                 : first       ? pkt::op::kWriteFirst
-                 : last        ? pkt::op::kWriteLast
-                               : pkt::op::kWriteMiddle;
-    } else {
-      r.opcode = first && last ? pkt::op::kSendOnly
-                 : first       ? pkt::op::kSendFirst
-                 : last        ? pkt::op::kSendLast
-                               : pkt::op::kSendMiddle;
-    }
+    r.opcode = testing::MessageOpcode(qp.write, first, last);
     r.opcode |= qp.group;
     r.dma_length = rng_() % 16 == 0 ? static_cast<uint32_t>(rng_()) : qp.bytes;
     r.payload_len = last ? qp.bytes - i * kMtu : kMtu;
