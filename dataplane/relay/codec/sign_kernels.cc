@@ -1,5 +1,9 @@
 #include "dataplane/relay/codec/sign_kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -129,15 +133,25 @@ size_t SignKernels::ef_encode(DType d, const void* x, float* e, size_t n, size_t
   return 0;
 }
 
+namespace {
+
+#if defined(__x86_64__)
+// CPUID.1:ECX.F16C[bit 29]; clang's __builtin_cpu_supports does not know "f16c".
+bool HasF16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+#endif
+
+}  // namespace
+
 const SignKernels* KernelsFor(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
       return &internal::ScalarKernels();
     case Isa::kAvx2:
 #if defined(__x86_64__)
-      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
-        return internal::Avx2KernelsIfBuilt();
-      }
+      if (__builtin_cpu_supports("avx2") && HasF16c()) return internal::Avx2KernelsIfBuilt();
 #endif
       return nullptr;
     case Isa::kAvx512:

@@ -16,11 +16,15 @@
 //     every NaN gives 0, -inf and negative denormals give 1. Bit j of the stream is bit (j % 64)
 //     of 64-bit word j / 64 (least significant first); bits past n in the last word are 0. Stored
 //     little-endian, byte k bit b is value 8k + b.
-//   * magnitude of a chunk of c values: m = (float)(S / c) with S = Σ|x| summed in double in a
-//     fixed order: value i of the chunk goes to lane i % 32, each lane adds in index order from
-//     +0.0, then the lanes fold pairwise (l[k] += l[k + s] for s = 16, 8, 4, 2, 1), S = l[0].
-//     Every |x| is exact in double, and the order is the same in every form, so the float is
-//     too. A NaN magnitude is returned as the canonical quiet NaN 0x7FC00000.
+//   * magnitude of a chunk of c values: m = (float)(S / c), S = Σ|x| summed in a fixed order.
+//     Each block of 64 values (one sign word; the chunk's last block may be shorter) sums into
+//     16 fp32 partials, value b of the block into partial b % 16, each from +0.0f in index
+//     order (so at most four values a partial); the partials add, as doubles, into the chunk's
+//     16 fp64 lanes, block after block; the lanes fold pairwise (l[k] += l[k + s] for
+//     s = 8, 4, 2, 1) and S = l[0]. The order is the same in every form, so the float is too.
+//     The fp32 partials cost at most three roundings (m is within a few ulps of the exact mean)
+//     and halve the widening work against summing every value in fp64; a chunk holding values
+//     above FLT_MAX / 4 may get an infinite m. A NaN m is returned as the quiet NaN 0x7FC00000.
 //   * chunks: chunk k covers values [k·c, min((k+1)·c, n)); c is a multiple of 64, so every chunk
 //     starts on a sign word.
 //   * accumulate: acc[j] = acc[j] + (bit j ? -c : c), one fp32 add per value (the coefficient c

@@ -16,7 +16,7 @@
 namespace heddle::relay::internal {
 namespace {
 
-constexpr size_t kLanes = 32;
+constexpr size_t kLanes = 16;  // fp32 partials per block and fp64 lanes per chunk
 constexpr uint32_t kCanonicalNan = 0x7FC00000u;
 
 inline float F32FromBits(uint32_t b) { return std::bit_cast<float>(b); }
@@ -56,6 +56,11 @@ inline const void* Advance(const void* x, size_t i) {
 
 inline bool Negative(float v) { return v < 0.0f; }
 
+// Adds a block's fp32 partials into the chunk's fp64 lanes.
+inline void AddPartials(double* lanes, const float* p) {
+  for (size_t l = 0; l < kLanes; ++l) lanes[l] += static_cast<double>(p[l]);
+}
+
 inline double FoldLanes(double* l) {
   for (size_t s = kLanes / 2; s >= 1; s /= 2) {
     for (size_t k = 0; k < s; ++k) l[k] += l[k + s];
@@ -68,35 +73,40 @@ inline float MagnitudeOf(double* lanes, size_t count) {
   return std::isnan(m) ? F32FromBits(kCanonicalNan) : m;
 }
 
-// Values [i0, nc) of a chunk at x (i0 a multiple of 64): sign words from word i0 / 64 of `words`
-// and |x| into the lanes.
+// Values [i0, nc) of a chunk at x (i0 a multiple of 64), block by block: sign words from word
+// i0 / 64 of `words`, |x| into the block's fp32 partials (from +0.0f, in index order), and the
+// partials into the fp64 lanes.
 template <DType D>
 inline void PackTail(const void* x, size_t i0, size_t nc, uint64_t* words, double* lanes) {
   for (size_t i = i0; i < nc; i += 64) {
     uint64_t w = 0;
+    float p[kLanes] = {};
     const size_t end = nc - i < 64 ? nc - i : 64;
     for (size_t b = 0; b < end; ++b) {
       const float v = LoadAt<D>(x, i + b);
       w |= uint64_t{Negative(v)} << b;
-      lanes[(i + b) % kLanes] += static_cast<double>(std::fabs(v));
+      p[b % kLanes] += std::fabs(v);
     }
     words[i / 64] = w;
+    AddPartials(lanes, p);
   }
 }
 
-// Error feedback, first pass over values [i0, nc): v = x + e, signs and lanes from v.
+// Error feedback, first pass over values [i0, nc): v = x + e, signs and sums from v.
 template <DType D>
 inline void EfTail(const void* x, const float* e, size_t i0, size_t nc, uint64_t* words,
                    double* lanes) {
   for (size_t i = i0; i < nc; i += 64) {
     uint64_t w = 0;
+    float p[kLanes] = {};
     const size_t end = nc - i < 64 ? nc - i : 64;
     for (size_t b = 0; b < end; ++b) {
       const float v = LoadAt<D>(x, i + b) + e[i + b];
       w |= uint64_t{Negative(v)} << b;
-      lanes[(i + b) % kLanes] += static_cast<double>(std::fabs(v));
+      p[b % kLanes] += std::fabs(v);
     }
     words[i / 64] = w;
+    AddPartials(lanes, p);
   }
 }
 

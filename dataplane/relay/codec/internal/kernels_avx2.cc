@@ -1,6 +1,7 @@
-// The AVX2 (+F16C) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): the
-// 32 magnitude lanes are eight 4-double accumulators, element 32p + 8r + t of a chunk going to
-// accumulator 2r + t / 4; tails shorter than a sign word go to the shared scalar code.
+// The AVX2 (+F16C) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): a sign
+// word's 64 values are eight 8-float vectors; the even ones add into the fp32 partial of lanes
+// 0-7, the odd ones into that of lanes 8-15, and the partials widen into four 4-double
+// accumulators; tails shorter than a sign word go to the shared scalar code.
 #include "dataplane/relay/codec/internal/kernel_common.h"
 #include "dataplane/relay/codec/internal/kernels.h"
 
@@ -38,25 +39,28 @@ template <DType D, bool kEf>
 inline void SignChunk(const void* x, const float* e, size_t nc, uint64_t* words, double* lanes) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256d acc[8];
+  __m256d acc[4];
   for (__m256d& a : acc) a = _mm256_setzero_pd();
   size_t i = 0;
   for (; i + 64 <= nc; i += 64) {
     uint64_t w = 0;
+    __m256 p[2] = {zero, zero};
     for (size_t r = 0; r < 8; ++r) {
       __m256 v = Load8<D>(x, i + 8 * r);
       if constexpr (kEf) v = _mm256_add_ps(v, _mm256_loadu_ps(e + i + 8 * r));
       const uint32_t bits =
           static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_LT_OQ)));
       w |= uint64_t{bits} << (8 * r);
-      const __m256 a = _mm256_and_ps(v, abs_mask);
-      const size_t k = 2 * (r % 4);
-      acc[k] = _mm256_add_pd(acc[k], _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
-      acc[k + 1] = _mm256_add_pd(acc[k + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+      p[r % 2] = _mm256_add_ps(p[r % 2], _mm256_and_ps(v, abs_mask));
     }
     words[i / 64] = w;
+    for (size_t h = 0; h < 2; ++h) {
+      acc[2 * h] = _mm256_add_pd(acc[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(p[h])));
+      acc[2 * h + 1] =
+          _mm256_add_pd(acc[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(p[h], 1)));
+    }
   }
-  for (size_t k = 0; k < 8; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+  for (size_t k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
   if constexpr (kEf) {
     EfTail<D>(x, e, i, nc, words, lanes);
   } else {

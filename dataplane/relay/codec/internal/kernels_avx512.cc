@@ -1,6 +1,7 @@
-// The AVX-512 (F) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): the 32
-// magnitude lanes are four 8-double accumulators, element 32p + 16h + t of a chunk going to
-// accumulator 2h + t / 8; compares give the sign bits as masks directly.
+// The AVX-512 (F) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): a sign
+// word's 64 values are four 16-float vectors whose |v| add into one 16-lane fp32 partial, which
+// widens into two 8-double accumulators (lanes 0-7 and 8-15); compares give the sign bits as
+// masks directly.
 #include "dataplane/relay/codec/internal/kernel_common.h"
 #include "dataplane/relay/codec/internal/kernels.h"
 
@@ -44,24 +45,24 @@ inline __m256 High8(__m512 v) {
 template <DType D, bool kEf>
 inline void SignChunk(const void* x, const float* e, size_t nc, uint64_t* words, double* lanes) {
   const __m512 zero = _mm512_setzero_ps();
-  __m512d acc[4];
-  for (__m512d& a : acc) a = _mm512_setzero_pd();
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   size_t i = 0;
   for (; i + 64 <= nc; i += 64) {
     uint64_t w = 0;
+    __m512 p = zero;
     for (size_t q = 0; q < 4; ++q) {
       __m512 v = Load16<D>(x, i + 16 * q);
       if constexpr (kEf) v = _mm512_add_ps(v, _mm512_loadu_ps(e + i + 16 * q));
       const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
       w |= uint64_t{static_cast<uint16_t>(neg)} << (16 * q);
-      const __m512 a = _mm512_abs_ps(v);
-      const size_t k = 2 * (q % 2);
-      acc[k] = _mm512_add_pd(acc[k], _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
-      acc[k + 1] = _mm512_add_pd(acc[k + 1], _mm512_cvtps_pd(High8(a)));
+      p = _mm512_add_ps(p, _mm512_abs_ps(v));
     }
     words[i / 64] = w;
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(High8(p)));
   }
-  for (size_t k = 0; k < 4; ++k) _mm512_storeu_pd(lanes + 8 * k, acc[k]);
+  _mm512_storeu_pd(lanes, lo);
+  _mm512_storeu_pd(lanes + 8, hi);
   if constexpr (kEf) {
     EfTail<D>(x, e, i, nc, words, lanes);
   } else {
