@@ -3,6 +3,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -288,6 +291,27 @@ TEST(FrameTest, CoefficientIsRoundedOncePerChunk) {
     if (want != static_cast<float>(w) * mags[0]) ++differs;
   }
   EXPECT_GT(differs, 10);
+}
+
+// The fuzz corpus holds what its names say: valid_* frames parse, broken_* ones do not.
+TEST(FrameTest, FuzzCorpusFilesAreWhatTheirNamesSay) {
+  int valid = 0, broken = 0;
+  for (const std::filesystem::directory_entry& e :
+       std::filesystem::directory_iterator(HEDDLE_RELAY_CORPUS)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
+    const std::string name = e.path().filename().string();
+    if (name.rfind("valid_", 0) == 0) {
+      EXPECT_TRUE(ParseFrame(b).ok()) << name << ": " << ParseFrame(b).status();
+      ++valid;
+    } else if (name.rfind("broken_", 0) == 0) {
+      EXPECT_FALSE(ParseFrame(b).ok()) << name;
+      ++broken;
+    }
+  }
+  EXPECT_GE(valid, 5);
+  EXPECT_GE(broken, 5);
 }
 
 }  // namespace
