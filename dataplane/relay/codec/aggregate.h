@@ -16,7 +16,7 @@
 // gateway holding the same frames computes a bit-identical Δ.
 //
 //   Aggregator agg(max_senders);
-//   HEDDLE_RETURN_IF_ERROR(agg.Aggregate(frames, {.weighting = Weighting::kTokens}, out));
+//   HEDDLE_RETURN_IF_ERROR(agg.Aggregate(frames, {.weighting = Weighting::kFedNova}, out));
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,9 @@ struct Contribution {
 };
 
 struct AggregateOptions {
-  Weighting weighting = Weighting::kTokens;
+  // FedNova by default: it is token weighting when every τ_i is equal, and stays consistent
+  // with the token-weighted objective when they differ (docs/relay.md §5).
+  Weighting weighting = Weighting::kFedNova;
   // When non-zero: the round's expected token total, and the least share of it the present
   // senders must hold for the aggregate to be formed (else FailedPrecondition: abort the round).
   uint64_t expected_tokens = 0;

@@ -164,6 +164,8 @@ TEST(AggregatorTest, HandChecked) {
   const std::vector<FrameView> frames = {*ParseFrame(b2), *ParseFrame(b1)};
   Aggregator agg;
   std::vector<float> out(64, 99.0f);
+  // The default weighting is FedNova; with equal steps (τ = 1 here) it is token weighting.
+  EXPECT_EQ(AggregateOptions{}.weighting, Weighting::kFedNova);
   ASSERT_TRUE(agg.Aggregate(frames, {}, out).ok());
   for (size_t j = 0; j < 64; ++j) ASSERT_EQ(out[j], j % 2 ? -2.5f : 3.5f) << j;
   // FedNova with τ = 1 and 3: weights 0.625 each (see WeightsTest.FedNovaHandChecked).
