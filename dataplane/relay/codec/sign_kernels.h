@@ -52,8 +52,8 @@ const char* IsaName(Isa isa);
 // Signs and chunk magnitudes of n values: signs gets (n + 63) / 64 words; mags, unless null,
 // gets (n + chunk - 1) / chunk floats. chunk: a multiple of 64, at least 64.
 using PackFn = void (*)(const void* x, size_t n, size_t chunk, uint64_t* signs, float* mags);
-// The same for v = x + e, and e updated in place (see above). Returns the number of chunks
-// whose magnitude is not finite (those keep their e).
+// The same for v = x + e, and e updated in place (see above); mags must not be null. Returns
+// the number of chunks whose magnitude is not finite (those keep their e).
 using EfEncodeFn = size_t (*)(const void* x, float* e, size_t n, size_t chunk, uint64_t* signs,
                               float* mags);
 // acc[j] += bit j ? -c : c for j < n; signs: the little-endian sign stream, any alignment.
