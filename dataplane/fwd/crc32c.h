@@ -1,20 +1,13 @@
 // File: dataplane/fwd/crc32c.h
 //
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and final XOR 0xFFFFFFFF):
-// the checksum Nüwa artifacts carry (artifact.h). Abseil 20220623 has no absl/crc, and zlib's
-// crc32() is the IEEE polynomial, so this is a small slicing-by-8 table implementation; artifacts
-// are at most a few MiB and are checked once per install, off the hot path.
-//
-//   uint32_t c = Crc32c(bytes);                  // whole buffer
-//   uint32_t c2 = Crc32c(more, Crc32c(first));   // incremental: continue from a previous value
+// The artifacts' CRC-32C, now common/crc32c.h (GeoMesh relay frames carry the same checksum);
+// this name stays so fwd code and its tests read as before.
 #pragma once
 
-#include <cstdint>
-#include <span>
+#include "common/crc32c.h"
 
 namespace heddle::fwd {
 
-// Crc32c("123456789") == 0xE3069283 (the standard check value).
-uint32_t Crc32c(std::span<const uint8_t> bytes, uint32_t previous = 0);
+using ::heddle::Crc32c;
 
 }  // namespace heddle::fwd
