@@ -103,7 +103,9 @@ TEST(SignKernelsTest, ScalarAlwaysThereAndActiveIsTheBest) {
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
     if (KernelsFor(isa) != nullptr) best = isa;
   }
-  if (std::getenv("HEDDLE_RELAY_ISA") == nullptr) EXPECT_EQ(ActiveKernels().isa, best);
+  if (std::getenv("HEDDLE_RELAY_ISA") == nullptr) {
+    EXPECT_EQ(ActiveKernels().isa, best);
+  }
 #if defined(__x86_64__)
   unsigned a, b, c, d;
   const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
@@ -312,7 +314,9 @@ TEST(SignKernelsTest, ErrorFeedbackFormsBitIdenticalToScalar) {
               for (size_t j = 0; j < n; ++j) {
                 ASSERT_TRUE(SameOrBothNan(e0[j], e1[j]))
                     << what << " e[" << j << "] " << e0[j] << " vs " << e1[j];
-                if (!specials) ASSERT_EQ(Bits(e0[j]), Bits(e1[j])) << what;
+                if (!specials) {
+                  ASSERT_EQ(Bits(e0[j]), Bits(e1[j])) << what;
+                }
               }
             }
           }
