@@ -48,8 +48,9 @@ void ExpectSameAsScalar(FastSwitch4Fn fn, const char* name) {
       for (uint32_t& d : dst) {
         const uint32_t r = rng();
         // In the prefix mostly (own digits above often), sometimes anywhere.
-        d = r % 5 == 0 ? r : f.base | (r % 3 == 0 ? (f.own | (r >> 8 & ~f.above)) : r >> 4) &
-                                          f.field_bits;
+        d = r % 5 == 0 ? r
+                       : f.base | ((r % 3 == 0 ? (f.own | (r >> 8 & ~f.above)) : r >> 4) &
+                                   f.field_bits);
       }
       std::vector<uint8_t> want(16 * n + 16, 0xa5), got(16 * n + 16, 0xa5);
       FastSwitch4Scalar(f, dst.data(), want.data(), n);
