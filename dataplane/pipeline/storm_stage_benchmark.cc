@@ -2,7 +2,8 @@
 //
 // ns per packet of the "storm-tag" stage itself — StormTagStage::Process() on bursts of 32 real
 // mbufs (QP lookup with prefetch, request tracking, level, DSCP rewrite, held counts) — beside
-// pkt::Parse() of the same frames, which every worker already pays per packet. Quote the ratio:
+// pkt::Parse() of the same frames, which every worker already pays per packet, and beside the floor
+// of any per-QP tagging (hash, lookup, held count, DSCP rewrite alone). Quote the ratios:
 //   build/dataplane/pipeline/storm_stage_benchmark
 // Trace (MTU 1024), 4096 QPs interleaved at random, each QP's packets in PSN order: 50 % SEND only
 // 512 B, 25 % WRITE 8 KiB (8 packets), 15 % READ request 64 KiB, 10 % WRITE 32 KiB (32 packets).
@@ -20,6 +21,7 @@
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/storm_stage.h"
 #include "dataplane/pkt/builder.h"
+#include "dataplane/storm/rewrite.h"
 #include "drivers/dpdk/eal.h"
 
 namespace heddle::pipeline {
@@ -149,6 +151,42 @@ void BM_StormTagStage(benchmark::State& state) {
   state.counters["qps_live"] = static_cast<double>(stage.table().size());
 }
 BENCHMARK(BM_StormTagStage)->Arg(65536)->Arg(1 << 20);
+
+// The floor of any per-QP tagging: the same bursts, and per packet only the QP key hash, the table
+// lookup (slot remembered per hash, as storm-tag does), the held count and the DSCP rewrite — no
+// request tracking, no level formula, no guard. What storm-tag costs beyond this is its logic.
+void BM_LookupRewriteFloor(benchmark::State& state) {
+  const Trace& t = GetTrace();
+  storm::QpTable table({.capacity = static_cast<size_t>(state.range(0))});
+  Burst b;
+  size_t pos = 0;
+  uint32_t pass = 0;
+  uint32_t now_ms = 0;
+  for (auto _ : state) {
+    Fill(t, pos, pass, &b);
+    for (uint16_t i = 0; i < b.n; ++i) {
+      const pkt::PacketDesc& d = b.desc[i];
+      uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
+      const uint64_t h = storm::HashPacket(frame, d, storm::Direction::kRequest);
+      storm::QpEntry* e =
+          table.FindOrInsertHashed(h, d.dest_qp & storm::kQpnMask, now_ms, nullptr);
+      if (e != nullptr) {
+        ++e->egress_queued;
+        b.held[i] = &e->egress_queued;
+      }
+      storm::SetDscp(frame, d, static_cast<uint8_t>(10 + (h & 3) * 8));
+    }
+    for (uint16_t i = 0; i < b.n; ++i) ReleaseHeld(b.held[i]);
+    pos += kBurst;
+    if (pos >= t.mbufs.size()) {
+      pos -= t.mbufs.size();
+      ++pass;
+      ++now_ms;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBurst);
+}
+BENCHMARK(BM_LookupRewriteFloor)->Arg(65536)->Arg(1 << 20);
 
 // The reference: the same bursts filled the same way, and parsed (what the worker pays anyway).
 void BM_ParseReference(benchmark::State& state) {
