@@ -14,6 +14,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
   tshark python3 python3-scapy curl procps iproute2 valgrind
+  python3-dev pybind11-dev python3-numpy python3-torch
 )
 
 missing=()
