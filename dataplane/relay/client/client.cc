@@ -24,8 +24,8 @@ uint32_t RelayClient::region_id() const { return 0; }
 uint64_t RelayClient::next_round() const { return 0; }
 const WorkerPlan& RelayClient::plan() const { return impl_->plan; }
 
-absl::StatusOr<PushStats> RelayClient::PushRound(uint64_t, std::span<const TensorInput>,
-                                                 uint64_t, uint32_t) {
+absl::StatusOr<PushStats> RelayClient::PushRound(uint64_t, std::span<const TensorInput>, uint64_t,
+                                                 uint32_t) {
   return absl::UnimplementedError("RelayClient::PushRound");
 }
 absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t, std::span<float* const>) {
