@@ -749,6 +749,16 @@ absl::StatusOr<planner::Plan> RoundEngine::CurrentPlan() const {
   return options_.planner->CurrentPlan();
 }
 
+absl::StatusOr<std::string> RoundEngine::WorkerName(uint32_t sender_id) const {
+  absl::MutexLock l(&mu_);
+  auto it = members_.find(sender_id);
+  if (it == members_.end()) {
+    return absl::NotFoundError(
+        absl::StrFormat("sender id %u has not joined region %u", sender_id, options_.region_id));
+  }
+  return it->second.name;
+}
+
 void RoundEngine::AddBytesOut(uint64_t round_id, uint64_t bytes) {
   absl::MutexLock l(&mu_);
   bytes_out_total_ += bytes;

@@ -205,6 +205,7 @@ class RoundEngine {
   const ModelSpec& spec() const { return options_.spec; }
   uint32_t region_id() const { return options_.region_id; }
   const RoundPolicy& policy() const { return options_.policy; }
+  const planner::Planner* planner() const { return options_.planner; }
   // The total frame bytes of one worker's round (what a push stream may carry).
   uint64_t RoundFrameBytes() const { return round_frame_bytes_; }
 
@@ -230,6 +231,8 @@ class RoundEngine {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The plan in force (FailedPrecondition without a planner or a plan).
   absl::StatusOr<planner::Plan> CurrentPlan() const;
+  // The name a sender id was issued to (NotFound for an unknown id).
+  absl::StatusOr<std::string> WorkerName(uint32_t sender_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Counts bytes served by a pull of round r.
   void AddBytesOut(uint64_t round_id, uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
