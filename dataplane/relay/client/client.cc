@@ -390,7 +390,7 @@ absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<f
         // The slice is complete: check its digest, then write it.
         SliceDigester d(round_id, slice);
         for (const v1::RegionPart& p : h.parts()) d.AddWeight(p.weight());
-        for (const auto& fb : frames) d.Add(fb);
+        for (const auto& fb : frames) d.AddFrame(fb);
         if (d.Digest() != c.slice_digest()) {
           return fail(absl::DataLossError(absl::StrFormat(
               "pull of round %u, slice %u: digest %016x, the relay sent %016x; slice not applied",

@@ -37,6 +37,10 @@ absl::Status ValidateRoundPolicy(const RoundPolicy& p) {
         absl::StrFormat("round policy: keep_rounds %u must be 1..4096", p.keep_rounds));
   }
   if (p.max_workers < 1) return absl::InvalidArgumentError("round policy: max_workers must be ≥ 1");
+  if (p.min_workers < 1 || p.min_workers > p.max_workers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "round policy: min_workers %u must be 1..max_workers (%u)", p.min_workers, p.max_workers));
+  }
   return absl::OkStatus();
 }
 
@@ -163,6 +167,7 @@ absl::StatusOr<JoinResult> RoundEngine::Join(const JoinRequest& request) {
   m->last_seen = now;
   m->planned = m->planned || plan_it;
 
+  MaybeOpenLocked();  // this join may assemble the region (round.min_workers)
   Round& c = Collecting();
   uint64_t first = collecting_;
   if (c.state == State::kOpen &&
@@ -307,20 +312,13 @@ absl::Status RoundEngine::Push(uint32_t sender_id, uint64_t round_id,
   m.last_seen = now;
   HEDDLE_RETURN_IF_ERROR(RoundCheckLocked(m, round_id));
   Round& c = Collecting();
-  if (c.state == State::kCollecting) {
-    c.state = State::kOpen;
-    c.opened_at = now;
-    c.deadline = now + options_.policy.push_timeout;
-    for (const auto& [id, mem] : members_) {
-      if (mem.member) c.expected.insert(id);
-    }
-  }
   c.stats.bytes_in += push.bytes;
   bytes_in_total_ += push.bytes;
   m.last_pushed_round = round_id;
   m.last_tokens = push.tokens;
   c.pushed.insert(sender_id);
   c.pushes.emplace(sender_id, std::move(push));
+  MaybeOpenLocked();
   MaybeCloseLocked(now >= c.deadline);
   return absl::OkStatus();
 }
@@ -346,6 +344,21 @@ void RoundEngine::RemoveMemberLocked(Member& m, std::string reason) {
   }
   HEDDLE_LOG(kInfo, "relay region %u: worker %s (sender %u) %s", options_.region_id, m.name.c_str(),
              m.sender_id, m.left_reason.c_str());
+}
+
+void RoundEngine::MaybeOpenLocked() {
+  Round& c = Collecting();
+  if (c.state != State::kCollecting || c.pushes.empty()) return;
+  uint32_t members = 0;
+  for (const auto& [id, mem] : members_) members += mem.member;
+  if (members < options_.policy.min_workers) return;  // not assembled yet: keep collecting
+  const absl::Time now = options_.now();
+  c.state = State::kOpen;
+  c.opened_at = now;
+  c.deadline = now + options_.policy.push_timeout;
+  for (const auto& [id, mem] : members_) {
+    if (mem.member) c.expected.insert(id);
+  }
 }
 
 void RoundEngine::MaybeCloseLocked(bool deadline_passed) {

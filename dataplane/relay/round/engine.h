@@ -24,8 +24,9 @@
 // * Round ids are global and start at 1. The engine collects one round at a time; round r+1
 //   collects while r is being aggregated or is at the WAN, but r+1 is only submitted after r's
 //   outcome came back (the exchange sees rounds in order).
-// * Round r opens at its first push: its expected workers are the members at that moment, and
-//   its deadline is push_timeout later. A worker that joins after r opened starts with r+1.
+// * Round r opens at its first push (once the region has round.min_workers members): its expected
+//   workers are the members at that moment, and its deadline is push_timeout later. A worker that
+//   joins after r opened starts with r+1.
 // * A worker is included only if all its slices arrived and validated; a push is all or nothing.
 //   At the close, missing workers are dropped: kRenormalize aggregates over the present workers
 //   if their tokens reach min_token_fraction of the expected tokens (each missing worker's
@@ -102,6 +103,10 @@ struct RoundPolicy {
   // Resolved rounds kept for pulls (and the status table).
   uint32_t keep_rounds = 16;
   uint32_t max_workers = 4096;
+  // A round opens (fixes its expected set, starts its deadline) only once this many workers are
+  // members: pushes that come earlier are held. For start-up, so the first round is not formed by
+  // whoever joined first.
+  uint32_t min_workers = 1;
 };
 absl::Status ValidateRoundPolicy(const RoundPolicy& p);
 
@@ -291,6 +296,8 @@ class RoundEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Round& Collecting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveMemberLocked(Member& m, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the collecting round if it has a push and the region has min_workers members.
+  void MaybeOpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the collecting round if it is complete (or `force`, at its deadline).
   void MaybeCloseLocked(bool deadline_passed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseLocked(Round& r, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "dataplane/relay/codec/encoder.h"
+#include "dataplane/relay/round/slice_digest.h"
 #include "dataplane/relay/round/testing/fake_exchange.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -382,6 +383,45 @@ TEST_F(EngineTest, JoinerAfterOpenStartsNextRound) {
   // Round 2 expects all three.
   ASSERT_TRUE(PushOk(a, 2).ok());
   EXPECT_EQ(Stats(2).expected, 3u);
+}
+
+TEST_F(EngineTest, RoundWaitsForMinWorkersBeforeOpening) {
+  Make({.push_timeout = absl::Seconds(10), .min_workers = 2});
+  uint32_t a = JoinOk("w-a");
+  ASSERT_TRUE(PushOk(a, 1).ok());
+  clock_.Advance(absl::Seconds(60));
+  engine_->Tick();
+  EXPECT_EQ(Stats(1).state, "collecting");  // held, no deadline yet
+  absl::StatusOr<JoinResult> b = engine_->Join({.name = "w-b"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->first_round, 1u);  // the round opened with both
+  EXPECT_EQ(Stats(1).state, "open");
+  EXPECT_EQ(Stats(1).expected, 2u);
+  ASSERT_TRUE(PushOk(b->sender_id, 1).ok());
+  ASSERT_TRUE(Resolved(1));
+  EXPECT_EQ(Stats(1).included, 2u);
+  EXPECT_EQ(engine_->Join({.name = "w-c"}).status().code(), absl::StatusCode::kOk);
+}
+
+TEST(SliceDigestTest, SeesFrameContentRoundAndSlice) {
+  const ModelSpec spec = TestSpec();
+  auto f1 = MakeFrames(spec, 1, 1, 100, 1, 1);
+  auto f2 = MakeFrames(spec, 1, 1, 100, 1, 2);  // same lengths, other values
+  ASSERT_EQ(f1[0].size(), f2[0].size());
+  auto digest = [](uint64_t r, uint32_t s, const std::vector<uint8_t>& f) {
+    SliceDigester d(r, s);
+    d.AddWeight(1.0);
+    d.AddFrame(f);
+    return d.Digest();
+  };
+  EXPECT_EQ(digest(1, 0, f1[0]), digest(1, 0, f1[0]));
+  EXPECT_NE(digest(1, 0, f1[0]), digest(1, 0, f2[0]));
+  EXPECT_NE(digest(1, 0, f1[0]), digest(2, 0, f1[0]));
+  EXPECT_NE(digest(1, 0, f1[0]), digest(1, 1, f1[0]));
+  SliceDigester w(1, 0);
+  w.AddWeight(0.5);
+  w.AddFrame(f1[0]);
+  EXPECT_NE(w.Digest(), digest(1, 0, f1[0]));
 }
 
 TEST_F(EngineTest, TimesAreMeasuredOnTheInjectedClock) {

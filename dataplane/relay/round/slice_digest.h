@@ -1,10 +1,15 @@
 // File: dataplane/relay/round/slice_digest.h
 //
 // The digest a pull carries for each slice of a published round (docs/relay.md §7.3): CRC-32C
-// over the round id, the slice index, every part's weight (IEEE double bits) and every part's
-// frame bytes, in part order, widened to 64 bits with the byte count. The relay computes it from
-// the GlobalAggregate it serves; the client recomputes it over what it received and refuses to
-// write a slice that does not match, so a corrupted or mixed-up slice never reaches the model.
+// over the round id, the slice index, every part's weight (IEEE double bits) and, per part in
+// order, the frame's length and its own CRC-32C trailer, widened to 64 bits with the byte count.
+// The relay computes it from the GlobalAggregate it serves; the client recomputes it over what it
+// received and refuses to write a slice that does not match, so a mixed-up slice never reaches
+// the model; each frame's content is bound by its trailer, which ParseFrame() checks.
+//
+// Why the trailer and not the frame's bytes: a CRC run over a message that ends in its own CRC
+// ends in a state that depends only on the state before it and the length (the CRC residue), so
+// chaining a CRC over whole frames would not see their content at all.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +31,14 @@ class SliceDigester {
   void AddWeight(double w) {
     uint8_t b[8];
     std::memcpy(b, &w, 8);
+    Add(b);
+  }
+  // A validated frame (at least its 4-byte trailer): its length and its CRC-32C.
+  void AddFrame(std::span<const uint8_t> frame) {
+    uint8_t b[12] = {};
+    const uint64_t n = frame.size();
+    std::memcpy(b, &n, 8);
+    if (n >= 4) std::memcpy(b + 8, frame.data() + n - 4, 4);
     Add(b);
   }
   void Add(std::span<const uint8_t> bytes) {

@@ -265,7 +265,7 @@ grpc::Status RelayService::Pull(grpc::ServerContext* ctx, const v1::PullRequest*
       for (const RegionPart& p : g->parts) d.AddWeight(p.weight);
       for (uint32_t p = 0; p < g->parts.size(); ++p) {
         const std::vector<uint8_t>& f = *g->frames[p * g->slices + s];
-        d.Add(f);
+        d.AddFrame(f);
         for (size_t off = 0; off < f.size() || off == 0; off += options_.max_chunk_bytes) {
           const size_t n = std::min<size_t>(options_.max_chunk_bytes, f.size() - off);
           v1::PullMessage c;
