@@ -676,6 +676,10 @@ WorkerOutcome RoundEngine::OutcomeFor(const Round& r, uint32_t sender_id) const 
     o.exclusion = absl::StrFormat("round %u was aborted: %s", r.id, r.reason.message());
   } else if (auto it = r.exclusion.find(sender_id); it != r.exclusion.end()) {
     o.exclusion = it->second;
+  } else if (r.pushed.count(sender_id)) {
+    o.exclusion = absl::StrFormat(
+        "round %u was published before region %u closed it (without this region)", r.id,
+        options_.region_id);
   } else if (!r.expected.count(sender_id)) {
     o.exclusion = absl::StrFormat("not in round %u (joined after it opened)", r.id);
   } else {
