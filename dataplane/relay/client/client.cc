@@ -137,6 +137,11 @@ absl::StatusOr<std::unique_ptr<RelayClient>> RelayClient::Connect(const RelayCli
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   args.SetMaxSendMessageSize(kMaxReceiveBytes);
+  // A pull may wait an hour with nothing on the wire: keepalive pings find a dead relay (and keep
+  // NAT and firewall state alive) in the meantime. The relay permits pings every 20 s.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca_file.empty()) {

@@ -398,6 +398,14 @@ absl::StatusOr<std::unique_ptr<RelayServer>> RelayServer::Start(RoundEngine* eng
   b.AddListeningPort(options.listen, creds, &s->port_);
   b.SetMaxReceiveMessageSize(static_cast<int>(options.service.max_chunk_bytes + (64u << 10)));
   b.SetMaxSendMessageSize(static_cast<int>(options.service.max_chunk_bytes + (64u << 10)));
+  // A worker host that vanishes without closing its connections (power, partition) is found by
+  // keepalive pings within ~80 s; its waiting calls are then cancelled. Workers ping too (a pull
+  // may wait an hour), so allow their pings without data.
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 20'000);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   b.RegisterService(s->service_.get());
   s->server_ = b.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

@@ -408,5 +408,45 @@ TEST_F(ServiceTest, RefusedPushGoesBackIntoTheResidual) {
   }
 }
 
+TEST_F(ServiceTest, MutualTls) {
+  spec_ = TestSpec();
+  auto ex = std::make_unique<testing::FakeExchange>(spec_, testing::FakeExchangeOptions{});
+  auto e = RoundEngine::Create({.region_id = 1, .spec = spec_}, std::move(ex));
+  ASSERT_TRUE(e.ok());
+  engine_ = *std::move(e);
+  const std::string dir = HEDDLE_RELAY_TLS_DIR;
+  auto s = RelayServer::Start(engine_.get(), {.listen = "127.0.0.1:0",
+                                              .service = {.token = kToken},
+                                              .tls_cert_file = dir + "/server.pem",
+                                              .tls_key_file = dir + "/server.key",
+                                              .tls_client_ca_file = dir + "/ca.pem"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = *std::move(s);
+  address_ = absl::StrFormat("localhost:%d", server_->port());
+  RelayClientOptions o = Opts();
+  o.rpc_timeout = absl::Seconds(5);
+  o.tls_ca_file = dir + "/ca.pem";
+  o.tls_cert_file = dir + "/client.pem";
+  o.tls_key_file = dir + "/client.key";
+  auto ok = RelayClient::Connect(o, {.name = "gpu-a"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->sender_id(), 1u);
+  // TLS without a client certificate: the handshake fails.
+  RelayClientOptions no_cert = o;
+  no_cert.tls_cert_file.clear();
+  no_cert.tls_key_file.clear();
+  no_cert.rpc_timeout = absl::Seconds(1);
+  EXPECT_FALSE(RelayClient::Connect(no_cert, {.name = "gpu-b"}).ok());
+  // Plain text to a TLS port.
+  RelayClientOptions plain = Opts();
+  plain.rpc_timeout = absl::Seconds(1);
+  EXPECT_FALSE(RelayClient::Connect(plain, {.name = "gpu-c"}).ok());
+  EXPECT_EQ(engine_->Status().members.size(), 1u);
+  // Client CA without a server certificate is a configuration error.
+  auto bad = RelayServer::Start(engine_.get(),
+                                {.listen = "127.0.0.1:0", .tls_client_ca_file = dir + "/ca.pem"});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace heddle::relay
