@@ -97,6 +97,40 @@ struct RelayClient::Impl {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
   }
 
+  // The push stream of one round: a header, then every frame in chunks.
+  grpc::Status Stream(uint64_t round, const std::vector<std::vector<uint8_t>>& frames) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, options.push_timeout);
+    v1::PushResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PushChunk>> w = stub->Push(&ctx, &resp);
+    v1::PushChunk m;
+    m.set_sender_id(sender_id);
+    m.set_round_id(round);
+    bool ok = w->Write(m);
+    for (size_t i = 0; ok && i < frames.size(); ++i) {
+      const std::vector<uint8_t>& f = frames[i];
+      for (size_t off = 0; ok && off < f.size(); off += max_chunk_bytes) {
+        v1::PushChunk c;
+        c.set_slice(i);
+        if (off == 0) c.set_frame_bytes(f.size());
+        c.set_data(f.data() + off, std::min<size_t>(max_chunk_bytes, f.size() - off));
+        ok = w->Write(c);
+      }
+    }
+    if (ok) w->WritesDone();
+    return w->Finish();
+  }
+
+  // e += w · decode(frame) per slice: w = +1 puts a sent frame back into the residual, −1 takes
+  // it out again.
+  void Move(Sent& s, double w) {
+    for (size_t i = 0; i < s.frames.size() && i < encoders.size(); ++i) {
+      absl::StatusOr<FrameView> f = ParseFrame(s.frames[i]);
+      if (f.ok()) AccumulateFrame(*f, w, encoders[i].mutable_error());
+    }
+    s.restored = w > 0;
+  }
+
   // Adds (sign +1) or removes (sign −1) the round's sent frames to/from the residuals.
   absl::Status Settle(uint64_t round, bool used) {
     auto it = sent.find(round);
@@ -223,6 +257,16 @@ absl::StatusOr<PushStats> RelayClient::PushRound(uint64_t round_id,
         absl::StrFormat("push of round %u: tokens (%u) and inner_steps (%u) must be at least 1",
                         round_id, tokens, inner_steps));
   }
+  if (auto it = I.sent.find(round_id); it != I.sent.end()) {
+    if (!it->second.restored) {
+      return absl::AlreadyExistsError(
+          absl::StrFormat("push of round %u: this client already pushed it", round_id));
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "push of round %u: an earlier attempt failed and its update is back in the residual; "
+        "resend it with RetryPush(%u), or pull round %u and push the next one",
+        round_id, round_id, round_id));
+  }
   PushStats stats{.round_id = round_id};
   // Encode every slice first: a NaN anywhere sends nothing and leaves every residual as it was.
   std::vector<std::vector<uint8_t>> frames(I.slices.size());
@@ -254,45 +298,47 @@ absl::StatusOr<PushStats> RelayClient::PushRound(uint64_t round_id,
     stats.source_bytes += s.count * width;
   }
 
-  grpc::ClientContext ctx;
-  I.Prepare(ctx, I.options.push_timeout);
-  v1::PushResponse resp;
-  std::unique_ptr<grpc::ClientWriter<v1::PushChunk>> w = I.stub->Push(&ctx, &resp);
-  v1::PushChunk m;
-  m.set_sender_id(I.sender_id);
-  m.set_round_id(round_id);
-  bool ok = w->Write(m);
-  for (size_t i = 0; ok && i < frames.size(); ++i) {
-    const std::vector<uint8_t>& f = frames[i];
-    for (size_t off = 0; ok && off < f.size(); off += I.max_chunk_bytes) {
-      v1::PushChunk c;
-      c.set_slice(i);
-      if (off == 0) c.set_frame_bytes(f.size());
-      c.set_data(f.data() + off, std::min<size_t>(I.max_chunk_bytes, f.size() - off));
-      ok = w->Write(c);
-    }
-  }
-  if (ok) w->WritesDone();
-  grpc::Status s = w->Finish();
+  grpc::Status st = I.Stream(round_id, frames);
   Impl::Sent& kept = I.sent[round_id];
   kept.frames = std::move(frames);
   kept.restored = false;
-  if (s.ok()) return stats;
-  if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
-    // Not taken (or unknown): put it back now; the pull of this round corrects it should the
-    // relay have taken it after all.
-    for (size_t i = 0; i < kept.frames.size(); ++i) {
-      absl::StatusOr<FrameView> f = ParseFrame(kept.frames[i]);
-      if (f.ok()) AccumulateFrame(*f, 1.0, I.encoders[i].mutable_error());
-    }
-    kept.restored = true;
+  if (st.ok()) return stats;
+  if (st.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
+    // Not taken (or unknown): put it back now; RetryPush() resends it, and the pull of this round
+    // corrects it should the relay have taken it after all.
+    I.Move(kept, 1.0);
   } else {
-    // The relay holds an earlier push of this round: that one settles at the pull, this
-    // encoding never went anywhere.
+    // The relay holds an earlier push of this round (from before a restart of this worker): that
+    // one settles at its pull; this encoding went nowhere and goes back into the residual.
     for (size_t i = 0; i < kept.frames.size(); ++i) RestoreLastEncode(I.encoders[i]);
     I.sent.erase(round_id);
   }
-  return I.Error("Push", s);
+  return I.Error("Push", st);
+}
+
+absl::StatusOr<PushStats> RelayClient::RetryPush(uint64_t round_id) {
+  Impl& I = *impl_;
+  auto it = I.sent.find(round_id);
+  if (it == I.sent.end()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "retry of round %u: no encoded push of that round is held (push it with PushRound)",
+        round_id));
+  }
+  Impl::Sent& kept = it->second;
+  if (!kept.restored) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("retry of round %u: the round was already pushed", round_id));
+  }
+  PushStats stats{.round_id = round_id};
+  for (size_t i = 0; i < kept.frames.size(); ++i) {
+    stats.frame_bytes += kept.frames[i].size();
+    stats.source_bytes += I.slices[i].count * DTypeBytes(I.slices[i].dtype);
+  }
+  I.Move(kept, -1.0);  // out of the residual again: it is being sent
+  grpc::Status st = I.Stream(round_id, kept.frames);
+  if (st.ok() || st.error_code() == grpc::StatusCode::ALREADY_EXISTS) return stats;
+  I.Move(kept, 1.0);
+  return I.Error("Push", st);
 }
 
 absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<float* const> out) {

@@ -141,9 +141,16 @@ class RelayClient {
   // and streams the frames of round `round_id`. tokens ≥ 1 and inner_steps ≥ 1 are this round's
   // (FedNova weighting). FailedPrecondition when the relay is on another round (the residual is
   // restored at once: nothing was used), InvalidArgument on NaN/inf input (nothing sent, the
-  // residual untouched), AlreadyExists when the round was already pushed.
+  // residual untouched), AlreadyExists when the round was already pushed. After any other failure
+  // the update is back in the residual too: RetryPush() resends it, or the worker moves on.
   absl::StatusOr<PushStats> PushRound(uint64_t round_id, std::span<const TensorInput> tensors,
                                       uint64_t tokens, uint32_t inner_steps);
+
+  // Resends round `round_id`'s frames after a PushRound that failed in transport (UNAVAILABLE,
+  // DEADLINE_EXCEEDED...): the same bytes, no new encode (a second PushRound of the round is
+  // refused, because the failed attempt's update is already back in the residual).
+  // AlreadyExists-safe: if the relay had taken the first attempt, this is a success.
+  absl::StatusOr<PushStats> RetryPush(uint64_t round_id);
 
   // Waits for round `round_id` to end and writes its global aggregate into out[t] (fp32,
   // spec().tensors[t].elements values each; overwritten). Each slice's digest is checked before

@@ -448,5 +448,35 @@ TEST_F(ServiceTest, MutualTls) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ServiceTest, RetryPushResendsTheSameFramesOnce) {
+  Start();
+  auto a = ConnectOk("gpu-a");
+  ASSERT_TRUE(a);
+  Worker w1, w2, w3;
+  w1.Fill(1);
+  w2.Fill(2);
+  w3.Fill(3);
+  ASSERT_TRUE(a->PushRound(1, w1.In(), 100, 1).ok());
+  EXPECT_EQ(a->PushRound(1, w1.In(), 100, 1).status().code(), absl::StatusCode::kAlreadyExists);
+  // Round 3 has not begun (the relay collects 2): refused and back in the residual; a second
+  // PushRound of it is refused, RetryPush resends it once the relay collects it.
+  ASSERT_TRUE(engine_->WaitResolved(1, absl::Now() + absl::Seconds(30)));
+  auto early = a->PushRound(3, w3.In(), 100, 1);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(a->PushRound(3, w3.In(), 100, 1).status().message()),
+              HasSubstr("RetryPush(3)"));
+  EXPECT_EQ(a->RetryPush(3).status().code(), absl::StatusCode::kFailedPrecondition);  // still early
+  ASSERT_TRUE(a->PullRound(1, w1.Out()).ok());
+  ASSERT_TRUE(a->PushRound(2, w2.In(), 100, 1).ok());
+  ASSERT_TRUE(a->PullRound(2, w2.Out()).ok());
+  auto retry = a->RetryPush(3);
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_EQ(a->RetryPush(3).status().code(), absl::StatusCode::kAlreadyExists);
+  auto pull = a->PullRound(3, w3.Out());
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  EXPECT_TRUE(pull->included);
+  EXPECT_EQ(engine_->Status().refused["wrong_round"], 2u);
+}
+
 }  // namespace
 }  // namespace heddle::relay
