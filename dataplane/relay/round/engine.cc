@@ -588,6 +588,26 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
 void RoundEngine::OnOutcome(uint64_t round_id, RoundOutcome outcome) {
   absl::MutexLock l(&mu_);
   if (stopping_) return;
+  // Outcomes come in round order; an earlier round still unresolved would never get one, and
+  // would hold up every later submission: resolve it as aborted.
+  std::vector<uint64_t> stale;
+  for (const auto& [id, r] : rounds_) {
+    if (id < round_id && r.state != State::kResolved) stale.push_back(id);
+  }
+  for (uint64_t id : stale) {
+    auto it = rounds_.find(id);
+    if (it == rounds_.end()) continue;
+    Round& r = it->second;
+    if (r.state == State::kOpen) CloseLocked(r, "superseded");
+    HEDDLE_LOG(kWarning,
+               "relay region %u: round %llu resolved without an outcome (round %llu's came)",
+               options_.region_id, static_cast<unsigned long long>(id),
+               static_cast<unsigned long long>(round_id));
+    ResolveLocked(
+        r, {.kind = RoundOutcome::Kind::kAborted,
+            .reason = absl::InternalError(absl::StrFormat(
+                "the WAN exchange gave no outcome for round %u before round %u's", id, round_id))});
+  }
   if (round_id >= collecting_) {
     // Published (or aborted) without this region's part: stop collecting it; rounds between
     // never began here.
@@ -677,9 +697,9 @@ WorkerOutcome RoundEngine::OutcomeFor(const Round& r, uint32_t sender_id) const 
   } else if (auto it = r.exclusion.find(sender_id); it != r.exclusion.end()) {
     o.exclusion = it->second;
   } else if (r.pushed.count(sender_id)) {
-    o.exclusion = absl::StrFormat(
-        "round %u was published before region %u closed it (without this region)", r.id,
-        options_.region_id);
+    o.exclusion =
+        absl::StrFormat("round %u was published before region %u closed it (without this region)",
+                        r.id, options_.region_id);
   } else if (!r.expected.count(sender_id)) {
     o.exclusion = absl::StrFormat("not in round %u (joined after it opened)", r.id);
   } else {

@@ -481,6 +481,28 @@ TEST_F(EngineTest, RoundPublishedWithoutTheRegionEndsItsCollection) {
   EXPECT_TRUE(PullOk(b, 3).included);
 }
 
+TEST_F(EngineTest, AnOutcomeOutOfOrderDoesNotWedgeLaterRounds) {
+  Make();
+  fake_->set_auto_publish(false);
+  uint32_t a = JoinOk("w-a");
+  ASSERT_TRUE(PushOk(a, 1).ok());
+  for (int i = 0; i < 3000 && fake_->last_summary().round_id != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(PushOk(a, 2).ok());  // closed, waiting for round 1's outcome
+  // An exchange that skips round 1's outcome and delivers round 2's.
+  fake_->PublishWithoutRegion(2);
+  ASSERT_TRUE(Resolved(2));
+  WorkerOutcome o1 = PullOk(a, 1);
+  EXPECT_EQ(o1.kind, RoundOutcome::Kind::kAborted);
+  EXPECT_THAT(o1.exclusion, HasSubstr("no outcome for round 1"));
+  EXPECT_FALSE(PullOk(a, 2).included);
+  fake_->set_auto_publish(true);
+  ASSERT_TRUE(PushOk(a, 3).ok());
+  ASSERT_TRUE(Resolved(3));
+  EXPECT_TRUE(PullOk(a, 3).included);
+}
+
 TEST_F(EngineTest, PullDeadlinesAndRangesAreReported) {
   Make({.keep_rounds = 2});
   uint32_t a = JoinOk("w-a");
