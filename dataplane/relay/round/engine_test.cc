@@ -82,7 +82,8 @@ class EngineTest : public ::testing::Test {
  protected:
   void Make(RoundPolicy policy = {}, planner::Planner* planner = nullptr) {
     spec_ = TestSpec();
-    auto ex = std::make_unique<testing::FakeExchange>(spec_, testing::FakeExchangeOptions{});
+    auto ex = std::make_unique<testing::FakeExchange>(
+        spec_, testing::FakeExchangeOptions{.keep_submitted = true});
     fake_ = ex.get();
     EngineOptions o{.region_id = 1,
                     .spec = spec_,

@@ -54,7 +54,8 @@ absl::Status FakeExchange::SubmitSlice(uint64_t round_id, const SliceRef& s,
   if (encoders_[s.index].Encode(DType::kFloat32, region_aggregate.data()) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat("slice %u: not finite", s.index));
   }
-  pending_[round_id].slices[s.index].assign(region_aggregate.begin(), region_aggregate.end());
+  std::vector<float>& kept = pending_[round_id].slices[s.index];
+  if (options_.keep_submitted) kept.assign(region_aggregate.begin(), region_aggregate.end());
   return absl::OkStatus();
 }
 

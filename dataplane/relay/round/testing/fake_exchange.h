@@ -33,6 +33,8 @@ struct FakeExchangeOptions {
   uint32_t region_id = 1;
   Weighting weighting = Weighting::kFedNova;
   uint32_t keep_rounds = 4;
+  // Keep a copy of every submitted fp32 slice for submitted() (tests of small models only).
+  bool keep_submitted = false;
 };
 
 class FakeExchange : public WanExchange {
@@ -57,7 +59,7 @@ class FakeExchange : public WanExchange {
   // What the region submitted (for tests): the last FinishRegion() and per round the slices.
   RegionSummary last_summary() const;
   uint32_t slices_submitted(uint64_t round_id) const;
-  // The region aggregate of slice s in round r, as submitted (kept for tests; small models only).
+  // The region aggregate of slice s in round r, as submitted (with keep_submitted).
   std::vector<float> submitted(uint64_t round_id, uint32_t slice) const;
 
  private:
