@@ -54,7 +54,7 @@ struct RelayClientOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_server_name;  // override of the name checked in the relay's certificate
-  absl::Duration rpc_timeout = absl::Seconds(30);  // Join, Report, Leave, Status
+  absl::Duration rpc_timeout = absl::Seconds(30);   // Join, Report, Leave, Status
   absl::Duration push_timeout = absl::Minutes(10);  // one PushRound (the whole stream)
   // How long PullRound waits for the round to end (the slowest worker plus the WAN exchange).
   absl::Duration pull_timeout = absl::Minutes(60);
@@ -65,13 +65,13 @@ struct RelayClientOptions {
 struct WorkerInfo {
   std::string name;    // unique in the region, printable ASCII, ≤ 128 bytes: the stable identity
   std::string region;  // the region the worker believes it is in; checked against the relay's
-  double tokens_per_s = 0;   // profiled throughput at its usual batch (> 0 for planning)
-  double half_batch = 0;     // > 0: saturating model r(b) = peak·b/(b + half_batch)
-  int64_t max_batch = 0;     // or memory_bytes / fixed_bytes / bytes_per_sample
+  double tokens_per_s = 0;  // profiled throughput at its usual batch (> 0 for planning)
+  double half_batch = 0;    // > 0: saturating model r(b) = peak·b/(b + half_batch)
+  int64_t max_batch = 0;    // or memory_bytes / fixed_bytes / bytes_per_sample
   uint64_t memory_bytes = 0;
   uint64_t fixed_bytes = 0;
   uint64_t bytes_per_sample = 0;
-  int64_t seq_len = 0;       // 0 = the relay's default
+  int64_t seq_len = 0;  // 0 = the relay's default
 };
 
 // This worker's part of the plan in force (valid = false when the relay has no plan yet).
@@ -81,8 +81,8 @@ struct WorkerPlan {
   int64_t batch_size = 0;
   int64_t inner_steps = 0;
   int64_t seq_len = 0;
-  int64_t tokens = 0;               // batch_size · inner_steps · seq_len
-  double predicted_compute_s = 0;   // when this worker should push, from the round's start
+  int64_t tokens = 0;              // batch_size · inner_steps · seq_len
+  double predicted_compute_s = 0;  // when this worker should push, from the round's start
   double target_round_s = 0;
 };
 
@@ -94,9 +94,9 @@ struct TensorInput {
 
 struct PushStats {
   uint64_t round_id = 0;
-  uint64_t frame_bytes = 0;      // what went on the wire
-  uint64_t source_bytes = 0;     // the tensors' bytes in their dtype
-  uint32_t nonfinite_chunks = 0; // always 0 on success (NaN/inf in the input is refused)
+  uint64_t frame_bytes = 0;       // what went on the wire
+  uint64_t source_bytes = 0;      // the tensors' bytes in their dtype
+  uint32_t nonfinite_chunks = 0;  // always 0 on success (NaN/inf in the input is refused)
 };
 
 struct PullResult {
@@ -106,11 +106,11 @@ struct PullResult {
   bool applied = false;
   // This worker's push is in the aggregate. When false, its frames went back into the residual.
   bool included = false;
-  std::string reason;        // why not included / not applied; empty otherwise
-  uint64_t digest = 0;       // the GlobalAggregate digest (equal on every worker)
-  uint32_t regions = 0;      // regions in the aggregate
-  uint64_t tokens = 0;       // tokens in the aggregate, all regions
-  uint64_t bytes = 0;        // received for this pull
+  std::string reason;    // why not included / not applied; empty otherwise
+  uint64_t digest = 0;   // the GlobalAggregate digest (equal on every worker)
+  uint32_t regions = 0;  // regions in the aggregate
+  uint64_t tokens = 0;   // tokens in the aggregate, all regions
+  uint64_t bytes = 0;    // received for this pull
 };
 
 struct RoundStatus {
@@ -141,9 +141,16 @@ class RelayClient {
   // and streams the frames of round `round_id`. tokens ≥ 1 and inner_steps ≥ 1 are this round's
   // (FedNova weighting). FailedPrecondition when the relay is on another round (the residual is
   // restored at once: nothing was used), InvalidArgument on NaN/inf input (nothing sent, the
-  // residual untouched), AlreadyExists when the round was already pushed.
+  // residual untouched), AlreadyExists when the round was already pushed. After any other failure
+  // the update is back in the residual too: RetryPush() resends it, or the worker moves on.
   absl::StatusOr<PushStats> PushRound(uint64_t round_id, std::span<const TensorInput> tensors,
                                       uint64_t tokens, uint32_t inner_steps);
+
+  // Resends round `round_id`'s frames after a PushRound that failed in transport (UNAVAILABLE,
+  // DEADLINE_EXCEEDED...): the same bytes, no new encode (a second PushRound of the round is
+  // refused, because the failed attempt's update is already back in the residual).
+  // AlreadyExists-safe: if the relay had taken the first attempt, this is a success.
+  absl::StatusOr<PushStats> RetryPush(uint64_t round_id);
 
   // Waits for round `round_id` to end and writes its global aggregate into out[t] (fp32,
   // spec().tensors[t].elements values each; overwritten). Each slice's digest is checked before
@@ -152,8 +159,7 @@ class RelayClient {
 
   // The measured compute time of round `round_id` (start of the round to the push), for the
   // planner. The reply's plan (if any) is in plan() afterwards.
-  absl::Status Report(uint64_t round_id, int64_t batch_size, int64_t inner_steps,
-                      double compute_s);
+  absl::Status Report(uint64_t round_id, int64_t batch_size, int64_t inner_steps, double compute_s);
 
   absl::StatusOr<RoundStatus> Status();
   // Leaves the region; the client can only be destroyed after. The destructor leaves too.

@@ -49,6 +49,9 @@ class SignEncoder {
   std::span<const uint64_t> signs() const { return signs_; }
   std::span<const float> magnitudes() const { return magnitudes_; }
   std::span<const float> error() const { return error_; }
+  // The residual, writable: a sender whose frame was not used takes it back (e ← e + m·sign(v),
+  // docs/relay.md §8), or restores a saved residual after a restart.
+  std::span<float> mutable_error() { return error_; }
   // Forgets the residual (e = 0), e.g. after the model was reloaded.
   void ResetError();
 

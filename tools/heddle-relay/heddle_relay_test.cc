@@ -1,0 +1,274 @@
+// heddle-relay: the config, the metrics, and the whole binary on loopback — `serve` and two
+// `worker` processes run three rounds; `status -j` reads the result.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/heddle-relay/commands.h"
+#include "tools/heddle-relay/config.h"
+#include "tools/heddle-relay/relay_metrics.h"
+#include "tools/heddle-relay/wan_hook.h"
+
+extern char** environ;
+
+namespace heddle::relay::tool {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+constexpr char kSmall[] = R"(
+region: {id: 2, name: eu}
+listen: 127.0.0.1:0
+token: t0ken
+model: {chunk_size: 1024, slice_elements: 65536,
+        tensors: [{name: w, elements: 150000}, {name: b, elements: 3000, dtype: bf16}]}
+round: {push_timeout_s: 60, missing: renormalize, min_token_fraction: 0.5, min_workers: 2}
+planner: {target_round_s: 2, seq_len: 16, max_inner_steps: 50}
+metrics: {listen: 127.0.0.1:0}
+)";
+
+TEST(RelayConfigTest, ParsesEveryBlock) {
+  absl::StatusOr<RelayConfig> c = RelayConfigFromString(kSmall);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->region_id, 2u);
+  EXPECT_EQ(c->region, "eu");
+  EXPECT_EQ(c->server.listen, "127.0.0.1:0");
+  EXPECT_EQ(c->server.service.token, "t0ken");
+  EXPECT_EQ(c->spec.tensors.size(), 2u);
+  EXPECT_EQ(c->spec.tensors[1].dtype, DType::kBFloat16);
+  EXPECT_EQ(c->policy.push_timeout, absl::Seconds(60));
+  EXPECT_EQ(c->policy.min_workers, 2u);
+  ASSERT_TRUE(c->planner.has_value());
+  EXPECT_EQ(c->planner->solver.target_round_s, 2);
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:0");
+  EXPECT_TRUE(c->wan_yaml.empty());
+}
+
+TEST(RelayConfigTest, TheExampleParses) {
+  // The example points at a token file the test does not have; everything else must hold.
+  std::string text = ReadAll(HEDDLE_RELAY_EXAMPLE);
+  ASSERT_FALSE(text.empty());
+  text = absl::StrReplaceAll(text, {{"token_file: /etc/heddle/relay.token", "token: x"}});
+  absl::StatusOr<RelayConfig> c = RelayConfigFromString(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->spec.tensors.size(), 3u);
+  EXPECT_DOUBLE_EQ(c->policy.min_token_fraction, 0.75);
+}
+
+TEST(RelayConfigTest, MistakesNameTheKey) {
+  auto err = [](const std::string& yaml) {
+    absl::StatusOr<RelayConfig> c = RelayConfigFromString(yaml);
+    return c.ok() ? std::string("ok") : std::string(c.status().message());
+  };
+  const std::string model = "model: {tensors: [{name: w, elements: 64}]}\n";
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "colour: blue\n"),
+              HasSubstr("unknown key \"colour\""));
+  EXPECT_THAT(err(model), HasSubstr("region: required"));
+  EXPECT_THAT(err("region: {id: 1}\n"), HasSubstr("model: required"));
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "round: {missing: skip}\n"),
+              HasSubstr("expected renormalize or abort"));
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "round: {min_token_fraction: 2}\n"),
+              HasSubstr("min_token_fraction 2 must be within [0, 1]"));
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "round: {push_timeout_s: soon}\n"),
+              HasSubstr("round.push_timeout_s"));
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "token: a\ntoken_file: b\n"),
+              HasSubstr("not both"));
+}
+
+TEST(WanHookTest, DefaultExchangeRefusesAWanBlock) {
+  absl::StatusOr<RelayConfig> c =
+      RelayConfigFromString(std::string(kSmall) + "wan: {peers: [a:1]}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->wan_yaml, HasSubstr("peers"));
+  WanContext ctx{.region_id = 2, .spec = &c->spec, .wan_yaml = c->wan_yaml};
+  absl::StatusOr<std::unique_ptr<WanExchange>> ex = GetWanExchangeFactory()(ctx);
+  EXPECT_THAT(std::string(ex.status().message()), HasSubstr("no WAN exchange installed"));
+  ctx.wan_yaml.clear();
+  EXPECT_TRUE(GetWanExchangeFactory()(ctx).ok());
+  // An installed factory is what serve uses.
+  bool called = false;
+  SetWanExchangeFactory([&](const WanContext& w) -> absl::StatusOr<std::unique_ptr<WanExchange>> {
+    called = true;
+    EXPECT_EQ(w.region_id, 2u);
+    return absl::UnimplementedError("test factory");
+  });
+  EXPECT_EQ(GetWanExchangeFactory()(ctx).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(called);
+  SetWanExchangeFactory(nullptr);
+}
+
+TEST(RelayMetricsTest, FamiliesFromOneSnapshot) {
+  v1::StatusResponse s;
+  s.set_collecting_round(5);
+  s.set_last_resolved_round(4);
+  s.set_rounds_published(3);
+  s.set_rounds_aborted(1);
+  s.set_bytes_in_total(1000);
+  (*s.mutable_refused())["duplicate"] = 2;
+  v1::RoundRow* r = s.add_rounds();
+  r->set_round_id(4);
+  r->set_wait_s(1.5);
+  r->set_wan_s(0.25);
+  r->set_compression_ratio(31.5);
+  v1::MemberRow* m = s.add_members();
+  m->set_name("gpu-a");
+  m->set_member(true);
+  m->mutable_plan()->set_valid(true);
+  m->mutable_plan()->set_batch_size(16);
+  const std::string text = RenderMetricsText(s);
+  EXPECT_THAT(text, HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 3"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_last_round_seconds{phase=\"wait\"} 1.5"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_last_round_seconds{phase=\"wan\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_compression_ratio 31.5"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_pushes_refused_total{reason=\"duplicate\"} 2"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_pushes_refused_total{reason=\"malformed\"} 0"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_lan_bytes_total{direction=\"in\"} 1000"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_plan_batch_size{worker=\"gpu-a\"} 16"));
+  EXPECT_THAT(RenderStatus(s), HasSubstr("collecting 5, last resolved 4"));
+}
+
+// A child process with stdout and stderr in files.
+struct Child {
+  pid_t pid = -1;
+  std::string out, err;
+};
+
+Child Spawn(std::vector<std::string> args, const std::string& dir, const std::string& name) {
+  Child c{.out = dir + "/" + name + ".out", .err = dir + "/" + name + ".err"};
+  args.insert(args.begin(), HEDDLE_RELAY_PATH);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  if (posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) c.pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return c;
+}
+
+// Waits for the child to exit (bounded, so a hang fails the test instead of blocking ctest).
+int WaitExit(Child& c, absl::Duration limit) {
+  const absl::Time end = absl::Now() + limit;
+  int status = 0;
+  while (absl::Now() < end) {
+    pid_t r = waitpid(c.pid, &status, WNOHANG);
+    if (r == c.pid) {
+      c.pid = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(c.pid, SIGKILL);
+  waitpid(c.pid, &status, 0);
+  c.pid = -1;
+  return -1;
+}
+
+class BinaryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/heddle_relay_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (Child* c : {&serve_}) {
+      if (c->pid > 0) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, nullptr, 0);
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+  Child serve_;
+};
+
+// round N: included digest HEX ... -> {N: HEX}
+std::map<int, std::string> Digests(const std::string& out) {
+  std::map<int, std::string> d;
+  std::regex re(R"(round (\d+): included digest ([0-9a-f]{16}))");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    d[std::stoi((*it)[1])] = (*it)[2];
+  }
+  return d;
+}
+
+TEST_F(BinaryTest, ServeAndTwoWorkersRunThreeRounds) {
+  const std::string cfg = dir_ + "/relay.yaml";
+  std::ofstream(cfg) << kSmall;
+  const std::string port_file = dir_ + "/port";
+  serve_ = Spawn({"serve", "--config", cfg, "--port-file", port_file}, dir_, "serve");
+  ASSERT_GT(serve_.pid, 0);
+  std::string port;
+  for (int i = 0; i < 1500 && port.empty(); ++i) {
+    port = ReadAll(port_file);
+    if (port.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  while (!port.empty() && port.back() == '\n') port.pop_back();
+  ASSERT_FALSE(port.empty()) << ReadAll(serve_.err);
+  const std::string relay = "127.0.0.1:" + port;
+  std::vector<Child> workers;
+  for (const char* name : {"gpu-a", "gpu-b"}) {
+    workers.push_back(
+        Spawn({"worker", "--relay", relay, "--token", "t0ken", "--name", name, "--region", "eu",
+               "--rounds", "3", "--time-scale", "0.05", "--tokens-per-s",
+               name[4] == 'a' ? "1000" : "3000", "--timeout", "60", "--pull-timeout", "120"},
+              dir_, name));
+    ASSERT_GT(workers.back().pid, 0);
+  }
+  std::vector<std::map<int, std::string>> digests;
+  for (Child& w : workers) {
+    EXPECT_EQ(WaitExit(w, absl::Seconds(240)), 0) << ReadAll(w.out) << ReadAll(w.err);
+    digests.push_back(Digests(ReadAll(w.out)));
+  }
+  // round.min_workers: 2 makes both take part in rounds 1..3.
+  ASSERT_EQ(digests[0].size(), 3u) << ReadAll(workers[0].out);
+  EXPECT_EQ(digests[0], digests[1]);
+  EXPECT_EQ(digests[0].begin()->first, 1);
+
+  Child st = Spawn({"status", "--relay", relay, "--token", "t0ken", "-j"}, dir_, "status");
+  ASSERT_EQ(WaitExit(st, absl::Seconds(60)), 0) << ReadAll(st.err);
+  const std::string json = ReadAll(st.out);
+  EXPECT_THAT(json, HasSubstr("\"rounds_published\": \"3\""));
+  EXPECT_THAT(json, HasSubstr("\"name\": \"gpu-a\""));
+  for (const auto& [round, hex] : digests[0]) {
+    EXPECT_THAT(json, HasSubstr(std::to_string(std::stoull(hex, nullptr, 16))))
+        << "round " << round << " digest";
+  }
+  Child bad = Spawn({"status", "--relay", relay, "--token", "nope"}, dir_, "bad");
+  EXPECT_EQ(WaitExit(bad, absl::Seconds(60)), 1);
+  EXPECT_THAT(ReadAll(bad.err), HasSubstr("wrong bearer token"));
+
+  kill(serve_.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(serve_, absl::Seconds(60)), 0) << ReadAll(serve_.err);
+  EXPECT_THAT(ReadAll(serve_.out), HasSubstr("SIGTERM, shutting down"));
+}
+
+}  // namespace
+}  // namespace heddle::relay::tool

@@ -1,0 +1,173 @@
+#include "tools/heddle-relay/relay_metrics.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace heddle::relay::tool {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const char* name, const char* help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = v;
+  } else {
+    m.gauge.value = v;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
+  std::vector<MetricFamily> out;
+  MetricFamily rounds =
+      Family("heddle_relay_rounds_total", "Rounds resolved, by outcome", MetricType::Counter);
+  Add(rounds, {{"outcome", "published"}}, s.rounds_published());
+  Add(rounds, {{"outcome", "aborted"}}, s.rounds_aborted());
+  out.push_back(std::move(rounds));
+  MetricFamily round = Family("heddle_relay_round",
+                              "Round ids: the one collecting pushes, the "
+                              "last resolved",
+                              MetricType::Gauge);
+  Add(round, {{"state", "collecting"}}, s.collecting_round());
+  Add(round, {{"state", "resolved"}}, s.last_resolved_round());
+  out.push_back(std::move(round));
+
+  const v1::RoundRow* last = nullptr;
+  for (const v1::RoundRow& r : s.rounds()) {
+    if (r.round_id() == s.last_resolved_round()) last = &r;
+  }
+  if (last != nullptr) {
+    MetricFamily t = Family("heddle_relay_last_round_seconds",
+                            "Time split of the last resolved round: waiting for workers, "
+                            "aggregation and submission, WAN exchange",
+                            MetricType::Gauge);
+    Add(t, {{"phase", "wait"}}, last->wait_s());
+    Add(t, {{"phase", "aggregate"}}, last->aggregate_s());
+    Add(t, {{"phase", "wan"}}, last->wan_s());
+    out.push_back(std::move(t));
+    MetricFamily tok =
+        Family("heddle_relay_last_round_tokens",
+               "Tokens the region contributed to the last resolved round", MetricType::Gauge);
+    Add(tok, {}, last->tokens());
+    out.push_back(std::move(tok));
+    MetricFamily w =
+        Family("heddle_relay_last_round_workers",
+               "Workers expected in and included in the last resolved round", MetricType::Gauge);
+    Add(w, {{"set", "expected"}}, last->expected());
+    Add(w, {{"set", "included"}}, last->included());
+    out.push_back(std::move(w));
+    MetricFamily cr = Family("heddle_relay_compression_ratio",
+                             "fp32 bytes of the included workers' model copies over the frame "
+                             "bytes they pushed, last resolved round",
+                             MetricType::Gauge);
+    Add(cr, {}, last->compression_ratio());
+    out.push_back(std::move(cr));
+  }
+  MetricFamily bytes =
+      Family("heddle_relay_lan_bytes_total",
+             "Bytes from workers (accepted pushes) and to workers (pulls)", MetricType::Counter);
+  Add(bytes, {{"direction", "in"}}, s.bytes_in_total());
+  Add(bytes, {{"direction", "out"}}, s.bytes_out_total());
+  out.push_back(std::move(bytes));
+  MetricFamily refused =
+      Family("heddle_relay_pushes_refused_total", "Pushes refused, by reason", MetricType::Counter);
+  for (const char* r :
+       {"malformed", "wrong_round", "duplicate", "not_member", "not_expected", "inconsistent"}) {
+    auto it = s.refused().find(r);
+    Add(refused, {{"reason", r}}, it == s.refused().end() ? 0 : it->second);
+  }
+  out.push_back(std::move(refused));
+  MetricFamily auth =
+      Family("heddle_relay_auth_failures_total",
+             "Calls refused for a missing or wrong bearer token", MetricType::Counter);
+  Add(auth, {}, s.auth_failures());
+  out.push_back(std::move(auth));
+  MetricFamily workers =
+      Family("heddle_relay_workers", "Workers known to the relay", MetricType::Gauge);
+  int members = 0;
+  for (const v1::MemberRow& m : s.members()) members += m.member();
+  Add(workers, {{"state", "member"}}, members);
+  Add(workers, {{"state", "gone"}}, s.members_size() - members);
+  out.push_back(std::move(workers));
+  if (s.idle_size() > 0) {
+    const v1::IdleRow& i = s.idle(s.idle_size() - 1);
+    MetricFamily idle = Family("heddle_relay_straggler_idle_seconds",
+                               "GPU-seconds the workers waited for the slowest, last planner "
+                               "round",
+                               MetricType::Gauge);
+    Add(idle, {}, i.idle_s());
+    out.push_back(std::move(idle));
+    MetricFamily frac = Family("heddle_relay_straggler_idle_fraction",
+                               "Idle share of the GPU time, last planner round", MetricType::Gauge);
+    Add(frac, {}, i.idle_fraction());
+    out.push_back(std::move(frac));
+  }
+  MetricFamily batch =
+      Family("heddle_relay_plan_batch_size", "Planned batch size per worker", MetricType::Gauge);
+  MetricFamily steps =
+      Family("heddle_relay_plan_inner_steps", "Planned inner steps per worker", MetricType::Gauge);
+  for (const v1::MemberRow& m : s.members()) {
+    if (!m.member() || !m.plan().valid()) continue;
+    Add(batch, {{"worker", m.name()}}, m.plan().batch_size());
+    Add(steps, {{"worker", m.name()}}, m.plan().inner_steps());
+  }
+  out.push_back(std::move(batch));
+  out.push_back(std::move(steps));
+  return out;
+}
+
+class RelayCollectable : public prometheus::Collectable {
+ public:
+  explicit RelayCollectable(std::function<v1::StatusResponse()> snapshot)
+      : snapshot_(std::move(snapshot)) {}
+  std::vector<MetricFamily> Collect() const override { return Families(snapshot_()); }
+
+ private:
+  std::function<v1::StatusResponse()> snapshot_;
+};
+
+}  // namespace
+
+std::string RenderMetricsText(const v1::StatusResponse& s) {
+  return prometheus::TextSerializer().Serialize(Families(s));
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& listen, std::function<v1::StatusResponse()> snapshot) {
+  std::unique_ptr<MetricsEndpoint> m(new MetricsEndpoint());
+  // prometheus-cpp and civetweb report failures by throwing; none may escape.
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
+    m->exposer_->RegisterCollectable(std::make_shared<RelayCollectable>(std::move(snapshot)));
+    std::vector<int> ports = m->exposer_->GetListeningPorts();
+    if (ports.empty()) return absl::InternalError("metrics.listen: no port bound");
+    m->port_ = ports[0];
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "metrics.listen %s: cannot serve metrics: %s (address in use? a host:port?)", listen,
+        e.what()));
+  }
+  return m;
+}
+
+MetricsEndpoint::~MetricsEndpoint() = default;
+
+}  // namespace heddle::relay::tool
