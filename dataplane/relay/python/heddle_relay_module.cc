@@ -774,6 +774,19 @@ PYBIND11_MODULE(_core, m) {
           py::arg("round_id"), py::arg("tensors"), py::arg("tokens"), py::arg("inner_steps"),
           "tensors in spec order (spec dtype); see client.h PushRound")
       .def(
+          "retry_push",
+          [](PyClient& c, uint64_t round_id) {
+            BusyGuard busy(c.busy, "RelayClient");
+            RelayClient& rc = c.get();
+            absl::StatusOr<PushStats> s;
+            {
+              py::gil_scoped_release nogil;
+              s = rc.RetryPush(round_id);
+            }
+            return ValueOrThrow(std::move(s));
+          },
+          py::arg("round_id"), "resends a round's frames after a transport failure")
+      .def(
           "pull",
           [](PyClient& c, uint64_t round_id, const std::vector<py::handle>& outs) {
             BusyGuard busy(c.busy, "RelayClient");

@@ -190,6 +190,11 @@ class Client:
             raise KeyError(f"push: tensors not in the relay's spec: {sorted(extra)}")
         return c.push(round_id, ordered, int(tokens), int(inner_steps))
 
+    def retry_push(self, round_id):
+        """Resends round_id's frames after a push failed in transport (UNAVAILABLE,
+        DEADLINE_EXCEEDED): the same bytes, no new encode."""
+        return self._client().retry_push(round_id)
+
     def pull(self, round_id, out=None):
         """The round's global aggregate as {name: fp32 tensor} (shaped like the parameters when
         join() was given the model), written into `out`'s tensors when given. `.result` holds

@@ -1,0 +1,178 @@
+"""The DiLoCo example against a real `heddle-relay serve` on loopback: two worker processes, three
+rounds; both must end with bit-identical parameters, and the same ones --local mode computes.
+
+Run: PYTHONPATH=build/dataplane/relay/python HEDDLE_BINARY_DIR=build \
+       /usr/bin/python3 dataplane/relay/python/tests/diloco_relay_test.py
+Exit code 77 (skipped under ctest) when torch or the heddle-relay binary is missing.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover
+    print(f"skipped: {e}")
+    sys.exit(77)
+
+import heddle_relay as hr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("HEDDLE_SOURCE_DIR", os.path.join(HERE, "..", "..", "..", ".."))
+BINARY_DIR = os.environ.get("HEDDLE_BINARY_DIR", os.path.join(SOURCE, "build"))
+RELAY = os.path.join(BINARY_DIR, "tools", "heddle-relay", "heddle-relay")
+EXAMPLE = os.path.join(SOURCE, "tools", "heddle-relay", "examples", "diloco_torch.py")
+sys.path.insert(0, os.path.dirname(EXAMPLE))
+import diloco_torch  # noqa: E402
+
+TOKEN = "diloco-test-token"
+
+
+class Relay:
+    """`heddle-relay serve` on 127.0.0.1, port 0, in a temp dir; stopped by stop()."""
+
+    def __init__(self, tmp, model_yaml, min_workers):
+        self.tmp = tmp
+        with open(os.path.join(tmp, "token"), "w") as f:
+            f.write(TOKEN + "\n")
+        cfg = os.path.join(tmp, "relay.yaml")
+        with open(cfg, "w") as f:
+            f.write("region: {id: 1, name: test}\n"
+                    "listen: 127.0.0.1:0\n"
+                    f"token_file: {os.path.join(tmp, 'token')}\n"
+                    "model:\n" + "".join("  " + line + "\n" for line in model_yaml.splitlines()) +
+                    "round:\n"
+                    "  push_timeout_s: 120\n"
+                    "  missing: abort\n"
+                    f"  min_workers: {min_workers}\n")
+        port_file = os.path.join(tmp, "port")
+        self.log = open(os.path.join(tmp, "serve.log"), "w")
+        self.proc = subprocess.Popen([RELAY, "serve", "--config", cfg, "--port-file", port_file],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        # The port file appears (renamed into place) once the server listens.
+        for _ in range(600):
+            if os.path.exists(port_file) or self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not os.path.exists(port_file):
+            self.stop()
+            raise RuntimeError(f"heddle-relay serve did not start: {self.output()}")
+        with open(port_file) as f:
+            self.address = f"127.0.0.1:{int(f.read())}"
+
+    def output(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def spec_yaml(*args):
+    a = diloco_torch.parse_args(["--print-spec", *args])
+    return diloco_torch.spec_of(diloco_torch.make_model(a.seed), a).to_yaml()
+
+
+def run_workers(relay, tmp, n, rounds, *extra):
+    procs = []
+    for i in range(n):
+        cmd = [sys.executable, EXAMPLE, "--relay", relay.address, "--token", TOKEN,
+               "--name", f"w{i}", "--index", str(i), "--rounds", str(rounds), "--quiet",
+               "--json", "--save", os.path.join(tmp, f"w{i}.pt"), *extra]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    results = []
+    for i, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"worker {i} did not finish; relay log:\n{relay.output()}")
+        if p.returncode != 0:
+            raise AssertionError(f"worker {i} exited {p.returncode}:\n{err}\n"
+                                 f"relay log:\n{relay.output()}")
+        results.append((json.loads(out.strip().splitlines()[-1]),
+                        torch.load(os.path.join(tmp, f"w{i}.pt"))))
+    return results
+
+
+def skip_without_relay():
+    if not os.access(RELAY, os.X_OK):
+        raise unittest.SkipTest(f"no heddle-relay binary at {RELAY}")
+
+
+class TwoWorkersTest(unittest.TestCase):
+    def test_two_workers_end_bit_identical(self):
+        skip_without_relay()
+        with tempfile.TemporaryDirectory() as tmp:
+            relay = Relay(tmp, spec_yaml(), min_workers=2)
+            try:
+                results = run_workers(relay, tmp, 2, 3)
+            finally:
+                relay.stop()
+        (log0, p0), (log1, p1) = results
+        self.assertEqual(len(log0["digests"]), 3)
+        self.assertEqual(log0["digests"], log1["digests"])  # the same aggregate every round
+        self.assertEqual(log0["losses"], log1["losses"])
+        self.assertEqual(sorted(p0), sorted(p1))
+        for n in p0:
+            self.assertTrue(torch.equal(p0[n], p1[n]), n)
+        self.assertLess(log0["losses"][-1], log0["losses"][0])
+        # The relay computed what LocalRegion computes: per-worker error feedback, FedNova
+        # weights 1/2 each (two senders: the sum does not depend on their order), the gateway's
+        # re-encoding, weight 1 for a single region.
+        local = diloco_torch.main(["--local", "--quiet", "--workers", "2", "--rounds", "3"])
+        self.assertEqual(local["losses"], log0["losses"])
+        for n in p0:
+            self.assertTrue(torch.equal(local["params"][n], p0[n]), n)
+
+
+class SingleWorkerTest(unittest.TestCase):
+    def test_bf16_push_auth_and_spec_check(self):
+        skip_without_relay()
+        with tempfile.TemporaryDirectory() as tmp:
+            relay = Relay(tmp, spec_yaml("--push-dtype", "bf16"), min_workers=1)
+            try:
+                model = diloco_torch.make_model(0)
+                # No token, or a wrong one: refused with the relay's status code and message.
+                with self.assertRaises(hr.RelayError) as cm:
+                    hr.Client(relay.address, "intruder").join(model, rpc_timeout_s=10)
+                self.assertEqual(cm.exception.code, "UNAUTHENTICATED", str(cm.exception))
+                with self.assertRaises(hr.RelayError) as cm:
+                    hr.Client(relay.address, "intruder", token="wrong").join(
+                        model, rpc_timeout_s=10)
+                self.assertEqual(cm.exception.code, "PERMISSION_DENIED", str(cm.exception))
+                # A model that does not match the relay's spec is refused at join.
+                with self.assertRaises(hr.RelayError) as cm:
+                    hr.Client(relay.address, "other", token=TOKEN).join(
+                        model, chunk_size=256, slice_elements=4096, rpc_timeout_s=10)
+                self.assertIn("digest", str(cm.exception).lower())
+                (log, params), = run_workers(relay, tmp, 1, 2, "--push-dtype", "bf16")
+            finally:
+                relay.stop()
+        local = diloco_torch.main(["--local", "--quiet", "--workers", "1", "--rounds", "2",
+                                   "--push-dtype", "bf16"])
+        self.assertEqual(local["losses"], log["losses"])
+        for n in params:
+            self.assertTrue(torch.equal(local["params"][n], params[n]), n)
+
+
+if __name__ == "__main__":
+    if not os.access(RELAY, os.X_OK):
+        print(f"skipped: no heddle-relay binary at {RELAY}")
+        sys.exit(77)
+    unittest.main()
