@@ -165,6 +165,8 @@ def run_relay(args):
     log(args, 0, losses[0], f"  (initial; sender {client.sender_id}, "
         f"first round {client.next_round})")
     digests = []
+    # The aggregate is pulled straight into these buffers, which serve as the outer gradients.
+    grads = {n: torch.zeros_like(p) for n, p in global_model.named_parameters()}
     try:
         for _ in range(args.rounds):
             r = client.next_round
@@ -181,7 +183,7 @@ def run_relay(args):
                     raise
                 # Too late for round r: the client kept the update in its residual; still pull.
                 print(f"round {r}: push refused ({e}); pulling", file=sys.stderr)
-            agg = client.pull(r)
+            agg = client.pull(r, out=grads)
             if agg.applied:
                 outer_step(global_model, opt, agg)
             digests.append(agg.result.digest)

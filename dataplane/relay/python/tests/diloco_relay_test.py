@@ -31,12 +31,14 @@ sys.path.insert(0, os.path.dirname(EXAMPLE))
 import diloco_torch  # noqa: E402
 
 TOKEN = "diloco-test-token"
+TLS = os.path.join(SOURCE, "tests", "data", "relay_tls")  # test-only certificates
+CLIENT_TLS = {"ca": f"{TLS}/ca.pem", "cert": f"{TLS}/client.pem", "key": f"{TLS}/client.key"}
 
 
 class Relay:
     """`heddle-relay serve` on 127.0.0.1, port 0, in a temp dir; stopped by stop()."""
 
-    def __init__(self, tmp, model_yaml, min_workers):
+    def __init__(self, tmp, model_yaml, min_workers, tls=False):
         self.tmp = tmp
         with open(os.path.join(tmp, "token"), "w") as f:
             f.write(TOKEN + "\n")
@@ -44,7 +46,9 @@ class Relay:
         with open(cfg, "w") as f:
             f.write("region: {id: 1, name: test}\n"
                     "listen: 127.0.0.1:0\n"
-                    f"token_file: {os.path.join(tmp, 'token')}\n"
+                    f"token_file: {os.path.join(tmp, 'token')}\n" +
+                    (f"tls: {{cert: {TLS}/server.pem, key: {TLS}/server.key, "
+                     f"client_ca: {TLS}/ca.pem}}\n" if tls else "") +
                     "model:\n" + "".join("  " + line + "\n" for line in model_yaml.splitlines()) +
                     "round:\n"
                     "  push_timeout_s: 120\n"
@@ -142,26 +146,36 @@ class TwoWorkersTest(unittest.TestCase):
 
 
 class SingleWorkerTest(unittest.TestCase):
-    def test_bf16_push_auth_and_spec_check(self):
+    def test_bf16_push_mutual_tls_auth_and_spec_check(self):
         skip_without_relay()
+        tls_args = ["--tls-ca", CLIENT_TLS["ca"], "--tls-cert", CLIENT_TLS["cert"],
+                    "--tls-key", CLIENT_TLS["key"]]
         with tempfile.TemporaryDirectory() as tmp:
-            relay = Relay(tmp, spec_yaml("--push-dtype", "bf16"), min_workers=1)
+            relay = Relay(tmp, spec_yaml("--push-dtype", "bf16"), min_workers=1, tls=True)
             try:
                 model = diloco_torch.make_model(0)
                 # No token, or a wrong one: refused with the relay's status code and message.
                 with self.assertRaises(hr.RelayError) as cm:
-                    hr.Client(relay.address, "intruder").join(model, rpc_timeout_s=10)
+                    hr.Client(relay.address, "intruder", tls=CLIENT_TLS).join(
+                        model, rpc_timeout_s=10)
                 self.assertEqual(cm.exception.code, "UNAUTHENTICATED", str(cm.exception))
                 with self.assertRaises(hr.RelayError) as cm:
-                    hr.Client(relay.address, "intruder", token="wrong").join(
+                    hr.Client(relay.address, "intruder", token="wrong", tls=CLIENT_TLS).join(
                         model, rpc_timeout_s=10)
                 self.assertEqual(cm.exception.code, "PERMISSION_DENIED", str(cm.exception))
+                # Without a client certificate the TLS handshake fails (the join keeps trying
+                # until its deadline, as it does while a relay starts).
+                with self.assertRaises(hr.RelayError) as cm:
+                    hr.Client(relay.address, "nocert", token=TOKEN,
+                              tls={"ca": CLIENT_TLS["ca"]}).join(model, rpc_timeout_s=2)
+                self.assertIn(cm.exception.code, ("UNAVAILABLE", "DEADLINE_EXCEEDED"),
+                              str(cm.exception))
                 # A model that does not match the relay's spec is refused at join.
                 with self.assertRaises(hr.RelayError) as cm:
-                    hr.Client(relay.address, "other", token=TOKEN).join(
+                    hr.Client(relay.address, "other", token=TOKEN, tls=CLIENT_TLS).join(
                         model, chunk_size=256, slice_elements=4096, rpc_timeout_s=10)
                 self.assertIn("digest", str(cm.exception).lower())
-                (log, params), = run_workers(relay, tmp, 1, 2, "--push-dtype", "bf16")
+                (log, params), = run_workers(relay, tmp, 1, 2, "--push-dtype", "bf16", *tls_args)
             finally:
                 relay.stop()
         local = diloco_torch.main(["--local", "--quiet", "--workers", "1", "--rounds", "2",
