@@ -9,7 +9,7 @@ worker) and apply the outer step θ ← SGD(lr=0.7, momentum=0.9, nesterov=True)
 gradient (OpenDiLoCo's defaults). The inner optimizer keeps its state across rounds.
 
 The task: regression onto a fixed random "teacher" MLP (16 → 32 → 1, tanh) with a little noise;
-the model is a 16 → 64 → 64 → 1 MLP (5.4 k parameters). CPU, well under a second a round.
+the model is a 16 → 64 → 64 → 1 MLP (5 313 parameters). CPU, well under a second a round.
 
   # no server: K workers in this process, the relay's math done by heddle_relay.LocalRegion
   PYTHONPATH=build/dataplane/relay/python python3 diloco_torch.py --local --workers 4 --rounds 20
