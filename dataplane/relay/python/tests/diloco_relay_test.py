@@ -11,10 +11,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
 try:
+    import numpy as np
     import torch
 except ImportError as e:  # pragma: no cover
     print(f"skipped: {e}")
@@ -183,6 +185,65 @@ class SingleWorkerTest(unittest.TestCase):
         self.assertEqual(local["losses"], log["losses"])
         for n in params:
             self.assertTrue(torch.equal(local["params"][n], params[n]), n)
+
+
+class ClientThreadsTest(unittest.TestCase):
+    """Two clients in one process: one thread waits in pull while the other pushes, which only
+    works if pull releases the GIL while it waits. Both get the aggregate LocalRegion computes."""
+
+    def test_pull_waits_without_the_gil(self):
+        skip_without_relay()
+        n = 1000
+        spec = hr.model_spec_from_string(
+            "chunk_size: 64\nslice_elements: 512\ntensors: [{name: w, elements: 1000}]")
+        rng = np.random.default_rng(3)
+        deltas = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+        with tempfile.TemporaryDirectory() as tmp:
+            relay = Relay(tmp, spec.to_yaml(), min_workers=2)
+            try:
+                # A bounded pull: without the GIL release the test fails instead of hanging.
+                c = [hr.Client(relay.address, f"t{i}", token=TOKEN).join(spec=spec,
+                                                                         pull_timeout_s=20)
+                     for i in range(2)]
+                r = c[0].next_round
+                self.assertEqual(c[1].next_round, r)
+                outs = [np.full(n, np.nan, np.float32) for _ in range(2)]
+                results, errors = [None, None], []
+                pushed = threading.Event()
+
+                def first():
+                    try:
+                        c[0].push(r, {"w": deltas[0]}, tokens=100, inner_steps=4)
+                        pushed.set()
+                        results[0] = c[0].pull(r, out={"w": outs[0]})
+                    except Exception as e:  # reported below
+                        errors.append(e)
+                        pushed.set()
+
+                t = threading.Thread(target=first)
+                t.start()
+                pushed.wait()
+                # The first thread is now in pull (or about to be): its GIL must be free.
+                stats = c[1].push(r, {"w": deltas[1]}, tokens=100, inner_steps=4)
+                results[1] = c[1].pull(r, out={"w": outs[1]})
+                t.join(timeout=120)
+                self.assertFalse(t.is_alive())
+                self.assertEqual(errors, [])
+                for cl in c:
+                    cl.leave()
+            finally:
+                relay.stop()
+        self.assertEqual(stats.frame_bytes, hr.frame_bytes(512, 64) + hr.frame_bytes(488, 64))
+        for res, out in zip(results, outs):
+            self.assertTrue(res.applied and res.included)
+            self.assertEqual(res.result.tokens, 200)
+            self.assertIs(res["w"], out)
+        self.assertEqual(results[0].result.digest, results[1].result.digest)
+        self.assertEqual(outs[0].tobytes(), outs[1].tobytes())
+        local = hr.LocalRegion(spec, 2)
+        for i in range(2):
+            local.push(i, r, {"w": torch.from_numpy(deltas[i])}, 100, 4)
+        self.assertEqual(local.aggregate(r)["w"].numpy().tobytes(), outs[0].tobytes())
 
 
 if __name__ == "__main__":
