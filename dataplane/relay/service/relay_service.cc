@@ -165,6 +165,8 @@ grpc::Status RelayService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1:
               current < frames.size() ? frames[current].size() : 0));
         }
         current = m.slice();
+        // A long push keeps its worker alive (round.liveness_timeout counts silence).
+        (void)engine_->Touch(sender);
       }
       if (current >= slices.size()) {
         return Invalid(absl::StrFormat("push of round %u: slice %u, the model has %u slices", round,
