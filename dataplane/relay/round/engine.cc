@@ -505,7 +505,9 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   RegionSummary summary{.round_id = round_id, .region_id = options_.region_id};
   {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end() || it->second.state == State::kResolved) return;
+    Round& r = it->second;
     if (r.region_exclusion.empty()) {
       for (uint32_t id : r.included) {
         const WorkerPush& p = r.pushes.at(id);
@@ -521,7 +523,6 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   }
   const absl::Time start = options_.now();
   absl::Status st;
-  bool resolved_meanwhile = false;
   if (summary.tokens > 0) {
     uint64_t max_count = 0;
     for (const SliceRef& s : slices_) max_count = std::max(max_count, s.count);
@@ -530,10 +531,8 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
     for (const SliceRef& s : slices_) {
       {
         absl::MutexLock l(&mu_);
-        if (stopping_ || rounds_.at(round_id).state == State::kResolved) {
-          resolved_meanwhile = true;
-          break;
-        }
+        auto it = rounds_.find(round_id);  // resolved meanwhile (and maybe pruned): stop
+        if (stopping_ || it == rounds_.end() || it->second.state == State::kResolved) break;
       }
       std::span<float> out(buf.data(), s.count);
       st = agg.Aggregate(per_slice[s.index], {.weighting = options_.policy.weighting}, out);
@@ -550,13 +549,14 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   keep.clear();
   {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end()) return;
+    Round& r = it->second;
     const absl::Time now = options_.now();
     r.stats.aggregate_s = Seconds(now - start);
     r.finished_at = now;
     r.pushes.clear();  // frames no longer needed: free them now
     if (r.state == State::kResolved || stopping_) return;
-    resolved_meanwhile = false;
     if (!st.ok()) {
       // Never a partial region aggregate: the region contributes nothing this round.
       r.region_exclusion = absl::StrFormat("aggregation failed: %s", st.message());
@@ -571,12 +571,12 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
     }
     r.state = State::kWan;
   }
-  (void)resolved_meanwhile;
   absl::Status f = exchange_->FinishRegion(summary);
   if (!f.ok()) {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
-    if (r.state != State::kResolved) {
+    auto it = rounds_.find(round_id);
+    if (it != rounds_.end() && it->second.state != State::kResolved) {
+      Round& r = it->second;
       ResolveLocked(r, {.kind = RoundOutcome::Kind::kAborted,
                         .reason = absl::Status(
                             f.code(), absl::StrFormat("the WAN exchange refused round %u: %s",
