@@ -478,5 +478,37 @@ TEST_F(ServiceTest, RetryPushResendsTheSameFramesOnce) {
   EXPECT_EQ(engine_->Status().refused["wrong_round"], 2u);
 }
 
+TEST_F(ServiceTest, EightWorkersPushAndPullConcurrently) {
+  Start({.min_workers = 8});
+  std::vector<std::unique_ptr<RelayClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(ConnectOk(absl::StrFormat("gpu-%d", i)));
+    ASSERT_TRUE(clients.back());
+  }
+  std::vector<Worker> w(8);
+  std::vector<uint64_t> digests(8 * 2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      for (uint64_t r = 1; r <= 2; ++r) {
+        w[i].Fill(100 * i + r);
+        auto push = clients[i]->PushRound(r, w[i].In(), 100 + i, 1 + i % 3);
+        ASSERT_TRUE(push.ok()) << push.status();
+        auto pull = clients[i]->PullRound(r, w[i].Out());
+        ASSERT_TRUE(pull.ok()) << pull.status();
+        EXPECT_TRUE(pull->included);
+        digests[i * 2 + (r - 1)] = pull->digest;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 8; ++i) {
+    EXPECT_EQ(digests[i * 2], digests[0]);
+    EXPECT_EQ(digests[i * 2 + 1], digests[1]);
+    EXPECT_EQ(w[i].out_w, w[0].out_w);
+  }
+  EXPECT_EQ(engine_->Status().rounds_published, 2u);
+}
+
 }  // namespace
 }  // namespace heddle::relay
