@@ -48,6 +48,16 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// RoundOutcome::retained_by_gateway where the exchange header defines it, false where not.
+template <typename O>
+bool RetainedField(const O& o) {
+  if constexpr (requires { o.retained_by_gateway; }) {
+    return o.retained_by_gateway;
+  } else {
+    return false;
+  }
+}
+
 const char* StateName(int s) {
   static const char* const kNames[] = {"collecting", "open", "closed",
                                        "submitting", "wan",  "resolved"};
@@ -634,6 +644,11 @@ void RoundEngine::ResolveLocked(Round& r, const RoundOutcome& outcome) {
   r.aggregate = outcome.aggregate;
   r.region_in_aggregate =
       outcome.kind == RoundOutcome::Kind::kPublished && outcome.includes_this_region;
+  // Only a region whose part reached the exchange can have been kept there.
+  const bool reached_exchange = r.state == State::kWan || r.state == State::kSubmitting;
+  r.region_retained = !r.region_in_aggregate && reached_exchange && !r.included.empty() &&
+                      (options_.retained_by_gateway ? options_.retained_by_gateway(outcome)
+                                                    : RetainedField(outcome));
   if (outcome.kind == RoundOutcome::Kind::kPublished && !r.region_in_aggregate &&
       !r.included.empty()) {
     std::string why =
@@ -692,6 +707,19 @@ WorkerOutcome RoundEngine::OutcomeFor(const Round& r, uint32_t sender_id) const 
   o.included = r.kind == RoundOutcome::Kind::kPublished && r.region_in_aggregate &&
                r.included.count(sender_id) > 0;
   if (o.included) return o;
+  o.retained = r.region_retained && r.included.count(sender_id) > 0;
+  if (o.retained) {
+    o.exclusion = absl::StrFormat(
+        "round %u %s without region %u; the gateway keeps the region's update (this push in it) "
+        "in its error-feedback residual for a later round, so the worker keeps its residual as "
+        "it is",
+        r.id, r.kind == RoundOutcome::Kind::kAborted ? "was aborted" : "was published",
+        options_.region_id);
+    if (r.kind == RoundOutcome::Kind::kAborted) {
+      o.exclusion += absl::StrFormat(" (%s)", r.reason.message());
+    }
+    return o;
+  }
   if (r.kind == RoundOutcome::Kind::kAborted) {
     o.exclusion = absl::StrFormat("round %u was aborted: %s", r.id, r.reason.message());
   } else if (auto it = r.exclusion.find(sender_id); it != r.exclusion.end()) {
