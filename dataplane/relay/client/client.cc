@@ -392,6 +392,7 @@ absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<f
     // One slice's frames at a time: the memory bound of a pull.
     std::vector<std::vector<uint8_t>> frames(parts);
     std::vector<uint64_t> announced(parts, 0);
+    std::vector<FrameView> views;
     auto dest = [&](const SliceRef& s) {
       size_t t = 0;
       while (I.spec.tensors[t].id != s.tensor_id) ++t;
@@ -447,22 +448,35 @@ absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<f
               "pull of round %u, slice %u: digest %016x, the relay sent %016x; slice not applied",
               round_id, slice, d.Digest(), c.slice_digest())));
         }
-        std::span<float> dst = dest(I.slices[slice]);
-        std::ranges::fill(dst, 0.0f);
+        // Every part's frame must be this slice of this round from that region before any of
+        // them is written (the same checks as AccumulateGlobalSlice).
+        const SliceRef& sl = I.slices[slice];
+        std::span<float> dst = dest(sl);
+        views.clear();
         for (size_t p = 0; p < parts; ++p) {
+          const v1::RegionPart& part = h.parts(p);
           absl::StatusOr<FrameView> fv = ParseFrame(frames[p]);
           if (!fv.ok()) {
-            return fail(absl::Status(
-                fv.status().code(),
-                absl::StrFormat("pull of round %u, slice %u, region %u: %s", round_id, slice,
-                                h.parts(p).region_id(), fv.status().message())));
+            return fail(
+                absl::Status(fv.status().code(),
+                             absl::StrFormat("pull of round %u, slice %u, region %u: %s", round_id,
+                                             slice, part.region_id(), fv.status().message())));
           }
-          if (fv->header().element_count != dst.size()) {
+          const FrameHeader& fh = fv->header();
+          if (fh.round_id != round_id || fh.sender_id != part.region_id() ||
+              fh.token_count != part.tokens() || fh.tensor_id != sl.tensor_id ||
+              fh.element_offset != sl.offset || fh.element_count != sl.count) {
             return fail(absl::DataLossError(absl::StrFormat(
-                "pull of round %u, slice %u, region %u: %u values, the slice has %u", round_id,
-                slice, h.parts(p).region_id(), fv->header().element_count, dst.size())));
+                "pull of round %u, slice %u (tensor %u [%u, +%u)), region %u: the frame is round "
+                "%u, sender %u, %u tokens, tensor %u [%u, +%u)",
+                round_id, slice, sl.tensor_id, sl.offset, sl.count, part.region_id(), fh.round_id,
+                fh.sender_id, fh.token_count, fh.tensor_id, fh.element_offset, fh.element_count)));
           }
-          AccumulateFrame(*fv, h.parts(p).weight(), dst);
+          views.push_back(*fv);
+        }
+        std::ranges::fill(dst, 0.0f);
+        for (size_t p = 0; p < parts; ++p) AccumulateFrame(views[p], h.parts(p).weight(), dst);
+        for (size_t p = 0; p < parts; ++p) {
           frames[p].clear();
           announced[p] = 0;
         }
@@ -475,7 +489,8 @@ absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<f
   }
   grpc::Status st = r->Finish();
   if (!st.ok()) return I.Error("Pull", st);
-  HEDDLE_RETURN_IF_ERROR(I.Settle(round_id, res.included));
+  // Retained: the gateway carries this push in its residual, so it counts as used here.
+  HEDDLE_RETURN_IF_ERROR(I.Settle(round_id, res.included || h.retained()));
   I.next_round = std::max(I.next_round, round_id + 1);
   return res;
 }

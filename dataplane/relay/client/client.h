@@ -104,7 +104,9 @@ struct PullResult {
   // The buffers hold the round's global aggregate (every worker of every region computes the same
   // bits). False: the round was aborted everywhere, nothing to apply, the buffers are untouched.
   bool applied = false;
-  // This worker's push is in the aggregate. When false, its frames went back into the residual.
+  // This worker's push is in the aggregate. When false, its frames went back into the residual —
+  // unless the reason says the gateway kept the region's update (then it goes out later from
+  // there, and the worker's residual is left as it is).
   bool included = false;
   std::string reason;    // why not included / not applied; empty otherwise
   uint64_t digest = 0;   // the GlobalAggregate digest (equal on every worker)
@@ -153,8 +155,10 @@ class RelayClient {
   absl::StatusOr<PushStats> RetryPush(uint64_t round_id);
 
   // Waits for round `round_id` to end and writes its global aggregate into out[t] (fp32,
-  // spec().tensors[t].elements values each; overwritten). Each slice's digest is checked before
-  // it is written. Restores the residual when this worker's push is not in the aggregate.
+  // spec().tensors[t].elements values each; overwritten). Each slice's digest and frames are
+  // checked before it is written. Restores the residual when this worker's push is not in the
+  // aggregate. On an error the buffers may hold some of the round's slices: do not apply them;
+  // the round can be pulled again (nothing is settled until a pull succeeds).
   absl::StatusOr<PullResult> PullRound(uint64_t round_id, std::span<float* const> out);
 
   // The measured compute time of round `round_id` (start of the round to the push), for the

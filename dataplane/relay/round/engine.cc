@@ -48,6 +48,16 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// RoundOutcome::retained_by_gateway where the exchange header defines it, false where not.
+template <typename O>
+bool RetainedField(const O& o) {
+  if constexpr (requires { o.retained_by_gateway; }) {
+    return o.retained_by_gateway;
+  } else {
+    return false;
+  }
+}
+
 const char* StateName(int s) {
   static const char* const kNames[] = {"collecting", "open", "closed",
                                        "submitting", "wan",  "resolved"};
@@ -505,7 +515,9 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   RegionSummary summary{.round_id = round_id, .region_id = options_.region_id};
   {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end() || it->second.state == State::kResolved) return;
+    Round& r = it->second;
     if (r.region_exclusion.empty()) {
       for (uint32_t id : r.included) {
         const WorkerPush& p = r.pushes.at(id);
@@ -521,7 +533,6 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   }
   const absl::Time start = options_.now();
   absl::Status st;
-  bool resolved_meanwhile = false;
   if (summary.tokens > 0) {
     uint64_t max_count = 0;
     for (const SliceRef& s : slices_) max_count = std::max(max_count, s.count);
@@ -530,10 +541,8 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
     for (const SliceRef& s : slices_) {
       {
         absl::MutexLock l(&mu_);
-        if (stopping_ || rounds_.at(round_id).state == State::kResolved) {
-          resolved_meanwhile = true;
-          break;
-        }
+        auto it = rounds_.find(round_id);  // resolved meanwhile (and maybe pruned): stop
+        if (stopping_ || it == rounds_.end() || it->second.state == State::kResolved) break;
       }
       std::span<float> out(buf.data(), s.count);
       st = agg.Aggregate(per_slice[s.index], {.weighting = options_.policy.weighting}, out);
@@ -550,13 +559,14 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
   keep.clear();
   {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
+    auto it = rounds_.find(round_id);
+    if (it == rounds_.end()) return;
+    Round& r = it->second;
     const absl::Time now = options_.now();
     r.stats.aggregate_s = Seconds(now - start);
     r.finished_at = now;
     r.pushes.clear();  // frames no longer needed: free them now
     if (r.state == State::kResolved || stopping_) return;
-    resolved_meanwhile = false;
     if (!st.ok()) {
       // Never a partial region aggregate: the region contributes nothing this round.
       r.region_exclusion = absl::StrFormat("aggregation failed: %s", st.message());
@@ -571,12 +581,12 @@ void RoundEngine::SubmitRound(uint64_t round_id) {
     }
     r.state = State::kWan;
   }
-  (void)resolved_meanwhile;
   absl::Status f = exchange_->FinishRegion(summary);
   if (!f.ok()) {
     absl::MutexLock l(&mu_);
-    Round& r = rounds_.at(round_id);
-    if (r.state != State::kResolved) {
+    auto it = rounds_.find(round_id);
+    if (it != rounds_.end() && it->second.state != State::kResolved) {
+      Round& r = it->second;
       ResolveLocked(r, {.kind = RoundOutcome::Kind::kAborted,
                         .reason = absl::Status(
                             f.code(), absl::StrFormat("the WAN exchange refused round %u: %s",
@@ -634,6 +644,11 @@ void RoundEngine::ResolveLocked(Round& r, const RoundOutcome& outcome) {
   r.aggregate = outcome.aggregate;
   r.region_in_aggregate =
       outcome.kind == RoundOutcome::Kind::kPublished && outcome.includes_this_region;
+  // Only a region whose part reached the exchange can have been kept there.
+  const bool reached_exchange = r.state == State::kWan || r.state == State::kSubmitting;
+  r.region_retained = !r.region_in_aggregate && reached_exchange && !r.included.empty() &&
+                      (options_.retained_by_gateway ? options_.retained_by_gateway(outcome)
+                                                    : RetainedField(outcome));
   if (outcome.kind == RoundOutcome::Kind::kPublished && !r.region_in_aggregate &&
       !r.included.empty()) {
     std::string why =
@@ -692,6 +707,19 @@ WorkerOutcome RoundEngine::OutcomeFor(const Round& r, uint32_t sender_id) const 
   o.included = r.kind == RoundOutcome::Kind::kPublished && r.region_in_aggregate &&
                r.included.count(sender_id) > 0;
   if (o.included) return o;
+  o.retained = r.region_retained && r.included.count(sender_id) > 0;
+  if (o.retained) {
+    o.exclusion = absl::StrFormat(
+        "round %u %s without region %u; the gateway keeps the region's update (this push in it) "
+        "in its error-feedback residual for a later round, so the worker keeps its residual as "
+        "it is",
+        r.id, r.kind == RoundOutcome::Kind::kAborted ? "was aborted" : "was published",
+        options_.region_id);
+    if (r.kind == RoundOutcome::Kind::kAborted) {
+      o.exclusion += absl::StrFormat(" (%s)", r.reason.message());
+    }
+    return o;
+  }
   if (r.kind == RoundOutcome::Kind::kAborted) {
     o.exclusion = absl::StrFormat("round %u was aborted: %s", r.id, r.reason.message());
   } else if (auto it = r.exclusion.find(sender_id); it != r.exclusion.end()) {

@@ -119,6 +119,11 @@ struct EngineOptions {
   // Optional, not owned, must outlive the engine: members are added and removed, reports
   // forwarded, the plan's tokens used as the expected tokens, the WAN time fed back.
   planner::Planner* planner = nullptr;
+  // Whether an outcome that leaves this region out (or aborts) says the gateway kept the region's
+  // submitted update in its own error-feedback residual (the WAN side's
+  // RoundOutcome::retained_by_gateway): then the region's included workers must not restore
+  // theirs, or the work would count twice. Null: read that field when the exchange header has it.
+  std::function<bool(const RoundOutcome&)> retained_by_gateway;
 };
 
 struct JoinRequest {
@@ -147,7 +152,10 @@ struct WorkerOutcome {
   absl::Status reason;                               // kAborted: why
   std::shared_ptr<const GlobalAggregate> aggregate;  // kPublished
   bool included = false;                             // this worker's push is in the aggregate
-  std::string exclusion;                             // why not, when it is not
+  // Not included, but the gateway kept the region's update (with this worker's push in it) in its
+  // residual: the worker must leave its own residual as it is.
+  bool retained = false;
+  std::string exclusion;  // why not included, when it is not
 };
 
 struct RoundStats {
@@ -287,6 +295,7 @@ class RoundEngine {
     absl::Status reason;
     std::shared_ptr<const GlobalAggregate> aggregate;
     bool region_in_aggregate = false;
+    bool region_retained = false;  // left out, the gateway kept the region's update
   };
 
   RoundEngine(EngineOptions options, std::unique_ptr<WanExchange> exchange);

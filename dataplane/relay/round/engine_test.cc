@@ -80,7 +80,8 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 class EngineTest : public ::testing::Test {
  protected:
-  void Make(RoundPolicy policy = {}, planner::Planner* planner = nullptr) {
+  void Make(RoundPolicy policy = {}, planner::Planner* planner = nullptr,
+            std::function<bool(const RoundOutcome&)> retained = nullptr) {
     spec_ = TestSpec();
     auto ex = std::make_unique<testing::FakeExchange>(
         spec_, testing::FakeExchangeOptions{.keep_submitted = true});
@@ -89,7 +90,8 @@ class EngineTest : public ::testing::Test {
                     .spec = spec_,
                     .policy = policy,
                     .now = [this] { return clock_.Now(); },
-                    .planner = planner};
+                    .planner = planner,
+                    .retained_by_gateway = std::move(retained)};
     auto e = RoundEngine::Create(std::move(o), std::move(ex));
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = *std::move(e);
@@ -502,6 +504,40 @@ TEST_F(EngineTest, AnOutcomeOutOfOrderDoesNotWedgeLaterRounds) {
   ASSERT_TRUE(PushOk(a, 3).ok());
   ASSERT_TRUE(Resolved(3));
   EXPECT_TRUE(PullOk(a, 3).included);
+}
+
+TEST_F(EngineTest, AnUpdateTheGatewayKeptIsNotRestoredByTheWorkers) {
+  Make({.push_timeout = absl::Seconds(10)}, nullptr, [](const RoundOutcome&) { return true; });
+  fake_->set_auto_publish(false);
+  uint32_t a = JoinOk("w-a"), b = JoinOk("w-b");
+  ASSERT_TRUE(PushOk(a, 1).ok());
+  clock_.Advance(absl::Seconds(11));
+  engine_->Tick();  // b is late: a alone makes the region's part
+  for (int i = 0; i < 3000 && fake_->last_summary().round_id != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(fake_->last_summary().tokens, 100u);
+  fake_->PublishWithoutRegion(1);  // the coordinator left the region out; the gateway kept it
+  ASSERT_TRUE(Resolved(1));
+  WorkerOutcome oa = PullOk(a, 1);
+  EXPECT_FALSE(oa.included);
+  EXPECT_TRUE(oa.retained);
+  EXPECT_THAT(oa.exclusion, HasSubstr("the gateway keeps the region's update"));
+  WorkerOutcome ob = PullOk(b, 1);  // b's push never reached the gateway: b restores
+  EXPECT_FALSE(ob.included);
+  EXPECT_FALSE(ob.retained);
+  // A region that sat out submitted nothing: nothing can have been kept.
+  ASSERT_TRUE(engine_->Leave(b).ok());
+  fake_->set_auto_publish(true);
+  Make({.push_timeout = absl::Seconds(10), .missing = MissingPolicy::kAbort}, nullptr,
+       [](const RoundOutcome&) { return true; });
+  a = JoinOk("w-a");
+  b = JoinOk("w-b");
+  ASSERT_TRUE(PushOk(a, 1).ok());
+  clock_.Advance(absl::Seconds(11));
+  engine_->Tick();
+  ASSERT_TRUE(Resolved(1));
+  EXPECT_FALSE(PullOk(a, 1).retained);
 }
 
 TEST_F(EngineTest, PullDeadlinesAndRangesAreReported) {

@@ -165,6 +165,8 @@ grpc::Status RelayService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1:
               current < frames.size() ? frames[current].size() : 0));
         }
         current = m.slice();
+        // A long push keeps its worker alive (round.liveness_timeout counts silence).
+        (void)engine_->Touch(sender);
       }
       if (current >= slices.size()) {
         return Invalid(absl::StrFormat("push of round %u: slice %u, the model has %u slices", round,
@@ -227,6 +229,7 @@ grpc::Status RelayService::Pull(grpc::ServerContext* ctx, const v1::PullRequest*
   v1::PullHeader* h = msg.mutable_header();
   h->set_round_id(o->round_id);
   h->set_included(o->included);
+  h->set_retained(o->retained);
   h->set_reason(o->included ? "" : o->exclusion);
   h->set_collecting_round(engine_->collecting_round());
   *h->mutable_plan() = PlanOf(req->sender_id());

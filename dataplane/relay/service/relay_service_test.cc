@@ -59,11 +59,13 @@ struct Worker {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  void Start(RoundPolicy policy = {}) {
+  void Start(RoundPolicy policy = {}, std::function<bool(const RoundOutcome&)> retained = nullptr) {
     spec_ = TestSpec();
     auto ex = std::make_unique<testing::FakeExchange>(spec_, testing::FakeExchangeOptions{});
     fake_ = ex.get();
-    auto e = RoundEngine::Create({.region_id = 1, .spec = spec_, .policy = policy}, std::move(ex));
+    auto e = RoundEngine::Create(
+        {.region_id = 1, .spec = spec_, .policy = policy, .retained_by_gateway = retained},
+        std::move(ex));
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = *std::move(e);
     auto s = RelayServer::Start(
@@ -476,6 +478,78 @@ TEST_F(ServiceTest, RetryPushResendsTheSameFramesOnce) {
   ASSERT_TRUE(pull.ok()) << pull.status();
   EXPECT_TRUE(pull->included);
   EXPECT_EQ(engine_->Status().refused["wrong_round"], 2u);
+}
+
+TEST_F(ServiceTest, EightWorkersPushAndPullConcurrently) {
+  Start({.min_workers = 8});
+  std::vector<std::unique_ptr<RelayClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.push_back(ConnectOk(absl::StrFormat("gpu-%d", i)));
+    ASSERT_TRUE(clients.back());
+  }
+  std::vector<Worker> w(8);
+  std::vector<uint64_t> digests(8 * 2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      for (uint64_t r = 1; r <= 2; ++r) {
+        w[i].Fill(100 * i + r);
+        auto push = clients[i]->PushRound(r, w[i].In(), 100 + i, 1 + i % 3);
+        ASSERT_TRUE(push.ok()) << push.status();
+        auto pull = clients[i]->PullRound(r, w[i].Out());
+        ASSERT_TRUE(pull.ok()) << pull.status();
+        EXPECT_TRUE(pull->included);
+        digests[i * 2 + (r - 1)] = pull->digest;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 8; ++i) {
+    EXPECT_EQ(digests[i * 2], digests[0]);
+    EXPECT_EQ(digests[i * 2 + 1], digests[1]);
+    EXPECT_EQ(w[i].out_w, w[0].out_w);
+  }
+  EXPECT_EQ(engine_->Status().rounds_published, 2u);
+}
+
+TEST_F(ServiceTest, APushTheGatewayKeptStaysOutOfTheWorkerResidual) {
+  Start({}, [](const RoundOutcome&) { return true; });
+  fake_->set_auto_publish(false);
+  auto a = ConnectOk("gpu-a");
+  ASSERT_TRUE(a);
+  Worker w1;
+  w1.Fill(5);
+  ASSERT_TRUE(a->PushRound(1, w1.In(), 100, 1).ok());
+  for (int i = 0; i < 3000 && fake_->last_summary().round_id != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  fake_->PublishWithoutRegion(1);
+  auto p1 = a->PullRound(1, w1.Out());
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  EXPECT_FALSE(p1->included);
+  EXPECT_THAT(p1->reason, HasSubstr("the gateway keeps the region's update"));
+  // Round 2 with a zero input sends the residual round 1 left, e1 = v1 − m·sign(v1): not v1.
+  fake_->set_auto_publish(true);
+  Worker zero;
+  zero.Fill(0);
+  std::fill(zero.w.begin(), zero.w.end(), 0.0f);
+  std::fill(zero.b.begin(), zero.b.end(), uint16_t{0});
+  ASSERT_TRUE(a->PushRound(2, zero.In(), 100, 1).ok());
+  auto p2 = a->PullRound(2, zero.Out());
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  ASSERT_TRUE(p2->included);
+  for (const SliceRef& s : Slices(spec_)) {
+    if (s.tensor_id != 0) continue;
+    SignEncoder enc = *SignEncoder::Create(s.count, {.chunk_size = spec_.chunk_size});
+    enc.Encode(DType::kFloat32, w1.w.data() + s.offset);
+    std::vector<float> z(s.count, 0.0f);
+    enc.Encode(DType::kFloat32, z.data());
+    for (uint64_t j = 0; j < s.count; ++j) {
+      const float m = enc.magnitudes()[j / spec_.chunk_size];
+      const float want = (enc.signs()[j / 64] >> (j % 64)) & 1 ? -m : m;
+      ASSERT_NEAR(zero.out_w[s.offset + j], want, 1e-5f * m) << "value " << s.offset + j;
+    }
+  }
 }
 
 }  // namespace
