@@ -198,7 +198,8 @@ class Client:
     def pull(self, round_id, out=None):
         """The round's global aggregate as {name: fp32 tensor} (shaped like the parameters when
         join() was given the model), written into `out`'s tensors when given. `.result` holds
-        the PullResult; when not `.applied` the buffers are untouched."""
+        the PullResult; when not `.applied` the buffers are untouched. If it raises, the buffers
+        may hold part of the round: do not apply them; pull the round again."""
         c = self._client()
         bufs = {}
         flat = []
