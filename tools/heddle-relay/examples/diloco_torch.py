@@ -160,11 +160,11 @@ def run_relay(args):
                              ("key", args.tls_key)) if v}
     client = hr.Client(args.relay, args.name, token=args.token, tls=tls or None)
     client.join(global_model, chunk_size=args.chunk_size, slice_elements=args.slice_elements,
-                dtype=args.push_dtype, tokens_per_s=args.tokens_per_s)
+                dtype=args.push_dtype, tokens_per_s=args.tokens_per_s, max_batch=args.max_batch)
     losses = [task.loss(global_model)]
     log(args, 0, losses[0], f"  (initial; sender {client.sender_id}, "
         f"first round {client.next_round})")
-    digests = []
+    digests, plans = [], []
     # The aggregate is pulled straight into these buffers, which serve as the outer gradients.
     grads = {n: torch.zeros_like(p) for n, p in global_model.named_parameters()}
     try:
@@ -187,6 +187,7 @@ def run_relay(args):
             if agg.applied:
                 outer_step(global_model, opt, agg)
             digests.append(agg.result.digest)
+            plans.append([steps, batch])
             client.report(r, batch, steps, compute_s)
             losses.append(task.loss(global_model))
             note = "" if agg.included else f"  (not included: {agg.result.reason})"
@@ -196,7 +197,8 @@ def run_relay(args):
                 f"{agg.result.bytes} B pulled){note}")
     finally:
         client.leave()
-    return {"losses": losses, "params": params_of(global_model), "digests": digests}
+    return {"losses": losses, "params": params_of(global_model), "digests": digests,
+            "plans": plans}
 
 
 def params_of(model):
@@ -233,6 +235,7 @@ def parse_args(argv=None):
     p.add_argument("--tls-key")
     p.add_argument("--tokens-per-s", type=float, default=20000.0,
                    help="throughput told to the planner")
+    p.add_argument("--max-batch", type=int, default=256, help="largest batch, for the planner")
     p.add_argument("--save", metavar="PATH", help="write the final parameters (torch.save)")
     p.add_argument("--json", action="store_true", help="print the losses as JSON at the end")
     p.add_argument("--quiet", action="store_true")
@@ -250,7 +253,8 @@ def main(argv=None):
         torch.save(result["params"], args.save)
     if args.json:
         print(json.dumps({"losses": result["losses"],
-                          "digests": [f"{d:016x}" for d in result.get("digests", [])]}))
+                          "digests": [f"{d:016x}" for d in result.get("digests", [])],
+                          "plans": result.get("plans", [])}))
     return result
 
 

@@ -40,7 +40,7 @@ CLIENT_TLS = {"ca": f"{TLS}/ca.pem", "cert": f"{TLS}/client.pem", "key": f"{TLS}
 class Relay:
     """`heddle-relay serve` on 127.0.0.1, port 0, in a temp dir; stopped by stop()."""
 
-    def __init__(self, tmp, model_yaml, min_workers, tls=False):
+    def __init__(self, tmp, model_yaml, min_workers, tls=False, extra=""):
         self.tmp = tmp
         with open(os.path.join(tmp, "token"), "w") as f:
             f.write(TOKEN + "\n")
@@ -55,7 +55,7 @@ class Relay:
                     "round:\n"
                     "  push_timeout_s: 120\n"
                     "  missing: abort\n"
-                    f"  min_workers: {min_workers}\n")
+                    f"  min_workers: {min_workers}\n" + extra)
         port_file = os.path.join(tmp, "port")
         self.log = open(os.path.join(tmp, "serve.log"), "w")
         self.proc = subprocess.Popen([RELAY, "serve", "--config", cfg, "--port-file", port_file],
@@ -145,6 +145,34 @@ class TwoWorkersTest(unittest.TestCase):
         self.assertEqual(local["losses"], log0["losses"])
         for n in p0:
             self.assertTrue(torch.equal(local["params"][n], p0[n]), n)
+
+
+class PlannedWorkersTest(unittest.TestCase):
+    PLANNER = ("planner:\n"
+               "  target_round_s: 0.2\n"
+               "  seq_len: 1\n"
+               "  min_inner_steps: 4\n"
+               "  max_inner_steps: 12\n")
+
+    def test_inner_steps_and_batch_from_the_plan(self):
+        skip_without_relay()
+        with tempfile.TemporaryDirectory() as tmp:
+            relay = Relay(tmp, spec_yaml(), min_workers=2, extra=self.PLANNER)
+            try:
+                results = run_workers(relay, tmp, 2, 2, "--max-batch", "64")
+            finally:
+                relay.stop()
+        (log0, p0), (log1, p1) = results
+        for log in (log0, log1):
+            self.assertEqual(len(log["plans"]), 2)
+            for steps, batch in log["plans"]:
+                # The relay's plan, not the example's defaults (H = 20, B = 32).
+                self.assertTrue(4 <= steps <= 12, log["plans"])
+                self.assertTrue(1 <= batch <= 64, log["plans"])
+        self.assertEqual(log0["digests"], log1["digests"])
+        for n in p0:
+            self.assertTrue(torch.equal(p0[n], p1[n]), n)
+        self.assertLess(log0["losses"][-1], log0["losses"][0])
 
 
 class SingleWorkerTest(unittest.TestCase):
