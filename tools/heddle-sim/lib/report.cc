@@ -80,8 +80,9 @@ std::string FormatReport(const SimResult& r) {
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
-    absl::StrAppendFormat(&s, "tier-%d uplinks: %u, Jain %.4f, bytes min %u max %u\n", u.tier,
-                          u.bytes.size(), u.jain, u.bytes.empty() ? 0 : lo, hi);
+    absl::StrAppendFormat(
+        &s, "tier-%d uplinks: %u, Jain %.4f (per switch %.4f), bytes min %u max %u\n", u.tier,
+        u.bytes.size(), u.jain, u.jain_per_switch, u.bytes.empty() ? 0 : lo, hi);
   }
   absl::StrAppendFormat(
       &s,

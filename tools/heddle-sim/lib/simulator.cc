@@ -1138,6 +1138,19 @@ SimResult Simulator::Impl::Run() {
       }
     }
     ut.jain = JainIndex(ut.bytes);
+    double weighted = 0, total = 0;
+    size_t at = 0;
+    for (const Switch& sw : switches) {
+      if (sw.tier != t) continue;
+      const std::vector<uint64_t> mine(ut.bytes.begin() + static_cast<ptrdiff_t>(at),
+                                       ut.bytes.begin() + static_cast<ptrdiff_t>(at + sw.up_ports));
+      at += sw.up_ports;
+      double sum = 0;
+      for (uint64_t v : mine) sum += static_cast<double>(v);
+      weighted += sum * JainIndex(mine);
+      total += sum;
+    }
+    ut.jain_per_switch = total > 0 ? weighted / total : 1;
     res.uplinks.push_back(std::move(ut));
   }
   res.lb = lb;

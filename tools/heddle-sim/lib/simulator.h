@@ -151,7 +151,10 @@ struct SimResult {
   struct UplinkTier {
     int tier = 1;
     std::vector<uint64_t> bytes;  // per up link of the tier, in (plane, switch, up port) order
-    double jain = 1;
+    double jain = 1;  // over all of them (sources that send more load their uplinks more)
+    // Each switch's Jain's index over its own up links, averaged weighted by its bytes: how
+    // evenly the balancing spreads what a switch has to send.
+    double jain_per_switch = 1;
   };
   std::vector<UplinkTier> uplinks;
   // Mean queueing delay (enqueue to start of transmission) over all switch ports, and the sum
