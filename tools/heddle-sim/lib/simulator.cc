@@ -719,7 +719,11 @@ void Simulator::Impl::SwitchReceive(uint32_t gp, uint32_t pi) {
     Drop(pi, false);
     return;
   }
-  if (port.bytes + p.wire > cfg.buffer_bytes) {
+  // Without PFC the egress port's buffer bounds what waits for it. With PFC the buffer is
+  // accounted at ingress, per (port, priority): above xoff the upstream is paused, and what
+  // arrives before the pause takes effect lands in the headroom up to buffer_bytes.
+  if (cfg.pfc ? ports[gp].ingress[p.prio] + p.wire > cfg.buffer_bytes
+              : port.bytes + p.wire > cfg.buffer_bytes) {
     Drop(pi, true);
     return;
   }

@@ -62,7 +62,8 @@ struct SimConfig {
   uint32_t header_bytes = 64;
 
   // ---- Switch ports ----
-  uint64_t buffer_bytes = 100 * (4096 + 64);  // per egress port, all priorities
+  // Per egress port, all priorities; with PFC per ingress port and priority (xoff + headroom).
+  uint64_t buffer_bytes = 100 * (4096 + 64);
   bool ecn = true;
   uint64_t ecn_kmin_bytes = 25 * (4096 + 64);  // per priority queue
   uint64_t ecn_kmax_bytes = 76 * (4096 + 64);

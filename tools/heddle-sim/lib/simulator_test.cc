@@ -286,6 +286,26 @@ TEST(SimulatorTest, ConservationUnderLoss) {
   }
 }
 
+// With PFC nothing is dropped, however loaded: the upstream is paused before the headroom
+// above xoff fills.
+TEST(SimulatorTest, PfcIsLossless) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  c.pfc = true;
+  c.buffer_bytes = 40 * 4160;
+  c.pfc_xoff_bytes = 16 * 4160;
+  c.pfc_xon_bytes = 12 * 4160;
+  c.duration_ns = 300'000;
+  const SimResult r = RunLoaded(f, c, "websearch", 0.9);
+  EXPECT_GT(r.pfc_pauses, 0u);
+  EXPECT_EQ(r.drops_buffer, 0u);
+  uint64_t finished = 0;
+  for (const FlowRecord& fr : r.flows) finished += fr.finish != 0;
+  EXPECT_EQ(finished, r.flows.size());
+  c.pfc = false;
+  EXPECT_GT(RunLoaded(f, c, "websearch", 0.9).drops_buffer, 0u);
+}
+
 // Spraying over a path 5 µs longer than the others reorders packets: go-back-N NAKs and
 // resends, selective repeat takes them as they come and resends nothing.
 TEST(SimulatorTest, GoBackNResendsUnderReorderingSelectiveRepeatDoesNot) {
