@@ -337,6 +337,66 @@ TEST(SimulatorTest, GoBackNResendsUnderReorderingSelectiveRepeatDoesNot) {
   EXPECT_LT(fct[1], fct[0]);
 }
 
+// STORM at the NIC and the switches: a 4 KiB message sent behind a 10 MB one to the same
+// receiver takes the top level and overtakes the big one's queue; without STORM it waits behind
+// it.
+TEST(SimulatorTest, StormLetsAShortMessageOvertake) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  TimePs fct[2] = {0, 0};
+  TimePs ideal = 0;
+  for (bool storm : {false, true}) {
+    SimConfig c;
+    c.storm = storm;
+    c.buffer_bytes = uint64_t{1} << 30;
+    c.window_packets = 200;  // a deep standing queue at the receiver's ToR
+    std::unique_ptr<Simulator> s = Make(f, c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->AddFlow(0, 5, 10'000'000, 0).ok());
+    ASSERT_TRUE(s->AddFlow(1, 5, 10'000'000, 0).ok());
+    ASSERT_TRUE(s->AddFlow(2, 5, 4096, 200'000).ok());
+    ideal = s->IdealFct(2, 5, 4096);
+    const SimResult r = s->Run();
+    ASSERT_NE(r.flows[2].finish, 0u);
+    fct[storm] = r.flows[2].finish - r.flows[2].start;
+    if (storm) {
+      EXPECT_GT(r.level_bytes[3], 0u);  // the short message: top level
+      EXPECT_GT(r.level_bytes[0], 0u);  // the big ones, once they have more than 1 MiB left
+    } else {
+      EXPECT_EQ(r.level_bytes[0], r.data_bytes_sent);
+    }
+  }
+  // Without STORM the short message waits behind ~200 packets of the big flows at the ToR.
+  EXPECT_GT(fct[0], 4 * fct[1]);
+  // With it, it waits at most for the packet on the wire at each hop.
+  EXPECT_LT(fct[1], ideal * 3 / 2);
+}
+
+// PIN with RPS: a message under the threshold keeps one path, so a path 5 µs longer than the
+// others does not reorder it; sprayed, it is reordered.
+TEST(SimulatorTest, PinKeepsShortMessagesInOrder) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  for (bool pin : {false, true}) {
+    SimConfig c;
+    c.lb.balancer = lb::BalancerKind::kRps;
+    c.lb.pin = pin;
+    c.lb.threshold_bytes = 200'000;
+    c.degraded.push_back({.lower = "leaf[0]", .up_port = 0, .extra_latency_ns = 5000});
+    std::unique_ptr<Simulator> s = Make(f, c);
+    ASSERT_NE(s, nullptr);
+    for (uint32_t i = 0; i < 20; ++i) {
+      ASSERT_TRUE(s->AddFlow(i % 4, 4 + i % 4, 150'000, i * 100'000).ok());
+    }
+    const SimResult r = s->Run();
+    if (pin) {
+      EXPECT_EQ(r.out_of_order, 0u);
+      EXPECT_EQ(r.retransmissions, 0u);
+    } else {
+      EXPECT_GT(r.out_of_order, 0u);
+    }
+    for (const FlowRecord& fr : r.flows) EXPECT_NE(fr.finish, 0u);
+  }
+}
+
 TEST(SimulatorTest, BadInputIsAnError) {
   const nuwa::Fabric f = Parse(kLeafSpine);
   SimConfig c;
