@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   CLI::App app{"heddle-sim: packet-level fabric simulator on heddle's STORM, PIN and Nüwa code"};
   std::string fabric_path, workload = "websearch", duration = "1ms", max_time, out_dir;
   std::string lb_name = "ecmp", pin = "off", storm = "off", storm_mode = "auto";
-  std::string transport = "gbn", ecn = "on", pfc = "off", dcqcn = "off", flow_unit = "request";
+  std::string transport = "gbn", ecn = "on", pfc = "off", cc = "none", flow_unit = "request";
   std::string rto = "100us";
   double load = 0.5, latency_ns = 1000, link_gbps = 0;
   uint64_t seed = 1, pin_threshold = 0;
@@ -100,7 +100,9 @@ int main(int argc, char** argv) {
   app.add_option("--ecn-kmin-pkts", kmin, "ECN marking starts above this queue (packets)");
   app.add_option("--ecn-kmax-pkts", kmax, "every packet marked from this queue (packets)");
   app.add_option("--pfc", pfc, "on | off")->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--dcqcn", dcqcn, "on | off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--cc", cc,
+                 "congestion control: none | dcqcn (rate, CNPs) | ecn-window (DCTCP-like window)")
+      ->check(CLI::IsMember({"none", "dcqcn", "ecn-window"}));
   app.add_option("--incast-senders", incast_senders, "add an incast of N senders (0: none)");
   app.add_option("--incast-receiver", incast_receiver, "the incast's receiver host");
   app.add_option("--incast-size", incast_size, "bytes per incast sender");
@@ -133,7 +135,8 @@ int main(int argc, char** argv) {
   c.pfc = OnOff(pfc);
   c.pfc_xoff_bytes = buffer_pkts * pkt * 2 / 5;
   c.pfc_xon_bytes = buffer_pkts * pkt * 3 / 10;
-  c.dcqcn = OnOff(dcqcn);
+  c.dcqcn = cc == "dcqcn";
+  c.ecn_window = cc == "ecn-window";
   c.transport = transport == "gbn" ? heddle::sim::Transport::kGoBackN
                                    : heddle::sim::Transport::kSelectiveRepeat;
   c.window_packets = window;

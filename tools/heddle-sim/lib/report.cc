@@ -62,10 +62,14 @@ std::string FormatReport(const SimResult& r) {
   const SimConfig& c = r.config;
   std::string s = absl::StrFormat(
       "fabric %s (%u hosts), transport %s, lb %s, pin %s (threshold %u B), storm %s, ecn %s, "
-      "pfc %s, dcqcn %s, seed %u\n",
+      "pfc %s, cc %s, seed %u\n",
       r.fabric_name, r.hosts, TransportName(c.transport), lb::BalancerKindName(r.lb.balancer),
       r.lb.pin ? "on" : "off", lb::EffectiveThreshold(r.lb), c.storm ? "on" : "off",
-      c.ecn ? "on" : "off", c.pfc ? "on" : "off", c.dcqcn ? "on" : "off", c.seed);
+      c.ecn ? "on" : "off", c.pfc ? "on" : "off",
+      c.dcqcn        ? "dcqcn"
+      : c.ecn_window ? "ecn-window"
+                     : "none",
+      c.seed);
   absl::StrAppendFormat(&s, "flows %u, finished %u; simulated %.3f us\n", r.flows.size(),
                         Finished(r), static_cast<double>(r.end_time) / 1e6);
   absl::StrAppendFormat(&s, "%-9s %8s %9s %9s %9s %9s\n", "slowdown", "flows", "mean", "p50", "p99",

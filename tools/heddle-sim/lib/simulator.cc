@@ -131,6 +131,9 @@ struct Qp {
   std::vector<uint8_t> rbits;
   TimePs last_cnp = 0;
   bool cnp_sent = false;
+  // ECN window (DCTCP-like).
+  double cwnd = 0, w_alpha = 0;
+  uint32_t round_end = 0, round_acks = 0, round_marked = 0;
   // DCQCN.
   double rc = 0, rt = 0, alpha = 1;
   TimePs dc_last = 0;
@@ -643,6 +646,7 @@ absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
     qp.rbits.assign(ring, 0);
   }
   qp.rc = qp.rt = LineRate();
+  qp.cwnd = window;
   storm::QpEntry& e = entries.back();
   std::memset(&e, 0, sizeof(e));
   e.key_hash = qp.flow_hash | 1;
@@ -803,7 +807,9 @@ void Simulator::Impl::TrySend(uint32_t qi) {
     }
   }
   if (psn == kNil) {
-    if (qp.snd_nxt >= qp.psn_alloc || qp.snd_nxt - qp.snd_una >= window) return;
+    const uint32_t w =
+        cfg.ecn_window ? std::max<uint32_t>(1, static_cast<uint32_t>(qp.cwnd)) : window;
+    if (qp.snd_nxt >= qp.psn_alloc || qp.snd_nxt - qp.snd_una >= w) return;
     psn = qp.snd_nxt;
   }
   if (cfg.dcqcn) {
@@ -1003,6 +1009,21 @@ void Simulator::Impl::ReceiveAck(Packet p) {
         qp.flow_hash, qp.qpn,
         {.kind = lb::FeedbackKind::kAck, .psn = (p.psn - 1) & storm::kPsnMask, .ce = ce}, now_ns);
   }
+  if (cfg.ecn_window) {
+    ++qp.round_acks;
+    if (ce) {
+      ++qp.round_marked;
+    } else {
+      qp.cwnd = std::min<double>(window, qp.cwnd + 1 / qp.cwnd);
+    }
+    if (p.psn >= qp.round_end) {  // a round trip's worth of ACKs
+      const double frac = static_cast<double>(qp.round_marked) / qp.round_acks;
+      qp.w_alpha = (1 - cfg.ecn_window_g) * qp.w_alpha + cfg.ecn_window_g * frac;
+      if (qp.round_marked != 0) qp.cwnd = std::max(1.0, qp.cwnd * (1 - qp.w_alpha / 2));
+      qp.round_acks = qp.round_marked = 0;
+      qp.round_end = qp.snd_nxt;
+    }
+  }
   Acked(qp, qi, p.psn);
   if (p.kind == kNak) {
     host.pin->OnFeedback(qp.flow_hash, qp.qpn,
@@ -1035,6 +1056,7 @@ void Simulator::Impl::OnRto(uint32_t qi) {
     return;
   }
   ++res.timeouts;
+  if (cfg.ecn_window) qp.cwnd = std::max(1.0, qp.cwnd / 2);
   if (cfg.transport == Transport::kGoBackN) {
     qp.snd_nxt = qp.snd_una;
   } else {

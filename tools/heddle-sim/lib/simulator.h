@@ -86,6 +86,11 @@ struct SimConfig {
   uint64_t dcqcn_cnp_interval_ns = 50'000;
   double dcqcn_ai_fraction = 0.01;  // additive increase, a fraction of the line rate
   uint32_t dcqcn_fast_recovery = 5;
+  // A window that ECN shrinks (DCTCP-like): per round trip α ← (1−g)α + g·F (F the share of
+  // ACKs echoing CE), the window × (1 − α/2) if any; + 1/window per unmarked ACK, up to
+  // window_packets; halved on a timeout. Starts at window_packets.
+  bool ecn_window = false;
+  double ecn_window_g = 1.0 / 16;
 
   // ---- STORM (dataplane/storm) ----
   bool storm = false;

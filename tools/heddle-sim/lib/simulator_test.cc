@@ -306,6 +306,32 @@ TEST(SimulatorTest, PfcIsLossless) {
   EXPECT_GT(RunLoaded(f, c, "websearch", 0.9).drops_buffer, 0u);
 }
 
+// Congestion control that listens to ECN drops less than a fixed window at the same load, and
+// still delivers everything.
+TEST(SimulatorTest, CongestionControlCutsDrops) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  c.duration_ns = 400'000;
+  c.buffer_bytes = 30 * 4160;
+  c.ecn_kmin_bytes = 5 * 4160;
+  c.ecn_kmax_bytes = 20 * 4160;
+  c.transport = Transport::kSelectiveRepeat;
+  c.rto_ns = 40'000;
+  const SimResult none = RunLoaded(f, c, "websearch", 0.8);
+  for (int cc = 0; cc < 2; ++cc) {
+    SimConfig d = c;
+    d.dcqcn = cc == 0;
+    d.ecn_window = cc == 1;
+    const SimResult r = RunLoaded(f, d, "websearch", 0.8);
+    EXPECT_LT(r.drops_buffer * 2, none.drops_buffer) << cc;
+    if (cc == 0) EXPECT_GT(r.cnps, 0u);
+    uint64_t finished = 0;
+    for (const FlowRecord& fr : r.flows) finished += fr.finish != 0;
+    EXPECT_EQ(finished, r.flows.size());
+  }
+  EXPECT_GT(none.drops_buffer, 0u);
+}
+
 // Spraying over a path 5 µs longer than the others reorders packets: go-back-N NAKs and
 // resends, selective repeat takes them as they come and resends nothing.
 TEST(SimulatorTest, GoBackNResendsUnderReorderingSelectiveRepeatDoesNot) {
