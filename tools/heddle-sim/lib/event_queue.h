@@ -62,16 +62,22 @@ class EventQueue {
     const size_t n = heap_.size();
     if (n == 0) return top;
     size_t i = 0;
+    const Event* h = heap_.data();
     for (;;) {
       const size_t c = 4 * i + 1;
-      if (c >= n) break;
-      size_t best = c;
-      const size_t end = c + 4 < n ? c + 4 : n;
-      for (size_t k = c + 1; k < end; ++k) {
-        if (Less(heap_[k], heap_[best])) best = k;
+      size_t best;
+      if (c + 4 <= n) [[likely]] {
+        // All four children: a branch-free tournament (the comparisons are unpredictable).
+        const size_t a = c + Less(h[c + 1], h[c]);
+        const size_t b = c + 2 + Less(h[c + 3], h[c + 2]);
+        best = Less(h[b], h[a]) ? b : a;
+      } else {
+        if (c >= n) break;
+        best = c;
+        for (size_t k = c + 1; k < n; ++k) best = Less(h[k], h[best]) ? k : best;
       }
-      if (!Less(heap_[best], last)) break;
-      heap_[i] = heap_[best];
+      if (!Less(h[best], last)) break;
+      heap_[i] = h[best];
       i = best;
     }
     heap_[i] = last;
@@ -84,8 +90,11 @@ class EventQueue {
   }
 
  private:
+  // (time, key) as one 128-bit number: compiled to a compare and a subtract with borrow, no
+  // branch.
   static bool Less(const Event& x, const Event& y) {
-    return x.time < y.time || (x.time == y.time && x.key < y.key);
+    using U128 = unsigned __int128;
+    return (U128{x.time} << 64 | x.key) < (U128{y.time} << 64 | y.key);
   }
   std::vector<Event> heap_;
   uint64_t seq_ = 0;

@@ -41,14 +41,15 @@ std::string FormatReport(const SimResult& r);
 // fct.csv, summary.csv or uplinks.csv).
 absl::Status WriteCsv(const SimResult& r, const std::string& dir);
 
-// The run's speed, the two figures every run prints.
+// The run's speed, the two figures every run prints: per second of the run's CPU time on its
+// core (a shared machine stretches the wall-clock time, not this).
 inline double EventsPerSecond(const SimResult& r) {
-  return r.wall_seconds > 0 ? static_cast<double>(r.events) / r.wall_seconds : 0;
+  return r.cpu_seconds > 0 ? static_cast<double>(r.events) / r.cpu_seconds : 0;
 }
 inline double DeliveredPacketsPerSecond(const SimResult& r) {
-  return r.wall_seconds > 0
+  return r.cpu_seconds > 0
              ? static_cast<double>(r.data_packets_delivered + r.control_packets_delivered) /
-                   r.wall_seconds
+                   r.cpu_seconds
              : 0;
 }
 

@@ -134,7 +134,9 @@ struct PortStats {
 struct SimResult {
   std::vector<FlowRecord> flows;
   uint64_t events = 0;
+  uint64_t max_pending_events = 0;  // the event queue's depth, sampled every 4096 events
   double wall_seconds = 0;
+  double cpu_seconds = 0;  // the run's thread CPU time: the speed on one core
   TimePs end_time = 0;
   uint64_t data_packets_sent = 0;       // by hosts, retransmissions included
   uint64_t data_packets_delivered = 0;  // arrived at their destination host
