@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "control/nuwa/dsl.h"
 #include "tools/heddle-sim/lib/report.h"
 #include "tools/heddle-sim/lib/simulator.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   uint64_t incast_size = 500'000;
   std::string incast_period = "0";
   bool progress = false, quiet = false;
+  std::vector<std::string> degraded;
   app.add_option("--fabric", fabric_path, "fabric description (Nüwa DSL, docs/nuwa.md)")
       ->required();
   app.add_option("--workload", workload,
@@ -107,6 +109,8 @@ int main(int argc, char** argv) {
   app.add_option("--incast-receiver", incast_receiver, "the incast's receiver host");
   app.add_option("--incast-size", incast_size, "bytes per incast sender");
   app.add_option("--incast-period", incast_period, "repeat the incast (0: once)");
+  app.add_option("--degraded-link", degraded,
+                 "NODE:UP_PORT[:GBPS[:EXTRA_LATENCY_NS]], e.g. leaf[0]:0:100:0 (repeatable)");
   app.add_option("--seed", seed, "random seed; the same seed gives the same run");
   app.add_option("--out", out_dir, "write fct.csv, summary.csv, uplinks.csv, run.csv here");
   app.add_flag("--progress", progress, "progress bar even when stderr is no terminal");
@@ -153,6 +157,22 @@ int main(int argc, char** argv) {
   uint64_t period_ns = 0;
   if (!ParseDuration(incast_period, &period_ns)) {
     return Fail(absl::StrCat("--incast-period ", incast_period, ": give a time such as 100us"));
+  }
+  for (const std::string& d : degraded) {
+    std::vector<std::string> f = absl::StrSplit(d, ':');
+    SimConfig::Degraded link;
+    uint32_t port = 0;
+    bool ok = f.size() >= 2 && f.size() <= 4 && absl::SimpleAtoi(f[1], &port);
+    link.lower = f[0];
+    link.up_port = port;
+    if (ok && f.size() >= 3) ok = absl::SimpleAtod(f[2], &link.gbps);
+    if (ok && f.size() == 4) ok = absl::SimpleAtod(f[3], &link.extra_latency_ns);
+    if (!ok) {
+      return Fail(
+          absl::StrCat("--degraded-link ", d,
+                       ": give NODE:UP_PORT[:GBPS[:EXTRA_LATENCY_NS]], e.g. leaf[0]:0:100"));
+    }
+    c.degraded.push_back(link);
   }
   c.storm = OnOff(storm);
   c.levels.levels = static_cast<int>(levels);
