@@ -244,6 +244,18 @@ struct Simulator::Impl {
   TimePs Ideal(int lca, uint64_t size) const;
   absl::StatusOr<uint32_t> QpFor(uint32_t src, uint32_t dst);
 
+  // A host's PinSelector, made at its first use: a fabric of thousands of hosts of which a few
+  // send pays for those few flow tables.
+  lb::PinSelector& Pin(uint32_t h) {
+    Host& host = hosts[h];
+    if (host.pin == nullptr) [[unlikely]] {
+      lb::LbConfig hc = lb;
+      hc.seed = StreamSeed(cfg.seed, 1000 + h);
+      host.pin = std::make_unique<lb::PinSelector>(hc, host.paths.get());
+    }
+    return *host.pin;
+  }
+
   // ---- Packets ----
   uint32_t Alloc() {
     if (!free_list.empty()) {
@@ -326,6 +338,18 @@ struct Simulator::Impl {
   }
 
   // ---- Transport ----
+  // Onto the host port PIN chose; no path (the destination is unreachable from this host, or
+  // the port's link failed): dropped, counted as unreachable.
+  void HostSend(uint32_t h, const lb::PathChoice& c, uint32_t pi) {
+    const uint32_t gp = c.path != nullptr ? h * host_ports + c.path->port : kNil;
+    if (gp == kNil || c.path->port >= host_ports || !ports[gp].alive) {
+      const Packet& p = pool[pi];
+      if (p.kind == kData) qps[p.qp].in_nic = false;
+      Drop(pi, false);
+      return;
+    }
+    Enqueue(gp, pi);
+  }
   void StartFlow(uint32_t f);
   void TrySend(uint32_t qi);
   void ArmRto(Qp& qp, uint32_t qi) {
@@ -360,11 +384,23 @@ struct Simulator::Impl {
   }
   void Poisson(uint32_t h) {
     Host& host = hosts[h];
-    uint32_t dst = host.rng.Below(num_hosts - 1);
-    if (dst >= h) ++dst;
+    // A uniformly random other host the source has a path to (failures may cut some off).
+    uint32_t dst = 0;
+    bool reachable = false;
+    for (int tries = 0; tries < 16 && !reachable; ++tries) {
+      dst = host.rng.Below(num_hosts - 1);
+      if (dst >= h) ++dst;
+      std::array<uint8_t, 16> addr{};
+      addr[10] = addr[11] = 0xff;
+      for (int i = 0; i < 4; ++i)
+        addr[12 + i] = static_cast<uint8_t>(hosts[dst].ip >> (24 - 8 * i));
+      reachable = host.paths->LookupAddress(addr.data()).size != 0;
+    }
     const uint64_t size = std::min<uint64_t>(cdf->Sample(host.rng), storm::kMaxMessageBytes);
-    NewFlow(h, dst, size, now);
-    StartFlow(static_cast<uint32_t>(flows.size() - 1));
+    if (reachable) {  // else the host is cut off (all its links failed): it sends nothing
+      NewFlow(h, dst, size, now);
+      StartFlow(static_cast<uint32_t>(flows.size() - 1));
+    }
     NextPoisson(h, now);
   }
   void NewFlow(uint32_t src, uint32_t dst, uint64_t size, TimePs start) {
@@ -564,8 +600,11 @@ absl::Status Simulator::Impl::Build() {
   lb.link_gbps = static_cast<uint32_t>(std::llround(fabric.link_gbps[1]));
   lb.rtt_ns = static_cast<uint32_t>(rtt / 1000);
   lb.max_path_sets = 64;
-  lb.flow_capacity = std::bit_ceil(std::max<uint32_t>(64, 2 * (num_hosts - 1) * cfg.qps_per_pair));
-  lb.flow_idle_ns = std::max<uint64_t>(lb.flow_idle_ns, 1);
+  // A flow entry per QP the host sends on, at most 75 % full; past 2048 entries (256 KiB a
+  // host) the idle ones are reused (SimConfig::lb.flow_idle_ns) and the rest take their QP's
+  // hashed path, counted as table-full.
+  lb.flow_capacity = std::bit_ceil(std::clamp<uint32_t>(
+      2 * std::min<uint32_t>(num_hosts - 1, 1u << 20) * cfg.qps_per_pair, 64, 2048));
   {
     lb::LbConfig check = lb;
     HEDDLE_RETURN_IF_ERROR(lb::ValidateLbConfig(check));
@@ -601,9 +640,6 @@ absl::Status Simulator::Impl::Build() {
       spec.routes.push_back({prefix, id});
     }
     HEDDLE_ASSIGN_OR_RETURN(host.paths, lb::PathTable::Build(spec));
-    lb::LbConfig hc = lb;
-    hc.seed = StreamSeed(cfg.seed, 1000 + h);
-    host.pin = std::make_unique<lb::PinSelector>(hc, host.paths.get());
     host.tracker = storm::RequestTracker({.mtu = cfg.mtu});
     host.rng.Seed(StreamSeed(cfg.seed, 2000000 + h));
   }
@@ -906,16 +942,14 @@ void Simulator::Impl::TrySend(uint32_t qi) {
         storm::TagPacket(cfg.levels, &e, d, t,
                          storm::BacklogBytes(e, storm::BacklogSource::kHostShim, cfg.mtu), cfg.mtu);
   }
-  const lb::PathChoice c = host.pin->Choose(d, qp.frame.data(), qp.hdr_len, now / 1000);
-  const uint32_t port = c.path != nullptr ? c.path->port : 0;
-  const uint32_t entropy = c.path != nullptr ? c.path->entropy : 0xc000;
+  const lb::PathChoice c = Pin(qp.src).Choose(d, qp.frame.data(), qp.hdr_len, now / 1000);
 
   const uint32_t pi = Alloc();
   Packet& p = pool[pi];
   p.qp = qi;
   p.psn = psn;
   p.sack = 0;
-  p.hash_x = qp.hash_base ^ SportA(entropy);
+  p.hash_x = qp.hash_base ^ SportA(c.path != nullptr ? c.path->entropy : 0);
   p.dst_ip = hosts[qp.dst].ip;
   p.dst = qp.dst;
   p.payload = payload;
@@ -929,7 +963,7 @@ void Simulator::Impl::TrySend(uint32_t qi) {
   if (cfg.dcqcn) qp.next_send = now + static_cast<TimePs>(p.wire / qp.rc);
   qp.in_nic = true;
   if (!qp.rto_pending) ArmRto(qp, qi);
-  Enqueue(qp.src * host_ports + port, pi);
+  HostSend(qp.src, c, pi);
 }
 
 void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint32_t psn,
@@ -942,15 +976,13 @@ void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint
     d.roce_class = pkt::RoceClass::kCnp;
   }
   d.psn = psn & storm::kPsnMask;
-  const lb::PathChoice c = host.pin->Choose(d, qp.rev_frame.data(), qp.rev_hdr_len, now / 1000);
-  const uint32_t port = c.path != nullptr ? c.path->port : 0;
-  const uint32_t entropy = c.path != nullptr ? c.path->entropy : 0xc000;
+  const lb::PathChoice c = Pin(from).Choose(d, qp.rev_frame.data(), qp.rev_hdr_len, now / 1000);
   const uint32_t pi = Alloc();
   Packet& p = pool[pi];
   p.qp = qi;
   p.psn = psn;
   p.sack = sack;
-  p.hash_x = qp.rev_hash_base ^ SportA(entropy);
+  p.hash_x = qp.rev_hash_base ^ SportA(c.path != nullptr ? c.path->entropy : 0);
   p.dst_ip = hosts[qp.src].ip;
   p.dst = qp.src;
   p.payload = 0;
@@ -959,7 +991,7 @@ void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint
   p.prio = static_cast<uint8_t>(top_level);
   p.flags = ce ? kCe : 0;
   ++res.control_packets_sent;
-  Enqueue(from * host_ports + port, pi);
+  HostSend(from, c, pi);
 }
 
 void Simulator::Impl::ReceiveData(uint32_t host, Packet p) {
@@ -1039,12 +1071,12 @@ void Simulator::Impl::ReceiveAck(Packet p) {
       qp.dc_stage = 0;
       qp.dc_last = now;
     }
-    host.pin->OnFeedback(qp.flow_hash, qp.qpn, {.kind = lb::FeedbackKind::kCnp}, now_ns);
+    Pin(qp.src).OnFeedback(qp.flow_hash, qp.qpn, {.kind = lb::FeedbackKind::kCnp}, now_ns);
     return;
   }
   const bool ce = p.flags & kCe;
   if (p.psn > 0) {
-    host.pin->OnFeedback(
+    Pin(qp.src).OnFeedback(
         qp.flow_hash, qp.qpn,
         {.kind = lb::FeedbackKind::kAck, .psn = (p.psn - 1) & storm::kPsnMask, .ce = ce}, now_ns);
   }
@@ -1065,8 +1097,9 @@ void Simulator::Impl::ReceiveAck(Packet p) {
   }
   Acked(qp, qi, p.psn);
   if (p.kind == kNak) {
-    host.pin->OnFeedback(qp.flow_hash, qp.qpn,
-                         {.kind = lb::FeedbackKind::kNak, .psn = p.psn & storm::kPsnMask}, now_ns);
+    Pin(qp.src).OnFeedback(qp.flow_hash, qp.qpn,
+                           {.kind = lb::FeedbackKind::kNak, .psn = p.psn & storm::kPsnMask},
+                           now_ns);
     if (p.psn < qp.snd_nxt) qp.snd_nxt = p.psn;  // go back N
   } else if (cfg.transport == Transport::kSelectiveRepeat && p.sack >= qp.snd_una &&
              p.sack < qp.snd_nxt) {

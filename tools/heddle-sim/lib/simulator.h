@@ -97,7 +97,14 @@ struct SimConfig {
   storm::LevelConfig levels;  // levels.levels priority queues everywhere; control at the top
 
   // ---- PIN and balancers (dataplane/lb) ----
-  lb::LbConfig lb;  // seed, flow_capacity, link_gbps and rtt_ns are filled in per host
+  // seed, flow_capacity, link_gbps and rtt_ns are filled in per host; a flow entry idle this
+  // long may be reused (the daemon's default is 10 ms; a simulated host with thousands of peers
+  // needs its entries back sooner).
+  lb::LbConfig lb = [] {
+    lb::LbConfig c;
+    c.flow_idle_ns = 200'000;
+    return c;
+  }();
 
   // Degraded links (slower, or longer): the link above `lower` (a node name of the fabric, e.g.
   // "leaf[0]" or "host[3]") on its up port `up_port`, both directions. The ideal FCTs ignore it.
@@ -198,8 +205,8 @@ class Simulator {
   // Work. All of it must be added before Run().
   // One message of `size` bytes from host `src` to host `dst` at `start_ns`.
   absl::Status AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint64_t start_ns);
-  // Every host sends messages with sizes from `cdf` to uniformly random other hosts, Poisson
-  // arrivals at `load` × its link rate, from 0 to duration_ns.
+  // Every host sends messages with sizes from `cdf` to uniformly random other hosts it has a
+  // path to, Poisson arrivals at `load` × its link rate, from 0 to duration_ns.
   absl::Status SetPoissonWorkload(const Cdf& cdf, double load);
   // `senders` hosts (the first ones other than `receiver`, spread over the fabric) send `size`
   // bytes each to `receiver` at `start_ns`, and again every `period_ns` (0: once) until

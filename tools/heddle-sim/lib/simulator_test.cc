@@ -423,6 +423,28 @@ TEST(SimulatorTest, PinKeepsShortMessagesInOrder) {
   }
 }
 
+// A fabric with failed links and switches (deploy/examples/fabrics): the artifacts route around
+// them, so nothing is sent into a failure and every flow finishes.
+TEST(SimulatorTest, RoutesAroundTheFabricsFailures) {
+  absl::StatusOr<nuwa::Fabric> f =
+      nuwa::LoadFabricFile(std::string(HEDDLE_FABRICS_DIR) + "/fat-tree-k8-failures.yaml");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_FALSE(f->failures.links.empty());
+  for (lb::BalancerKind k : {lb::BalancerKind::kEcmp, lb::BalancerKind::kRps}) {
+    SimConfig c;
+    c.duration_ns = 200'000;
+    c.transport = Transport::kSelectiveRepeat;
+    c.lb.balancer = k;
+    c.buffer_bytes = uint64_t{1} << 30;
+    const SimResult r = RunLoaded(*f, c, "alistorage", 0.3);
+    EXPECT_GT(r.flows.size(), 100u);
+    EXPECT_EQ(r.drops_unreachable, 0u) << lb::BalancerKindName(k);
+    uint64_t finished = 0;
+    for (const FlowRecord& fr : r.flows) finished += fr.finish != 0;
+    EXPECT_EQ(finished, r.flows.size());
+  }
+}
+
 TEST(SimulatorTest, BadInputIsAnError) {
   const nuwa::Fabric f = Parse(kLeafSpine);
   SimConfig c;
