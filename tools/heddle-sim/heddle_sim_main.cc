@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   std::string incast_period = "0";
   bool progress = false, quiet = false;
   std::vector<std::string> degraded;
+  std::string collective = "none", compute_gap = "0";
+  uint32_t collective_hosts = 0, iterations = 1;
+  uint64_t collective_bytes = 64 << 20;
   app.add_option("--fabric", fabric_path, "fabric description (Nüwa DSL, docs/nuwa.md)")
       ->required();
   app.add_option("--workload", workload,
@@ -111,6 +114,14 @@ int main(int argc, char** argv) {
   app.add_option("--incast-period", incast_period, "repeat the incast (0: once)");
   app.add_option("--degraded-link", degraded,
                  "NODE:UP_PORT[:GBPS[:EXTRA_LATENCY_NS]], e.g. leaf[0]:0:100:0 (repeatable)");
+  app.add_option("--collective", collective,
+                 "training traffic: none | ring (all-reduce) | alltoall, with --workload or alone")
+      ->check(CLI::IsMember({"none", "ring", "alltoall"}));
+  app.add_option("--collective-hosts", collective_hosts,
+                 "hosts in the collective, spread over the fabric (0: all)");
+  app.add_option("--collective-bytes", collective_bytes, "bytes per host per iteration");
+  app.add_option("--iterations", iterations, "collective iterations");
+  app.add_option("--compute-gap", compute_gap, "compute time between iterations (e.g. 20us)");
   app.add_option("--seed", seed, "random seed; the same seed gives the same run");
   app.add_option("--out", out_dir, "write fct.csv, summary.csv, uplinks.csv, run.csv here");
   app.add_flag("--progress", progress, "progress bar even when stderr is no terminal");
@@ -206,6 +217,24 @@ int main(int argc, char** argv) {
   if (incast_senders > 0) {
     if (absl::Status st =
             (*sim)->AddIncast(incast_receiver, incast_senders, incast_size, 0, period_ns);
+        !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+  }
+
+  if (collective != "none") {
+    uint64_t gap_ns = 0;
+    if (!ParseDuration(compute_gap, &gap_ns)) {
+      return Fail(absl::StrCat("--compute-gap ", compute_gap, ": give a time such as 20us"));
+    }
+    const uint32_t all = (*sim)->hosts();
+    const uint32_t n = collective_hosts == 0 ? all : std::min(collective_hosts, all);
+    std::vector<uint32_t> hosts;
+    for (uint32_t i = 0; i < n; ++i) hosts.push_back(static_cast<uint32_t>(uint64_t{i} * all / n));
+    const auto kind = collective == "ring" ? heddle::sim::Simulator::Collective::kRingAllReduce
+                                           : heddle::sim::Simulator::Collective::kAllToAll;
+    if (absl::Status st =
+            (*sim)->AddCollective(kind, hosts, collective_bytes, 0, iterations, gap_ns);
         !st.ok()) {
       return Fail(std::string(st.message()));
     }

@@ -72,6 +72,13 @@ std::string FormatReport(const SimResult& r) {
       c.seed);
   absl::StrAppendFormat(&s, "flows %u, finished %u; simulated %.3f us\n", r.flows.size(),
                         Finished(r), static_cast<double>(r.end_time) / 1e6);
+  if (r.collective_flows != 0) {
+    absl::StrAppendFormat(
+        &s, "collectives: %u flows, %u finished; %s\n", r.collective_flows, r.collective_finished,
+        r.collective_done != 0 ? absl::StrFormat("the last delivered at %.3f us",
+                                                 static_cast<double>(r.collective_done) / 1e6)
+                               : std::string("not complete"));
+  }
   absl::StrAppendFormat(&s, "%-9s %8s %9s %9s %9s %9s\n", "slowdown", "flows", "mean", "p50", "p99",
                         "p99.9");
   for (const BucketStats& b : SlowdownBuckets(r, Bdp(r))) {

@@ -109,6 +109,14 @@ struct FlowState {
   uint32_t qp = 0;
   uint32_t first_psn = 0;
   uint32_t packets = 0;
+  uint32_t barrier = kNil;  // notified when the receiver has all of it (collectives)
+};
+
+// Flows that start once `remaining` others were delivered, `delay` later (collectives).
+struct Barrier {
+  uint32_t remaining = 0;
+  TimePs delay = 0;
+  std::vector<uint32_t> start;
 };
 
 struct Qp {
@@ -132,6 +140,7 @@ struct Qp {
   size_t retx_head = 0;
   uint32_t high_sack = 0, loss_scan = 0;
   // Receiver.
+  size_t rcv_msg_head = 0;  // oldest message not yet wholly received
   uint32_t rcv_next = 0;
   bool nak_sent = false;
   std::vector<uint8_t> rbits;
@@ -202,6 +211,7 @@ struct Simulator::Impl {
   absl::flat_hash_map<uint64_t, uint32_t> pair_count;
   std::vector<FlowRecord> flows;
   std::vector<FlowState> flow_state;
+  std::vector<Barrier> barriers;
   std::vector<Packet> pool;
   std::vector<uint32_t> free_list;
   std::vector<uint32_t> sport_a;
@@ -367,6 +377,25 @@ struct Simulator::Impl {
   void SendControl(uint32_t from_host, uint32_t qi, uint8_t kind, uint32_t psn, uint32_t sack,
                    bool ce);
   void Acked(Qp& qp, uint32_t qi, uint32_t upto);
+  // The receiver's next PSN advanced: messages wholly received are delivered.
+  void Delivered(Qp& qp) {
+    while (qp.rcv_msg_head < qp.msgs.size()) {
+      const uint32_t f = qp.msgs[qp.rcv_msg_head];
+      const FlowState& fs = flow_state[f];
+      if (fs.first_psn + fs.packets > qp.rcv_next) break;
+      flows[f].delivered = now;
+      ++qp.rcv_msg_head;
+      if (fs.barrier != kNil) {
+        Barrier& b = barriers[fs.barrier];
+        if (--b.remaining == 0) {
+          for (uint32_t g : b.start) {
+            flows[g].start = now + b.delay;
+            q.Push(now + b.delay, kFlowStart, g, 0);
+          }
+        }
+      }
+    }
+  }
   size_t MessageOf(const Qp& qp, uint32_t psn) const {
     // The last message whose first PSN is <= psn.
     auto it =
@@ -1009,6 +1038,7 @@ void Simulator::Impl::ReceiveData(uint32_t host, Packet p) {
       ++qp.rcv_next;
       qp.nak_sent = false;
       res.unique_bytes_delivered += p.payload;
+      Delivered(qp);
       SendControl(host, p.qp, kAck, qp.rcv_next, p.psn, ce);
     } else if (p.psn > qp.rcv_next) {
       ++res.out_of_order;
@@ -1031,6 +1061,7 @@ void Simulator::Impl::ReceiveData(uint32_t host, Packet p) {
       qp.rbits[qp.rcv_next & (ring - 1)] = 0;
       ++qp.rcv_next;
     }
+    Delivered(qp);
   }
   SendControl(host, p.qp, kAck, qp.rcv_next, p.psn, ce);
 }
@@ -1215,6 +1246,13 @@ SimResult Simulator::Impl::Run() {
   res.cpu_seconds = ThreadCpuSeconds() - cpu0;
   res.end_time = now;
   res.flows = flows;
+  for (const FlowRecord& f : flows) {
+    if (!f.collective) continue;
+    ++res.collective_flows;
+    res.collective_finished += f.finish != 0;
+    res.collective_done = std::max(res.collective_done, f.delivered);
+  }
+  if (res.collective_finished != res.collective_flows) res.collective_done = 0;
   res.mean_queue_delay_ns =
       res.queued_packets != 0 ? static_cast<double>(wait_sum_ps) / res.queued_packets / 1000 : 0;
   for (const Switch& sw : switches) {
@@ -1315,6 +1353,84 @@ absl::Status Simulator::AddIncast(uint32_t receiver, uint32_t senders, uint64_t 
       HEDDLE_RETURN_IF_ERROR(AddFlow(src, receiver, size, t));
     }
     if (period_ns == 0) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulator::AddCollective(Collective kind, const std::vector<uint32_t>& hosts,
+                                      uint64_t bytes, uint64_t start_ns, uint32_t iterations,
+                                      uint64_t gap_ns) {
+  Impl& m = *impl_;
+  const auto n = static_cast<uint32_t>(hosts.size());
+  if (n < 2 || iterations < 1 || bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("collective over ", n, " hosts, ", iterations,
+                                                   " iterations of ", bytes,
+                                                   " bytes: give >= 2 hosts, >= 1 iteration, "
+                                                   ">= 1 byte"));
+  }
+  std::vector<uint8_t> seen(m.num_hosts, 0);
+  for (uint32_t h : hosts) {
+    if (h >= m.num_hosts || seen[h]) {
+      return absl::InvalidArgumentError(absl::StrCat("collective host ", h, ": hosts are 0..",
+                                                     m.num_hosts - 1, ", each at most once"));
+    }
+    seen[h] = 1;
+  }
+  const uint64_t chunk =
+      kind == Collective::kRingAllReduce ? (bytes + n - 1) / n : (bytes + n - 2) / (n - 1);
+  if (chunk > storm::kMaxMessageBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective chunk of ", chunk, " bytes: at most ", storm::kMaxMessageBytes));
+  }
+  const TimePs t0 = start_ns * 1000, gap = gap_ns * 1000;
+  auto flow = [&](uint32_t src, uint32_t dst) {
+    m.NewFlow(src, dst, chunk, t0);
+    m.flows.back().collective = true;
+    return static_cast<uint32_t>(m.flows.size() - 1);
+  };
+  auto barrier = [&](uint32_t remaining, TimePs delay) {
+    m.barriers.push_back({remaining, delay, {}});
+    return static_cast<uint32_t>(m.barriers.size() - 1);
+  };
+  if (kind == Collective::kRingAllReduce) {
+    const uint32_t steps = 2 * (n - 1);
+    std::vector<uint32_t> prev(n, kNil);  // the flow host i sent in the previous step
+    for (uint32_t k = 0; k < iterations; ++k) {
+      for (uint32_t s = 0; s < steps; ++s) {
+        std::vector<uint32_t> cur(n);
+        for (uint32_t i = 0; i < n; ++i) cur[i] = flow(hosts[i], hosts[(i + 1) % n]);
+        for (uint32_t i = 0; i < n; ++i) {
+          const uint32_t before = prev[(i + n - 1) % n];  // what host i received last step
+          if (before == kNil) {
+            m.q.Push(t0, kFlowStart, cur[i], 0);
+          } else {
+            const uint32_t b = barrier(1, s == 0 ? gap : 0);
+            m.barriers[b].start.push_back(cur[i]);
+            m.flow_state[before].barrier = b;
+          }
+        }
+        prev = std::move(cur);
+      }
+    }
+  } else {
+    std::vector<uint32_t> ready(n, kNil);  // host i received all of the previous iteration
+    for (uint32_t k = 0; k < iterations; ++k) {
+      std::vector<uint32_t> next(n);
+      for (uint32_t j = 0; j < n; ++j) next[j] = barrier(n - 1, gap);
+      for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t j = 0; j < n; ++j) {
+          if (i == j) continue;
+          const uint32_t f = flow(hosts[i], hosts[j]);
+          if (ready[i] == kNil) {
+            m.q.Push(t0, kFlowStart, f, 0);
+          } else {
+            m.barriers[ready[i]].start.push_back(f);
+          }
+          m.flow_state[f].barrier = next[j];
+        }
+      }
+      ready = std::move(next);
+    }
   }
   return absl::OkStatus();
 }

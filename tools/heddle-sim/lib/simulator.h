@@ -127,9 +127,11 @@ struct SimConfig {
 struct FlowRecord {
   uint32_t src = 0, dst = 0;
   uint64_t size = 0;
-  TimePs start = 0;
-  TimePs finish = 0;  // 0: not finished
-  TimePs ideal = 0;   // its FCT alone in an empty network (IdealFct)
+  TimePs start = 0;      // when it was posted (a collective's flow: when its inputs were there)
+  TimePs delivered = 0;  // when the receiver had all of it; 0: not yet
+  TimePs finish = 0;     // when the sender had the last ACK: FCT = finish - start; 0: not yet
+  TimePs ideal = 0;      // its FCT alone in an empty network (IdealFct)
+  bool collective = false;
 };
 
 struct PortStats {
@@ -160,7 +162,12 @@ struct SimResult {
   uint64_t timeouts = 0;
   uint64_t naks = 0;
   uint64_t cnps = 0;
-  uint64_t out_of_order = 0;          // data packets that arrived ahead of the receiver's next PSN
+  uint64_t out_of_order = 0;  // data packets that arrived ahead of the receiver's next PSN
+  // Collectives (AddCollective): their flows, how many finished, and when the last one was
+  // delivered (the job's completion time; 0 if it did not complete).
+  uint64_t collective_flows = 0;
+  uint64_t collective_finished = 0;
+  TimePs collective_done = 0;
   std::vector<uint64_t> level_bytes;  // data payload bytes sent per priority level
   // Per "path": the up links of every switch tier, tier by tier (tier-1 uplinks first).
   struct UplinkTier {
@@ -213,6 +220,17 @@ class Simulator {
   // duration_ns.
   absl::Status AddIncast(uint32_t receiver, uint32_t senders, uint64_t size, uint64_t start_ns,
                          uint64_t period_ns);
+
+  // Training traffic (the LLM pattern): `iterations` rounds of one collective over `hosts`.
+  //   kRingAllReduce: 2 (N − 1) steps; in each, every host sends ⌈bytes / N⌉ to the next one in
+  //     the ring, once it has received the previous step's chunk from the one before it.
+  //   kAllToAll: every host sends ⌈bytes / (N − 1)⌉ to every other host.
+  // A host starts iteration k + 1 `gap_ns` (its compute) after it received all it needed of
+  // iteration k: its last ring step, or every other host's all-to-all flow to it. Each transfer
+  // is one message (flow) on the pair's QP; its FCT counts from when its inputs were there.
+  enum class Collective : uint8_t { kRingAllReduce, kAllToAll };
+  absl::Status AddCollective(Collective kind, const std::vector<uint32_t>& hosts, uint64_t bytes,
+                             uint64_t start_ns, uint32_t iterations, uint64_t gap_ns);
 
   // Called about every 2^20 events with (simulated time, the time the run ends at the latest).
   void SetProgress(std::function<void(TimePs now, TimePs end)> progress);

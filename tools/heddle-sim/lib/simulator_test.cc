@@ -445,6 +445,64 @@ TEST(SimulatorTest, RoutesAroundTheFabricsFailures) {
   }
 }
 
+// A ring all-reduce over four hosts on four leaves: 6 steps, each waiting for the last; the
+// rings' flows share no link, so each step takes about one chunk's one-way delivery time (the
+// ACKs a host sends share its NIC with its data: a few per cent).
+TEST(SimulatorTest, RingAllReduceStepsFollowEachOther) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  std::unique_ptr<Simulator> s = Make(f, c);
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(
+      s->AddCollective(Simulator::Collective::kRingAllReduce, {0, 4, 8, 12}, 400'000, 0, 1, 0)
+          .ok());
+  // One way: the ideal FCT less the last ACK's way back (4 links of 5.12 ns + 1 µs).
+  const TimePs one_way = s->IdealFct(0, 4, 100'000) - 4 * (5'120 + 1'000'000);
+  const SimResult r = s->Run();
+  EXPECT_EQ(r.collective_flows, 4u * 6);
+  EXPECT_EQ(r.collective_finished, r.collective_flows);
+  EXPECT_GE(r.collective_done, 6 * one_way);
+  EXPECT_LE(r.collective_done, 6 * one_way * 105 / 100);
+  // Step s + 1 of host i starts when step s reached it.
+  for (size_t k = 4; k < r.flows.size(); ++k) {
+    const FlowRecord& fr = r.flows[k];
+    const FlowRecord& before = r.flows[k - 4 + (k % 4 == 0 ? 3 : -1)];
+    EXPECT_EQ(before.dst, fr.src);
+    EXPECT_EQ(fr.start, before.delivered) << k;
+  }
+}
+
+// All-to-all, two iterations with a compute gap: a host's second iteration starts exactly the gap
+// after the last flow to it in the first was delivered.
+TEST(SimulatorTest, AllToAllIterationsWaitForTheirInputs) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  c.transport = Transport::kSelectiveRepeat;
+  c.lb.balancer = lb::BalancerKind::kRps;
+  std::unique_ptr<Simulator> s = Make(f, c);
+  ASSERT_NE(s, nullptr);
+  std::vector<uint32_t> hosts;
+  for (uint32_t h = 0; h < 16; h += 2) hosts.push_back(h);
+  constexpr uint64_t kGapNs = 10'000;
+  ASSERT_TRUE(
+      s->AddCollective(Simulator::Collective::kAllToAll, hosts, 700'000, 0, 2, kGapNs).ok());
+  const SimResult r = s->Run();
+  const size_t per_iteration = hosts.size() * (hosts.size() - 1);
+  ASSERT_EQ(r.flows.size(), 2 * per_iteration);
+  EXPECT_EQ(r.collective_finished, r.flows.size());
+  for (uint32_t h : hosts) {
+    TimePs inputs = 0;
+    for (size_t k = 0; k < per_iteration; ++k) {
+      if (r.flows[k].dst == h) inputs = std::max(inputs, r.flows[k].delivered);
+    }
+    for (size_t k = per_iteration; k < r.flows.size(); ++k) {
+      if (r.flows[k].src == h) EXPECT_EQ(r.flows[k].start, inputs + kGapNs * 1000) << h;
+    }
+  }
+  EXPECT_FALSE(s->AddCollective(Simulator::Collective::kAllToAll, {1, 1}, 10, 0, 1, 0).ok());
+  EXPECT_FALSE(s->AddCollective(Simulator::Collective::kRingAllReduce, {1}, 10, 0, 1, 0).ok());
+}
+
 TEST(SimulatorTest, BadInputIsAnError) {
   const nuwa::Fabric f = Parse(kLeafSpine);
   SimConfig c;
