@@ -28,6 +28,9 @@ BASE = [
     "--ecn-kmax-pkts", "76", "--cc", "ecn-window",
 ]
 
+BURSTS = ["--incast-senders", "16", "--incast-receiver", "0", "--incast-size", "1000000",
+          "--incast-period", "200us"]
+
 # (name, extra arguments)
 RUNS = [
     ("published/ecmp", ["--transport", "sr", "--lb", "ecmp", "--pin", "off"]),
@@ -43,6 +46,11 @@ RUNS = [
                       "--degraded-link", "leaf[0]:0:100"]),
     ("degraded/rps+pin", ["--transport", "sr", "--lb", "rps", "--pin", "on",
                           "--degraded-link", "leaf[0]:0:100"]),
+    # Background bursts: every 200 us, 16 hosts send 1 MB each to host 0 (incast), so the paths
+    # into leaf 0 differ from one moment to the next.
+    ("bursts/ecmp", ["--transport", "sr", "--lb", "ecmp", "--pin", "off", *BURSTS]),
+    ("bursts/rps", ["--transport", "sr", "--lb", "rps", "--pin", "off", *BURSTS]),
+    ("bursts/rps+pin", ["--transport", "sr", "--lb", "rps", "--pin", "on", *BURSTS]),
 ]
 
 
