@@ -133,15 +133,17 @@ absl::Status WriteCsv(const SimResult& r, const std::string& dir) {
     }
     return absl::OkStatus();
   };
-  std::string fct = "id,src,dst,size_bytes,start_ps,finish_ps,fct_ps,ideal_ps,slowdown\n";
+  std::string fct =
+      "id,src,dst,size_bytes,start_ps,delivered_ps,finish_ps,fct_ps,ideal_ps,slowdown,collective\n";
   for (size_t i = 0; i < r.flows.size(); ++i) {
     const FlowRecord& f = r.flows[i];
     const uint64_t fct_ps = f.finish != 0 ? f.finish - f.start : 0;
-    absl::StrAppendFormat(&fct, "%u,%u,%u,%u,%u,%u,%u,%u,%.6f\n", i, f.src, f.dst, f.size, f.start,
-                          f.finish, fct_ps, f.ideal,
+    absl::StrAppendFormat(&fct, "%u,%u,%u,%u,%u,%u,%u,%u,%u,%.6f,%d\n", i, f.src, f.dst, f.size,
+                          f.start, f.delivered, f.finish, fct_ps, f.ideal,
                           f.finish != 0 && f.ideal != 0
                               ? static_cast<double>(fct_ps) / static_cast<double>(f.ideal)
-                              : 0.0);
+                              : 0.0,
+                          f.collective ? 1 : 0);
   }
   if (absl::Status st = write("fct.csv", fct); !st.ok()) return st;
   std::string sum = "bucket,lo_bytes,hi_bytes,flows,mean,p50,p99,p999\n";
