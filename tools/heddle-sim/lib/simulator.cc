@@ -467,7 +467,28 @@ absl::Status Simulator::Impl::Build() {
   if (cfg.ecn && cfg.ecn_kmax_bytes < cfg.ecn_kmin_bytes) {
     return absl::InvalidArgumentError("ecn: Kmax must not be below Kmin");
   }
-  if (cfg.qps_per_pair < 1) return absl::InvalidArgumentError("qps_per_pair must be >= 1");
+  if (cfg.qps_per_pair < 1 || cfg.qps_per_pair > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("qps_per_pair = ", cfg.qps_per_pair, "; give 1..1024"));
+  }
+  const uint64_t packet = uint64_t{cfg.mtu} + cfg.header_bytes;
+  if (cfg.buffer_bytes < packet) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer of ", cfg.buffer_bytes,
+                                                   " bytes holds no ", packet,
+                                                   "-byte packet; give at least one packet"));
+  }
+  if (cfg.pfc && (cfg.pfc_xoff_bytes == 0 || cfg.pfc_xoff_bytes >= cfg.buffer_bytes)) {
+    return absl::InvalidArgumentError(
+        "pfc: xoff must be above 0 and below the buffer (the rest is headroom)");
+  }
+  if (cfg.window_packets > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window of ", cfg.window_packets, " packets; give at most 1048576"));
+  }
+  if (cfg.rto_ns == 0) return absl::InvalidArgumentError("rto must be > 0");
+  if (!(cfg.link_latency_ns >= 0) || !(cfg.ecn_pmax >= 0 && cfg.ecn_pmax <= 1)) {
+    return absl::InvalidArgumentError("link latency must be >= 0 and ECN pmax in [0, 1]");
+  }
   if (cfg.duration_ns == 0) return absl::InvalidArgumentError("duration must be > 0");
   for (int t = 1; t <= tiers; ++t) {
     if (!(fabric.link_gbps[t] > 0)) {

@@ -518,6 +518,19 @@ TEST(SimulatorTest, BadInputIsAnError) {
   bad = c;
   bad.degraded.push_back({.lower = "leaf[9]"});
   EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad = c;
+  bad.buffer_bytes = 1000;  // not one packet
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad = c;
+  bad.pfc = true;
+  bad.pfc_xoff_bytes = bad.buffer_bytes;  // no headroom
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad = c;
+  bad.rto_ns = 0;
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad = c;
+  bad.qps_per_pair = 0;
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
 }
 
 }  // namespace
