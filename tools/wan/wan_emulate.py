@@ -41,7 +41,8 @@ Spec (JSON):
 A link's `rate` caps the first -> second direction and `rate_reverse` (default: `rate`) the other;
 `rtt` splits evenly into one-way delays, or give `delay` / `delay_reverse` (one-way) instead.
 Optional per link: `max_buffer` (bytes a relay holds per direction of a connection; bounds one
-connection to max_buffer / delay, like a TCP window; default 2 x rate x RTT, at least 8 MiB).
+connection to max_buffer / delay, like a TCP window; default 2 x rate x one-way delay, at least
+8 MiB; the relay allocates it only as it fills).
 Everything is torn down on exit, on an exception, on Ctrl-C and on SIGTERM (when the Wan is
 created in the main thread); relays die with the process that created the Wan.
 """
@@ -163,8 +164,10 @@ def parse_spec(spec):
         if "max_buffer" in l:
             max_buffer = parse_size(l["max_buffer"])
         else:
-            bdp = max(rate_ab, rate_ba) / 8 * (delay_ab + delay_ba)
-            max_buffer = max(8 << 20, int(2 * bdp))
+            # A direction's relay holds rate x one-way delay bytes in flight; twice that
+            # leaves room for the tbf queue and scheduling jitter.
+            in_flight = max(rate_ab / 8 * delay_ab, rate_ba / 8 * delay_ba)
+            max_buffer = max(8 << 20, int(2 * in_flight))
         key = tuple(sorted((a, b), key=regions.index))
         if key in links:
             raise WanError(f"spec: two links between {key[0]} and {key[1]}")
