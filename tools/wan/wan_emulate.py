@@ -27,6 +27,7 @@ CLI (root):
   wan_emulate.py up --spec spec.json [--ports 7100,7200] [--run ID]   # prints the run id
   wan_emulate.py exec [--run ID] REGION -- cmd ...
   wan_emulate.py addr [--run ID] SRC DST PORT
+  wan_emulate.py partition|heal [--run ID] A B    # silent drops on link A-B both ways / undo
   wan_emulate.py status
   wan_emulate.py down [--run ID | --all | --stale]
 
@@ -266,10 +267,12 @@ class Wan:
                 raise WanError(f"port {p}: port + port_offset ({self.port_offset}) must be in "
                                "1..65535")
         self.relay = relay
-        self.run_id = run_id or secrets.token_hex(3)
+        self._auto_id = run_id is None
+        self.run_id = run_id or secrets.token_hex(4)
         if not RUN_RE.match(self.run_id):
             raise WanError(f"run id {self.run_id!r}: use 1-12 of [a-z0-9]")
         self.state_dir = os.path.join(STATE_DIR, self.run_id)
+        self._explicit_log_dir = log_dir
         self.log_dir = log_dir or self.state_dir
         self.die_with_parent = die_with_parent
         self.owner_pid = os.getpid() if die_with_parent else 0
@@ -277,6 +280,7 @@ class Wan:
         self._pids = []  # relay pids (also those of an attached run)
         self._up = False
         self._old_sigterm = None
+        self._partitioned = set()
 
     # -- names and addresses --
 
@@ -348,10 +352,18 @@ class Wan:
             raise WanError("the WAN emulation needs root (network namespaces, tc)")
         self.relay = find_relay_binary(self.relay)
         self._install_sigterm()
-        try:
-            os.makedirs(self.state_dir, exist_ok=False)
-        except FileExistsError:
-            raise WanError(f"run id {self.run_id} already in use ({self.state_dir})") from None
+        os.makedirs(STATE_DIR, exist_ok=True)
+        while True:
+            try:
+                os.mkdir(self.state_dir)  # claims the run id among concurrent runs
+                break
+            except FileExistsError:
+                if not self._auto_id:
+                    raise WanError(f"run id {self.run_id} already in use ({self.state_dir})")\
+                        from None
+                self.run_id = secrets.token_hex(4)
+                self.state_dir = os.path.join(STATE_DIR, self.run_id)
+                self.log_dir = self._explicit_log_dir or self.state_dir
         self._up = True
         try:
             self._write_state()
@@ -430,6 +442,29 @@ class Wan:
         self.ports.sort()
         self._start_relays([port])
         self._write_state()
+
+    def partition(self, a, b):
+        """Cuts the link a-b: packets either way are dropped silently (blackhole routes on both
+        sides), as in a real partition; open connections stall and retransmit until heal()."""
+        l = self.link(a, b)
+        for region, peer in ((l.a, l.b), (l.b, l.a)):
+            self._ip(region, "route", "replace", "blackhole", f"{self.address(peer)}/32")
+            self._ip(region, "route", "replace", "blackhole", f"{self._link_ip(l, peer)}/32")
+        self._partitioned.add((l.a, l.b))
+
+    def heal(self, a, b):
+        """Undoes partition(a, b); stalled connections resume with their next retransmission."""
+        l = self.link(a, b)
+        for region, peer in ((l.a, l.b), (l.b, l.a)):
+            self._ip(region, "route", "replace", f"{self.address(peer)}/32", "via",
+                     self._link_ip(l, peer), "dev", self._veth(peer))
+            _run(["ip", "-n", self.namespace(region), "route", "del", "blackhole",
+                  f"{self._link_ip(l, peer)}/32"], check=False)
+        self._partitioned.discard((l.a, l.b))
+
+    def partitioned(self, a, b):
+        l = self.link(a, b)
+        return (l.a, l.b) in self._partitioned
 
     def run(self, region, argv, *, die_with_parent=None, **popen_kwargs):
         """subprocess.Popen(argv) inside the region's namespace; stopped at down()."""
@@ -525,11 +560,14 @@ class Wan:
         self.state_dir = os.path.join(STATE_DIR, self.run_id)
         self.log_dir = s.get("log_dir", self.state_dir)
         self.die_with_parent = False
+        self._auto_id = False
+        self._explicit_log_dir = None
         self.owner_pid = s["owner_pid"]
         self._procs = []
         self._pids = s["pids"]
         self._up = True
         self._old_sigterm = None
+        self._partitioned = set()
         return self
 
     def describe(self):
@@ -617,6 +655,12 @@ def main(argv=None):
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("port", type=int)
+    for name, text in (("partition", "cut the link A-B (silent drops both ways)"),
+                       ("heal", "restore the link A-B")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--run")
+        p.add_argument("a")
+        p.add_argument("b")
     sub.add_parser("status", help="list runs, their regions and links (JSON)")
     args = ap.parse_args(argv)
     try:
@@ -641,6 +685,10 @@ def main(argv=None):
             os.execvp("ip", ["ip", "netns", "exec", wan.namespace(args.region)] + cmd)
         elif args.cmd == "addr":
             print(Wan.attach(_pick_run(args.run)).peer_address(args.src, args.dst, args.port))
+        elif args.cmd == "partition":
+            Wan.attach(_pick_run(args.run)).partition(args.a, args.b)
+        elif args.cmd == "heal":
+            Wan.attach(_pick_run(args.run)).heal(args.a, args.b)
         elif args.cmd == "status":
             print(json.dumps([Wan.attach(r).describe() for r in list_runs()], indent=1))
     except WanError as e:

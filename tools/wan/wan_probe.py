@@ -5,6 +5,8 @@
   wan_probe.py rtt --to HOST:PORT [--count 5]     # JSON: connect_s, rtt_s list (1-byte ping-pong)
   wan_probe.py send --to HOST:PORT (--bytes N | --seconds T) [--streams K]
                                                   # JSON: bytes, seconds, bps measured by the server
+  wan_probe.py pingpong --to HOST:PORT            # prints "connected", then one 1-byte round
+                                                  # trip per stdin line, printing its seconds
 
 The server speaks a one-letter protocol on each connection: 'E' echoes until EOF; 'S' reads until
 EOF and answers with a JSON line {bytes, first_ns, last_ns} (time.monotonic_ns of the first and last
@@ -76,9 +78,9 @@ def serve(args):
         threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
 
-def connect(to):
+def connect(to, timeout=60):
     host, port = parse_hostport(to)
-    s = socket.create_connection((host, port), timeout=60)
+    s = socket.create_connection((host, port), timeout=timeout)
     s.settimeout(None)
     tune(s)
     return s
@@ -86,7 +88,7 @@ def connect(to):
 
 def rtt(args):
     t0 = time.monotonic()
-    s = connect(args.to)
+    s = connect(args.to, args.timeout)
     connect_s = time.monotonic() - t0
     s.sendall(b"E")
     samples = []
@@ -100,6 +102,19 @@ def rtt(args):
             sys.exit(f"rtt: echo mismatch: sent {b!r}, got {got!r}")
     s.close()
     print(json.dumps({"connect_s": connect_s, "rtt_s": samples}))
+
+
+def pingpong(args):
+    s = connect(args.to)
+    s.sendall(b"E")
+    print("connected", flush=True)
+    for _ in sys.stdin:
+        t0 = time.monotonic()
+        s.sendall(b"p")
+        if s.recv(1) != b"p":
+            sys.exit("pingpong: connection lost")
+        print(time.monotonic() - t0, flush=True)
+    s.close()
 
 
 def send_stream(to, nbytes, deadline, results, idx):
@@ -160,6 +175,9 @@ def main():
     p = sub.add_parser("rtt")
     p.add_argument("--to", required=True)
     p.add_argument("--count", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=60, help="connect timeout, seconds")
+    p = sub.add_parser("pingpong")
+    p.add_argument("--to", required=True)
     p = sub.add_parser("send")
     p.add_argument("--to", required=True)
     g = p.add_mutually_exclusive_group(required=True)
@@ -167,7 +185,7 @@ def main():
     g.add_argument("--seconds", type=float)
     p.add_argument("--streams", type=int, default=1)
     args = ap.parse_args()
-    {"serve": serve, "rtt": rtt, "send": send}[args.cmd](args)
+    {"serve": serve, "rtt": rtt, "send": send, "pingpong": pingpong}[args.cmd](args)
 
 
 if __name__ == "__main__":
