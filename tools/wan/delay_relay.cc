@@ -190,7 +190,7 @@ namespace {
 constexpr size_t kChunkBytes = 256 << 10;
 constexpr size_t kMaxReadBytes = 1 << 20;  // per read() call
 constexpr int kMaxIov = 16;
-constexpr size_t kPooledChunks = 64;
+constexpr size_t kPooledChunks = 256;  // 64 MiB kept for reuse: 256 KiB chunks are mmap-sized
 
 struct Chunk {
   size_t begin = 0;
