@@ -425,6 +425,44 @@ TEST(DelayRelay, ManyConcurrentConnections) {
   EXPECT_EQ(s.resets, 0u);
 }
 
+// Several mappings in one relay: each listen address reaches its own upstream.
+TEST(DelayRelay, SeveralMappingsInOneRelay) {
+  uint16_t port_a = 0, port_b = 0;
+  int la = Listen(&port_a), lb = Listen(&port_b);
+  auto answer = [](int l, std::string name) {
+    int s = accept(l, nullptr, nullptr);
+    WriteAll(s, name.data(), name.size());
+    shutdown(s, SHUT_WR);
+    ReadToEof(s);
+    close(s);
+  };
+  std::thread sa(answer, la, "upstream a"), sb(answer, lb, "upstream b");
+  RelayOptions o;
+  o.maps = {*ParseMapping("127.0.0.1:0=127.0.0.1:" + std::to_string(port_a)),
+            *ParseMapping("127.0.0.1:0=127.0.0.1:" + std::to_string(port_b))};
+  o.delay = o.return_delay = absl::Milliseconds(2);
+  absl::StatusOr<std::unique_ptr<DelayRelay>> r = DelayRelay::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::thread loop([&] { (*r)->Run(); });
+  std::vector<SocketAddress> listen = (*r)->ListenAddresses();
+  ASSERT_EQ(listen.size(), 2u);
+  EXPECT_NE(listen[0].ToString(), listen[1].ToString());
+  int cb = Connect(listen[1]), ca = Connect(listen[0]);
+  shutdown(ca, SHUT_WR);
+  shutdown(cb, SHUT_WR);
+  EXPECT_EQ(ReadToEof(ca), "upstream a");
+  EXPECT_EQ(ReadToEof(cb), "upstream b");
+  sa.join();
+  sb.join();
+  close(ca);
+  close(cb);
+  close(la);
+  close(lb);
+  (*r)->Stop();
+  loop.join();
+  EXPECT_EQ((*r)->Stats().connections_accepted, 2u);
+}
+
 // With --rate, a transfer cannot beat the cap: B bytes take at least (B - burst) / rate.
 TEST(DelayRelay, RateCapIsALowerBoundOnTransferTime) {
   const std::string data = RandomBytes(1 << 20, 4);

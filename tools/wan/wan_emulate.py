@@ -480,6 +480,16 @@ class Wan:
         self._procs.append(proc)
         return proc
 
+    def wait_listening(self, region, host_port, timeout=10.0):
+        """Returns once a TCP connect from `region` to host_port succeeds (a service started
+        with run() is up); raises WanError after `timeout` seconds. Only for direct addresses:
+        a relay's listening port accepts before its upstream exists."""
+        probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wan_probe.py")
+        p = self.exec(region, [sys.executable, probe, "wait", "--to", host_port, "--timeout",
+                               str(timeout)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise WanError(f"region {region}: {p.stderr.strip()}")
+
     def exec(self, region, argv, **run_kwargs):
         """subprocess.run(argv) inside the region's namespace."""
         return subprocess.run(["ip", "netns", "exec", self.namespace(region)] +

@@ -119,9 +119,20 @@ def main():
         if after["rtt_s"][0] < wan.rtt("a", "b"):
             failures.append("round trip after heal shorter than the RTT")
 
-        # A region without a relayed port is refused with a clear error.
+        # A port relayed after up(): a second server in c, reached from b with the b-c delays.
+        wan.add_port(PORT + 1)
+        wan.run("c", [sys.executable, PROBE, "serve", "--port", str(PORT + 1)],
+                stdout=subprocess.DEVNULL)
+        wan.wait_listening("b", f"{wan.address('c')}:{PORT + 1}")
+        late = probe(wan, "b", "rtt", "--to", wan.peer_address("b", "c", PORT + 1), "--count", "2")
+        print(f"add_port({PORT + 1}): b->c round trip {min(late['rtt_s']) * 1e3:.1f} ms")
+        if min(late["rtt_s"]) < wan.rtt("b", "c"):
+            failures.append("add_port: round trip shorter than the b-c RTT")
+        relay_pids = list(wan._pids)
+
+        # A port that is not relayed is refused with a clear error.
         try:
-            wan.peer_address("a", "b", PORT + 1)
+            wan.peer_address("a", "b", PORT + 2)
             failures.append("peer_address accepted a port that is not relayed")
         except wan_emulate.WanError:
             pass

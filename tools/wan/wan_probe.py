@@ -7,6 +7,7 @@
                                                   # JSON: bytes, seconds, bps measured by the server
   wan_probe.py pingpong --to HOST:PORT            # prints "connected", then one 1-byte round
                                                   # trip per stdin line, printing its seconds
+  wan_probe.py wait --to HOST:PORT [--timeout 10] # exits 0 once something listens there
 
 The server speaks a one-letter protocol on each connection: 'E' echoes until EOF; 'S' reads until
 EOF and answers with a JSON line {bytes, first_ns, last_ns} (time.monotonic_ns of the first and last
@@ -117,6 +118,19 @@ def pingpong(args):
     s.close()
 
 
+def wait(args):
+    host, port = parse_hostport(args.to)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                sys.exit(f"wait: nothing listens on {args.to} after {args.timeout} s: {e}")
+            time.sleep(0.05)
+
+
 def send_stream(to, nbytes, deadline, results, idx):
     s = connect(to)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKBUF)
@@ -178,6 +192,9 @@ def main():
     p.add_argument("--timeout", type=float, default=60, help="connect timeout, seconds")
     p = sub.add_parser("pingpong")
     p.add_argument("--to", required=True)
+    p = sub.add_parser("wait")
+    p.add_argument("--to", required=True)
+    p.add_argument("--timeout", type=float, default=10)
     p = sub.add_parser("send")
     p.add_argument("--to", required=True)
     g = p.add_mutually_exclusive_group(required=True)
@@ -185,7 +202,7 @@ def main():
     g.add_argument("--seconds", type=float)
     p.add_argument("--streams", type=int, default=1)
     args = ap.parse_args()
-    {"serve": serve, "rtt": rtt, "send": send, "pingpong": pingpong}[args.cmd](args)
+    {"serve": serve, "rtt": rtt, "send": send, "pingpong": pingpong, "wait": wait}[args.cmd](args)
 
 
 if __name__ == "__main__":
