@@ -675,11 +675,8 @@ class DelayRelay::Loop {
   }
 
   void Pump(Connection& c, int64_t now) {
-    if (c.abort_ns <= now) {
-      resets_.fetch_add(1, std::memory_order_relaxed);
-      CloseConnection(c, /*abort=*/true, /*erase=*/true);
-      return;
-    }
+    // Writes first, abort after: bytes read before an RST are released no later than it, and a
+    // late wake-up that finds both due must still deliver the bytes.
     bool progress = true;
     while (progress) {
       progress = false;
