@@ -281,6 +281,7 @@ class Wan:
         self._up = False
         self._old_sigterm = None
         self._partitioned = set()
+        self._probe_servers = {}  # (region, port) -> Popen of wan_probe.py serve
 
     # -- names and addresses --
 
@@ -490,6 +491,40 @@ class Wan:
         if p.returncode != 0:
             raise WanError(f"region {region}: {p.stderr.strip()}")
 
+    def measure_link(self, src, dst, *, seconds=2.0, streams=4, via="relay", port=7099,
+                     rtt_count=5):
+        """Measures what the link src -> dst delivers now: {"bps", "rtt_s", "ratio", "bytes",
+        "seconds", "streams"}. bps is measured where the bytes arrive (wan_probe.py) with
+        `streams` parallel TCP streams for `seconds`; rtt_s is the smallest 1-byte round trip;
+        ratio = bps / configured rate. via="relay" goes through the delay relay (the path
+        peer_address() gives), via="direct" to dst's own address (rate cap only). A probe
+        server is started in dst on `port` (relayed with add_port) the first time."""
+        if via not in ("relay", "direct"):
+            raise WanError(f"measure_link: via must be 'relay' or 'direct', not {via!r}")
+        probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wan_probe.py")
+        key = (dst, port)
+        if key not in self._probe_servers:
+            self.add_port(port)
+            self._probe_servers[key] = self.run(
+                dst, [sys.executable, probe, "serve", "--port", str(port)],
+                stdout=subprocess.DEVNULL)
+            self.wait_listening(dst, f"127.0.0.1:{port}")
+        to = (self.peer_address(src, dst, port) if via == "relay"
+              else f"{self.address(dst)}:{port}")
+
+        def probe_json(*args):
+            p = self.exec(src, [sys.executable, probe, *args], capture_output=True, text=True,
+                          timeout=seconds * 10 + 120)
+            if p.returncode != 0:
+                raise WanError(f"measure_link {src}->{dst}: {p.stderr.strip()}")
+            return json.loads(p.stdout)
+
+        rtt = min(probe_json("rtt", "--to", to, "--count", str(rtt_count))["rtt_s"])
+        r = probe_json("send", "--to", to, "--seconds", str(seconds), "--streams", str(streams))
+        r["rtt_s"] = rtt
+        r["ratio"] = r["bps"] / self.rate(src, dst)
+        return r
+
     def exec(self, region, argv, **run_kwargs):
         """subprocess.run(argv) inside the region's namespace."""
         return subprocess.run(["ip", "netns", "exec", self.namespace(region)] +
@@ -578,6 +613,7 @@ class Wan:
         self._up = True
         self._old_sigterm = None
         self._partitioned = set()
+        self._probe_servers = {}
         return self
 
     def describe(self):
