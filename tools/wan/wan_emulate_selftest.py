@@ -128,7 +128,12 @@ def main():
         print(f"add_port({PORT + 1}): b->c round trip {min(late['rtt_s']) * 1e3:.1f} ms")
         if min(late["rtt_s"]) < wan.rtt("b", "c"):
             failures.append("add_port: round trip shorter than the b-c RTT")
-        relay_pids = list(wan._pids)
+        m = wan.measure_link("c", "b", seconds=0.5, streams=2)
+        print(f"measure_link(c, b): {m['bps'] / 1e6:.0f} Mb/s, ratio {m['ratio']:.3f}, "
+              f"rtt {m['rtt_s'] * 1e3:.1f} ms")
+        if not 0 < m["ratio"] <= 1.1 or m["rtt_s"] < wan.rtt("c", "b"):
+            failures.append(f"measure_link(c, b) out of bounds: {m}")
+        relay_pids = list(wan._pids) + [p.pid for p in wan._probe_servers.values()]
 
         # A port that is not relayed is refused with a clear error.
         try:
