@@ -12,7 +12,8 @@ it, has its own rate). Addresses (the same in every run: namespaces keep runs ap
                      Reaching it directly from another region crosses the rate cap, NOT the delay.
   10.78.<l>.1 / .2   the two ends of link l (lower region index on .1), routes to region addresses
   10.79.0.<m+1>:P+O  in region k: a heddle-wan-delay relay that forwards to 10.77.0.<m+1>:P with
-                     the link's one-way delays (k->m forward, m->k back); O = port_offset (10000)
+                     the link's one-way delays (k->m forward, m->k back); O = port_offset (10000).
+                     The same address in every region (m == k: no delay), so one peer list fits all.
 
 Python:
 
@@ -309,8 +310,10 @@ class Wan:
 
     def peer_address(self, src, dst, port):
         """'HOST:PORT' where processes in region src connect to reach dst's `port` over the
-        emulated link (delay and rate)."""
-        self.link(src, dst)
+        emulated link (delay and rate). It depends on dst only, so one list of peer addresses
+        serves every region; src == dst is allowed (a zero-delay relay to the region itself)."""
+        if src != dst:
+            self.link(src, dst)
         if int(port) not in self.ports:
             raise WanError(f"port {port} is not relayed; pass it in ports= / the spec's 'ports' "
                            f"(relayed: {self.ports}) or call add_port({port})")
@@ -381,9 +384,8 @@ class Wan:
             _run(["ip", "netns", "add", self.namespace(r)])
             self._ip(r, "link", "set", "lo", "up")
             self._ip(r, "addr", "add", f"{self.address(r)}/32", "dev", "lo")
-            for other in self.regions:
-                if other != r:
-                    self._ip(r, "addr", "add", f"{self._relay_ip(other)}/32", "dev", "lo")
+            for other in self.regions:  # other == r: the zero-delay relay to itself
+                self._ip(r, "addr", "add", f"{self._relay_ip(other)}/32", "dev", "lo")
         for l in self.links:
             va, vb = self._veth(l.b), self._veth(l.a)
             _run(["ip", "link", "add", va, "netns", self.namespace(l.a), "type", "veth", "peer",
@@ -405,19 +407,23 @@ class Wan:
     def _start_relays(self, ports):
         if not ports:
             return
-        for l in self.links:
-            for src, dst in ((l.a, l.b), (l.b, l.a)):
-                argv = [self.relay, "--delay", f"{l.delay[(src, dst)] * 1e3:.6f}ms",
-                        "--return-delay", f"{l.delay[(dst, src)] * 1e3:.6f}ms",
-                        "--max-buffer", str(l.max_buffer)]
-                for p in ports:
-                    argv += ["--map", f"{self._relay_ip(dst)}:{p + self.port_offset}="
-                                      f"{self.address(dst)}:{p}"]
-                log = os.path.join(self.log_dir, f"relay-{src}-{dst}-{ports[0]}.log")
-                with open(log, "w") as f:
-                    proc = self.run(src, argv, stdout=f, stderr=subprocess.STDOUT)
-                self._pids.append(proc.pid)
-                self._wait_ready(proc, log)
+        pairs = [(l.a, l.b, l.delay[(l.a, l.b)], l.delay[(l.b, l.a)], l.max_buffer)
+                 for l in self.links]
+        pairs += [(l.b, l.a, l.delay[(l.b, l.a)], l.delay[(l.a, l.b)], l.max_buffer)
+                  for l in self.links]
+        pairs += [(r, r, 0.0, 0.0, 8 << 20) for r in self.regions]  # a region to itself
+        for src, dst, delay, return_delay, max_buffer in pairs:
+            argv = [self.relay, "--delay", f"{delay * 1e3:.6f}ms",
+                    "--return-delay", f"{return_delay * 1e3:.6f}ms",
+                    "--max-buffer", str(max_buffer)]
+            for p in ports:
+                argv += ["--map", f"{self._relay_ip(dst)}:{p + self.port_offset}="
+                                  f"{self.address(dst)}:{p}"]
+            log = os.path.join(self.log_dir, f"relay-{src}-{dst}-{ports[0]}.log")
+            with open(log, "w") as f:
+                proc = self.run(src, argv, stdout=f, stderr=subprocess.STDOUT)
+            self._pids.append(proc.pid)
+            self._wait_ready(proc, log)
 
     @staticmethod
     def _wait_ready(proc, log, timeout=10.0):

@@ -128,6 +128,11 @@ def main():
         print(f"add_port({PORT + 1}): b->c round trip {min(late['rtt_s']) * 1e3:.1f} ms")
         if min(late["rtt_s"]) < wan.rtt("b", "c"):
             failures.append("add_port: round trip shorter than the b-c RTT")
+        # A region reaches itself at the same peer address as everyone else (no delay; the echo
+        # is checked by the probe, the time only reported).
+        own = probe(wan, "a", "rtt", "--to", wan.peer_address("a", "a", PORT), "--count", "1")
+        print(f"a->a through its own relay: {own['rtt_s'][0] * 1e3:.2f} ms")
+
         m = wan.measure_link("c", "b", seconds=0.5, streams=2)
         print(f"measure_link(c, b): {m['bps'] / 1e6:.0f} Mb/s, ratio {m['ratio']:.3f}, "
               f"rtt {m['rtt_s'] * 1e3:.1f} ms")

@@ -86,6 +86,8 @@ class AddressPlanTest(unittest.TestCase):
         self.assertEqual(wan.address("c"), "10.77.0.3")
         self.assertEqual(wan.peer_address(src="a", dst="b", port=7100), "10.79.0.2:17100")
         self.assertEqual(wan.peer_address(src="c", dst="b", port=7200), "10.79.0.2:17200")
+        # The address of a region is the same from everywhere, itself included.
+        self.assertEqual({wan.peer_address(src, "b", 7100) for src in "abc"}, {"10.79.0.2:17100"})
         self.assertAlmostEqual(wan.rtt("b", "c"), 0.080)
         self.assertEqual(wan.rate("b", "c"), 100e6)
         with self.assertRaises(WanError):
