@@ -38,13 +38,25 @@ from ._core import (  # noqa: F401  (re-exported)
     slice_header,
 )
 
+_TORCH_NAMES = ("Client", "model_spec_from_module", "spec_yaml", "LocalRegion", "torch_util")
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE", "DEFAULT_SLICE_ELEMENTS", "FRAME_HEADER_BYTES", "HAVE_CLIENT",
+    "Aggregator", "DType", "Frame", "FrameHeader", "ModelSpec", "RelayError", "SignEncoder",
+    "SliceRef", "TensorSpec", "active_isa", "check_frame_for_slice", "compute_weights",
+    "decode_frame", "dtype_name", "frame_bytes", "model_spec_from_file",
+    "model_spec_from_string", "parse_dtype", "parse_frame", "slice_header", *_TORCH_NAMES,
+]
+
 if HAVE_CLIENT:
     from ._core import PullResult, PushStats, RelayClient, RoundStatus, WorkerPlan  # noqa: F401
+
+    __all__ += ["PullResult", "PushStats", "RelayClient", "RoundStatus", "WorkerPlan"]
 
 
 def __getattr__(name):
     # The torch helpers import torch only when asked for, so the codec works without it.
-    if name in ("Client", "model_spec_from_module", "spec_yaml", "LocalRegion", "torch_util"):
+    if name in _TORCH_NAMES:
         import importlib
 
         torch_util = importlib.import_module(".torch_util", __name__)
