@@ -111,6 +111,19 @@ bool IsCContiguous(const py::buffer_info& info) {
   return true;
 }
 
+bool IsAligned(const py::buffer_info& info) {
+  return info.itemsize <= 0 || reinterpret_cast<uintptr_t>(info.ptr) % info.itemsize == 0;
+}
+
+// The kernels read little-endian values; a big-endian array ('>f') is refused, not misread.
+void CheckByteOrder(const py::buffer_info& info, const char* what) {
+  if (!info.format.empty() && (info.format[0] == '>' || info.format[0] == '!')) {
+    throw py::type_error(
+        absl::StrFormat("%s: big-endian %s; convert it with .astype(its dtype.newbyteorder('<'))",
+                        what, DescribeFormat(info)));
+  }
+}
+
 bool IsTorchTensor(py::handle obj) {
   py::object cls = py::type::of(obj);
   return py::hasattr(cls, "__module__") &&
@@ -164,11 +177,14 @@ InputArray AsInput(py::handle obj, std::optional<DType> want, const char* what) 
   auto [o, hint] = AsBufferObject(obj, /*input=*/true, what);
   InputArray in;
   in.info = py::buffer(o).request();
-  if (!IsCContiguous(in.info)) {
-    o = py::module_::import("numpy").attr("ascontiguousarray")(o);
+  if (!IsCContiguous(in.info) || !IsAligned(in.info)) {
+    // One copy into a new, aligned, contiguous array (the kernels read whole elements).
+    o = py::module_::import("numpy").attr("array")(o, py::arg("copy") = true,
+                                                   py::arg("order") = "C");
     in.info = py::buffer(o).request();
   }
   in.owner = o;
+  CheckByteOrder(in.info, what);
   const std::string& f = in.info.format;
   char code = f.empty() ? '?' : f.back();  // "<f", "=e" and the like
   std::optional<DType> have;
@@ -216,9 +232,10 @@ OutputArray AsOutput(py::handle obj, size_t n, const char* what) {
   auto [o, hint] = AsBufferObject(obj, /*input=*/false, what);
   py::buffer_info info = py::buffer(o).request();
   if (info.readonly) throw py::value_error(absl::StrFormat("%s: output is read-only", what));
-  if (!IsCContiguous(info)) {
-    throw py::value_error(absl::StrFormat("%s: output is not contiguous", what));
+  if (!IsCContiguous(info) || !IsAligned(info)) {
+    throw py::value_error(absl::StrFormat("%s: output is not contiguous and aligned", what));
   }
+  CheckByteOrder(info, what);
   if (info.itemsize != 4 || info.format.empty() || info.format.back() != 'f') {
     throw py::type_error(
         absl::StrFormat("%s: output must be fp32, got %s", what, DescribeFormat(info)));

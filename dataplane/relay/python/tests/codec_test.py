@@ -255,6 +255,8 @@ class SignCodecTest(unittest.TestCase):
         self.assertTrue(torch.equal(p.detach(), 2.0 * out))
         with self.assertRaisesRegex(ValueError, "not contiguous"):
             f.decode(torch.zeros(2 * n)[::2])
+        with self.assertRaisesRegex(ValueError, "not contiguous"):
+            f.decode(np.zeros(2 * n, F32)[::2])
         with self.assertRaisesRegex(TypeError, "fp32"):
             f.decode(torch.zeros(n, dtype=torch.float64))
 
@@ -365,7 +367,21 @@ class ErrorsTest(unittest.TestCase):
             enc.encode(np.zeros(10, np.float16), dtype="fp32")
         with self.assertRaisesRegex(TypeError, "numpy array"):
             enc.encode([1.0] * 10)
+        with self.assertRaisesRegex(TypeError, "big-endian"):
+            enc.encode(np.zeros(10, ">f4"))
+        # A misaligned input is copied once; the result is that of the aligned values.
+        raw = np.zeros(4 * 10 + 1, np.uint8)
+        x = np.linspace(-1, 1, 10, dtype=F32)
+        raw[1:].view(np.uint8)[:] = x.view(np.uint8)
+        misaligned = raw[1:].view(F32)
+        self.assertNotEqual(misaligned.ctypes.data % 4, 0)
+        self.assertEqual(enc.encode(misaligned), 0)
+        ref = hr.SignEncoder(10, chunk_size=64)
+        ref.encode(x)
+        self.assertEqual(enc.magnitudes.tobytes(), ref.magnitudes.tobytes())
         f = hr.parse_frame(self.frame())
+        with self.assertRaisesRegex(ValueError, "contiguous and aligned"):
+            f.decode(np.zeros(401, np.uint8)[1:].view(F32))
         with self.assertRaisesRegex(ValueError, "holds 99 values, expected 100"):
             f.decode(np.zeros(99, F32))
         with self.assertRaisesRegex(ValueError, "read-only"):
