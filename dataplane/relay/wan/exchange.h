@@ -94,6 +94,12 @@ struct RoundOutcome {
   absl::Status reason;  // for kAborted
   std::shared_ptr<const GlobalAggregate> aggregate;
   bool includes_this_region = false;
+  // This region submitted frames for the round, they were not applied (the round left the
+  // region out, or aborted), and the gateway put them back into its error-feedback residual
+  // (e ← e + m·sign(v)): the region's work goes out with its next included round. The region's
+  // workers must then NOT restore their own residuals for this round — that would count their
+  // work twice. False when the gateway has no error feedback: then the workers restore.
+  bool retained_by_gateway = false;
 };
 
 class WanExchange {
