@@ -210,4 +210,28 @@ uint64_t RegionEncoder::resolved_through() const {
   return resolved_through_;
 }
 
+uint64_t RegionEncoder::open_round() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_round_;
+}
+
+uint64_t FramesDigest(std::span<const FramePtr> frames) {
+  // As GlobalDigest(): frame bodies without their CRC trailers.
+  uint32_t lo = 0, hi = 0x9e3779b9u;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    std::span<const uint8_t> f;
+    if (frames[i] != nullptr) f = *frames[i];
+    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+    uint8_t len[8];
+    PutLe(len, f.size(), 8);
+    lo = Crc32c(len, lo);
+    lo = Crc32c(f, lo);
+    uint8_t own[12];
+    PutLe(own, Crc32c(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
+    PutLe(own + 4, f.size(), 8);
+    hi = Crc32c(own, hi);
+  }
+  return (uint64_t{hi} << 32) | lo;
+}
+
 }  // namespace heddle::relay::wan_internal

@@ -41,6 +41,9 @@ uint32_t RegionInnerSteps(double tau_eff);
 absl::StatusOr<FramePtr> PatchFrameTotals(std::span<const uint8_t> provisional, uint64_t tokens,
                                           uint32_t inner_steps);
 
+// A digest of a region's frames in slice order (the provisional ones a RegionFinish announces).
+uint64_t FramesDigest(std::span<const FramePtr> frames);
+
 // Checks a region summary on its own (tokens, τ_eff finite and ≥ 1 when tokens > 0).
 absl::Status ValidateSummary(const RegionSummary& s);
 
@@ -58,6 +61,7 @@ class RegionEncoder {
   bool Resolve(uint64_t round_id, bool used);
 
   uint64_t resolved_through() const;
+  uint64_t open_round() const;  // 0: none
   const std::vector<SliceRef>& slices() const { return slices_; }
 
  private:
