@@ -37,6 +37,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -376,6 +377,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::lock_guard<std::mutex> l(mu_);
     reply->set_published_through(published_through_);
     reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_instance(instance_);
     return grpc::Status::OK;
   }
 
@@ -557,6 +559,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     reply->set_published_through(published_through_);
     reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_instance(instance_);
     if (r > published_through_) {
       reply->set_state(pb::DecisionReply::PENDING);
       return grpc::Status::OK;
@@ -1216,6 +1219,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         continue;
       }
       if (reply.state() == pb::DecisionReply::PENDING) continue;
+      // Decisions must come from one coordinator instance: a restarted coordinator lost the
+      // rounds it decided, and could decide one of them again differently.
+      if (coordinator_instance_ == 0) coordinator_instance_ = reply.instance();
+      if (reply.instance() != coordinator_instance_) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++stats_.coordinator_restarts;
+        }
+        HEDDLE_LOG(kError,
+                   "wan: region %u: the coordinator (region %u) restarted after this gateway "
+                   "published its decisions up to round %" PRIu64
+                   "; refusing the new "
+                   "instance's decisions (restart every gateway of the job from a checkpoint)",
+                   opt_.region_id, coordinator_, r - 1);
+        MarkFailed(coord, absl::FailedPreconditionError("coordinator restarted"));
+        continue;
+      }
       if (reply.state() == pb::DecisionReply::EVICTED) {
         std::lock_guard<std::mutex> l(mu_);
         if (published_through_ + 1 != r) continue;
@@ -1434,6 +1454,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   std::map<uint64_t, RoundState> rounds_;
   std::map<uint64_t, Kept> kept_;
   uint64_t published_through_ = 0;
+  const uint64_t instance_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}() ^
+                             static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  uint64_t coordinator_instance_ = 0;  // follower thread only
   std::map<uint32_t, uint64_t> last_tokens_;
   WanStats stats_;
   uint64_t stats_late_messages_ = 0;

@@ -127,6 +127,7 @@ struct WanStats {
   uint64_t duplicate_frames = 0;            // identical copies acknowledged again
   uint64_t late_messages = 0;               // frames or summaries for rounds already over here
   uint64_t digest_mismatches = 0;           // assembled aggregate ≠ the decision's digest
+  uint64_t coordinator_restarts = 0;        // decisions refused from a restarted coordinator
   // From this region's FinishRegion to the round's publication here.
   double last_publish_seconds = 0;
   double publish_seconds_sum = 0;

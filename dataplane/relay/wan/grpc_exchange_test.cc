@@ -459,6 +459,34 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
   EXPECT_GE(m.ex(1).Stats().peers[1].reconnects + m.ex(2).Stats().peers[1].reconnects, 1u);
 }
 
+// A restarted coordinator lost the decisions it made; the followers refuse its new decisions
+// rather than risk publishing a round twice with different contents (no split brain).
+TEST(GrpcExchangeTest, FollowersRefuseDecisionsOfARestartedCoordinator) {
+  Mesh m(TestSpec());
+  auto short_timeout = [](WanOptions& o) {
+    if (o.region_id == 1) o.wan_timeout = absl::Milliseconds(200);
+  };
+  m.StartAll(short_timeout);
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  m.Kill(1);
+  WanOptions o = m.Options(1);
+  short_timeout(o);
+  m.Start(1, o);
+  m.ConnectAll();
+  // The new coordinator starts over at round 1 (alone: the others are at round 2), then round 2.
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  m.outcomes(1).Wait(1);
+  for (uint32_t region : {2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 2);
+  SubmitRegion(m.ex(1), m.spec(), 1, 2);
+  ASSERT_EQ(m.outcomes(1).Wait(2).kind, RoundOutcome::Kind::kPublished);
+  WaitUntil([&] {
+    return m.ex(2).Stats().coordinator_restarts > 0 && m.ex(3).Stats().coordinator_restarts > 0;
+  });
+  EXPECT_FALSE(m.outcomes(2).Has(2));
+  EXPECT_FALSE(m.outcomes(3).Has(2));
+}
+
 // ---- a raw peer: what a misconfigured or hostile gateway sends ----
 
 class RawPeer {
