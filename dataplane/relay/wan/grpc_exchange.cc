@@ -920,6 +920,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // One stripe of one peer: pushes frames (and, on stripe 0 to the coordinator, summaries).
   void SendLoop(Link& l, uint32_t stripe) {
     std::deque<Link::Item>& q = l.queues[stripe];
+    int refusals = 0;  // INVALID_ARGUMENT answers to the batch at the front
     for (;;) {
       std::vector<Link::Item> batch;
       {
@@ -981,7 +982,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           l.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
           l.frames_sent.fetch_add(batch.size(), std::memory_order_relaxed);
         }
-      } else if (Transient(st.error_code())) {
+      } else if (Transient(st.error_code()) ||
+                 (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && ++refusals < 3)) {
+        // Our own frames are valid: a refused one was damaged on the way; resend it a few
+        // times before giving up (then the peer fetches it, or the round leaves us out).
         if (Stopping()) return;
         MarkFailed(l, FromGrpc(st, "push"));
         continue;  // keep the batch; Connect() waits out the backoff
@@ -989,6 +993,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         HEDDLE_LOG(kWarning, "wan: region %u: region %u refused round %" PRIu64 ": %s",
                    opt_.region_id, l.region_id, batch.front().round_id, st.error_message().c_str());
       }
+      refusals = 0;
       std::lock_guard<std::mutex> lk(l.mu);
       for (size_t i = 0; i < batch.size() && !q.empty(); ++i) q.pop_front();
     }
