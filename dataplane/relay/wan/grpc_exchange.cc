@@ -322,6 +322,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         std::lock_guard<std::mutex> g(l->mu);
         p.address = l->address;
         p.connected = l->ready;
+        for (const auto& q : l->queues) p.queued_items += q.size();
       }
       p.bytes_sent = l->bytes_sent.load(std::memory_order_relaxed);
       p.bytes_received = l->bytes_received.load(std::memory_order_relaxed);
@@ -906,8 +907,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return absl::OkStatus();
   }
 
+  // Queues an item and drops every queued item of a round this gateway already published:
+  // while a peer is unreachable its sender threads wait in Connect() and do not prune, so this
+  // is what keeps its queues to the round in progress (peers fetch older rounds from the
+  // coordinator).
   void Enqueue(Link& l, uint32_t stripe, Link::Item item) {
+    const uint64_t pub = PublishedThrough();
     std::lock_guard<std::mutex> lk(l.mu);
+    for (std::deque<Link::Item>& q : l.queues) {
+      // The sender pops what it sent by identity, so removing items it holds in flight is
+      // safe; the front stays, it may be the one being sent.
+      if (q.size() <= 1) continue;
+      auto keep = std::remove_if(q.begin() + 1, q.end(),
+                                 [&](const Link::Item& it) { return it.round_id <= pub; });
+      q.erase(keep, q.end());
+    }
     l.queues[stripe].push_back(std::move(item));
     l.cv.notify_all();
   }
@@ -995,7 +1009,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       refusals = 0;
       std::lock_guard<std::mutex> lk(l.mu);
-      for (size_t i = 0; i < batch.size() && !q.empty(); ++i) q.pop_front();
+      // Pop what was sent; Enqueue() may have pruned some of it meanwhile.
+      for (const Link::Item& sent : batch) {
+        if (!q.empty() && q.front().round_id == sent.round_id && q.front().slice == sent.slice &&
+            q.front().frame == sent.frame &&
+            q.front().finish.has_value() == sent.finish.has_value()) {
+          q.pop_front();
+        }
+      }
     }
   }
 

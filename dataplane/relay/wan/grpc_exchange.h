@@ -110,6 +110,7 @@ struct WanPeerStats {
   uint64_t frames_received = 0;
   uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
   uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
+  uint64_t queued_items = 0;        // frames and summaries waiting to be sent to this peer
 };
 
 struct WanStats {

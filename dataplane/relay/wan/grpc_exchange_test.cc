@@ -168,6 +168,19 @@ class Mesh {
   std::map<uint32_t, Gateway> gw_;
 };
 
+// Runs region `region`'s round r and waits until the coordinator (region 1) holds its summary
+// and every frame: the tests that shorten the coordinator's wan_timeout start the timeout only
+// after that, so what it leaves out is exactly the region that never sent anything.
+void SubmitReady(Mesh& m, uint32_t region, uint64_t r) {
+  const size_t nslices = Slices(m.spec()).size();
+  const uint64_t before = m.ex(1).Stats().peers[region - 2].frames_received;
+  SubmitRegion(m.ex(region), m.spec(), region, r);
+  WaitUntil([&] {
+    const WanPeerStats p = m.ex(1).Stats().peers[region - 2];
+    return p.last_summary_round == r && p.frames_received >= before + nslices;
+  });
+}
+
 std::vector<uint32_t> PartIds(const GlobalAggregate& g) {
   std::vector<uint32_t> ids;
   for (const RegionPart& p : g.parts) ids.push_back(p.region_id);
@@ -317,10 +330,12 @@ TEST(GrpcExchangeTest, ArrivalOrderOfRegionsDoesNotChangeABit) {
     m.StartAll([&](WanOptions& o) { o.streams_per_peer = run == 0 ? 1 : 4; });
     for (uint64_t r = 1; r <= 2; ++r) {
       for (uint32_t region : orders[run]) {
-        SubmitRegion(m.ex(region), m.spec(), region, r);
-        // The next region starts only once this one's summary reached the coordinator.
-        if (region != 1)
-          WaitUntil([&] { return m.ex(1).Stats().peers[region - 2].last_summary_round == r; });
+        // The next region starts only once this one is ready at the coordinator.
+        if (region != 1) {
+          SubmitReady(m, region, r);
+        } else {
+          SubmitRegion(m.ex(1), m.spec(), 1, r);
+        }
       }
       ExpectSameEverywhere(m, r, {1, 2, 3});
       digests[run].push_back(m.outcomes(1).Wait(r).aggregate->digest);
@@ -357,8 +372,7 @@ TEST(GrpcExchangeTest, QuorumAbortsTheRoundEverywhere) {
     o.quorum.min_regions = 3;
     if (o.region_id == 1) o.wan_timeout = absl::Milliseconds(200);
   });
-  SubmitRegion(m.ex(2), m.spec(), 2, 1);
-  WaitUntil([&] { return m.ex(1).Stats().peers[0].last_summary_round == 1; });
+  SubmitReady(m, 2, 1);
   SubmitRegion(m.ex(1), m.spec(), 1, 1);  // region 3 stays silent: 2 of 3 regions
   for (uint32_t gw : {1u, 2u, 3u}) {
     RoundOutcome o = m.outcomes(gw).Wait(1);
@@ -389,8 +403,7 @@ TEST(GrpcExchangeTest, CoordinatorTimeoutLeavesOutACutOffRegionThatCatchesUpAndR
       SubmitRegion(m.ex(3), m.spec(), 3, 1);  // finishes, but cannot reach the coordinator
       ref.Feed(3, 1, false);
     }
-    SubmitRegion(m.ex(2), m.spec(), 2, r);
-    WaitUntil([&] { return m.ex(1).Stats().peers[0].last_summary_round == r; });
+    SubmitReady(m, 2, r);
     SubmitRegion(m.ex(1), m.spec(), 1, r);
     GlobalAggregate want = ref.Aggregate(r, frames);
     ExpectSameEverywhere(m, r, {1, 2}, &want);
@@ -407,8 +420,7 @@ TEST(GrpcExchangeTest, CoordinatorTimeoutLeavesOutACutOffRegionThatCatchesUpAndR
   std::map<uint32_t, std::vector<FramePtr>> frames;
   for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, 3, true);
   for (uint32_t region : {3u, 2u}) {
-    SubmitRegion(m.ex(region), m.spec(), region, 3);
-    WaitUntil([&] { return m.ex(1).Stats().peers[region - 2].last_summary_round == 3; });
+    SubmitReady(m, region, 3);
   }
   SubmitRegion(m.ex(1), m.spec(), 1, 3);
   GlobalAggregate want = ref.Aggregate(3, frames);
@@ -430,33 +442,89 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
   m.StartAll([](WanOptions& o) {
     if (o.region_id == 1) o.wan_timeout = absl::Milliseconds(300);
   });
+  const size_t nslices = Slices(m.spec()).size();
   for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
   ExpectSameEverywhere(m, 1, {1, 2, 3});
   const uint64_t digest1 = m.outcomes(1).Wait(1).aggregate->digest;
   m.Kill(3);
-  SubmitRegion(m.ex(2), m.spec(), 2, 2);
-  WaitUntil([&] { return m.ex(1).Stats().peers[0].last_summary_round == 2; });
-  SubmitRegion(m.ex(1), m.spec(), 1, 2);
-  ExpectSameEverywhere(m, 2, {1, 2});
-  EXPECT_EQ(PartIds(*m.outcomes(1).Wait(2).aggregate), (std::vector<uint32_t>{1, 2}));
-  // Restart 3 (a new port): it replays the rounds the coordinator keeps, then rejoins.
+  for (uint64_t r = 2; r <= 4; ++r) {
+    SubmitReady(m, 2, r);
+    SubmitRegion(m.ex(1), m.spec(), 1, r);
+    ExpectSameEverywhere(m, r, {1, 2});
+    EXPECT_EQ(PartIds(*m.outcomes(1).Wait(r).aggregate), (std::vector<uint32_t>{1, 2}));
+  }
+  // What waits for the dead peer is the round in progress (and at most one older item at the
+  // head of each of its 3 streams' queues), not every round since it died (3 × 7 items).
+  for (uint32_t gw : {1u, 2u}) {
+    const WanPeerStats p3 = m.ex(gw).Stats().peers[1];
+    EXPECT_EQ(p3.region_id, 3u);
+    EXPECT_FALSE(p3.connected);
+    EXPECT_LE(p3.queued_items, nslices + 3) << "gateway " << gw;
+  }
+  // Restart 3 (a new port): it replays the rounds the coordinator keeps (1..4), then rejoins.
   m.Start(3, m.Options(3));
   m.ConnectAll();
-  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  for (uint64_t r = 1; r <= 4; ++r) ExpectSameEverywhere(m, r, {1, 2, 3});
   // Round 1 holds region 3's frames from before the restart: it does include the region; the
   // new instance had nothing open, so nothing is retained.
   EXPECT_EQ(m.outcomes(3).Wait(1).aggregate->digest, digest1);
   EXPECT_TRUE(m.outcomes(3).Wait(1).includes_this_region);
   EXPECT_FALSE(m.outcomes(3).Wait(1).retained_by_gateway);
-  EXPECT_FALSE(m.outcomes(3).Wait(2).includes_this_region);
+  EXPECT_FALSE(m.outcomes(3).Wait(4).includes_this_region);
+  EXPECT_GE(m.ex(3).Stats().frames_fetched, 4 * nslices);  // it held none of those frames
   for (uint32_t region : {3u, 2u}) {
-    SubmitRegion(m.ex(region), m.spec(), region, 3);
-    WaitUntil([&] { return m.ex(1).Stats().peers[region - 2].last_summary_round == 3; });
+    SubmitReady(m, region, 5);
   }
-  SubmitRegion(m.ex(1), m.spec(), 1, 3);
-  ExpectSameEverywhere(m, 3, {1, 2, 3});
-  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(3).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  SubmitRegion(m.ex(1), m.spec(), 1, 5);
+  ExpectSameEverywhere(m, 5, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(5).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  {
+    Outcomes& o = m.outcomes(3);
+    std::lock_guard<std::mutex> l(o.mu);
+    EXPECT_EQ(o.order, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  }
   EXPECT_GE(m.ex(1).Stats().peers[1].reconnects + m.ex(2).Stats().peers[1].reconnects, 1u);
+}
+
+// A gateway that holds a wrong copy of a region frame (here: a peer sent it a valid frame that
+// differs from what the coordinator decided on) sees the digest mismatch, refetches from the
+// coordinator and publishes the decided bits.
+TEST(GrpcExchangeTest, DigestMismatchIsRepairedFromTheCoordinator) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  std::vector<float> x = RegionSlice(2, 1, slices[0]);
+  for (float& v : x) v = -v;
+  wan_internal::RegionEncoder forger(m.spec(), 2, true);
+  const std::vector<uint8_t> wrong = **forger.Submit(1, slices[0], x);
+  {
+    // Pushed to gateway 3 as region 2, before the real gateway 2 sends anything.
+    grpc::ChannelArguments args;
+    auto stub = pb::Peer::NewStub(
+        grpc::CreateCustomChannel(m.Address(3), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext c;
+    c.AddMetadata("authorization", "Bearer s3cret-token");
+    c.AddMetadata("x-heddle-region", "2");
+    c.AddMetadata("x-heddle-spec", absl::StrFormat("%016x", SpecDigest(m.spec())));
+    c.AddMetadata("x-heddle-proto", "1");
+    pb::PushReply reply;
+    auto w = stub->PushFrames(&c, &reply);
+    pb::FrameChunk ch;
+    ch.set_round_id(1);
+    ch.set_region_id(2);
+    ch.set_slice(0);
+    ch.set_frame_bytes(wrong.size());
+    ch.set_offset(0);
+    ch.set_data(wrong.data(), wrong.size());
+    ASSERT_TRUE(w->Write(ch));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  EXPECT_EQ(m.ex(3).Stats().digest_mismatches, 1u);
+  EXPECT_GE(m.ex(3).Stats().frames_fetched, 3 * slices.size());  // the refetch: every frame
+  EXPECT_EQ(m.ex(2).Stats().digest_mismatches, 0u);
 }
 
 // A restarted coordinator lost the decisions it made; the followers refuse its new decisions
