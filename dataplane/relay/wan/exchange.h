@@ -18,6 +18,7 @@
 //
 // Implementations: NewLocalExchange() (one region, no peers: the global aggregate is the
 // region's own re-compressed frame) and the gRPC exchange between gateways (wan/grpc_exchange.h).
+// The protocol, the weight math and the failure cases: docs/relay-wan.md.
 #pragma once
 
 #include <cstdint>
@@ -78,8 +79,10 @@ struct GlobalAggregate {
 absl::StatusOr<std::vector<double>> GlobalWeights(std::span<const RegionPart> parts,
                                                   Weighting weighting);
 
-// out = Σ_p W_p · decode(frame of part p, slice s), from +0.0f, in part order. out must hold
-// the slice's element count. The same bits on every host for the same aggregate.
+// out = Σ_p W_p · decode(frame of part p, slice s), from +0.0f, in part order. out.size() must
+// be exactly the slice's element count. Every part's frame is validated first (checksum,
+// round, sender = region id, tokens, the same slice shape); on any error out is left untouched.
+// The same bits on every host and kernel form for the same aggregate.
 absl::Status AccumulateGlobalSlice(const GlobalAggregate& g, uint32_t slice, std::span<float> out,
                                    const SignKernels& k = ActiveKernels());
 

@@ -190,6 +190,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       co.pem_cert_chain = cert;
       client_creds_ = grpc::SslCredentials(co);
     }
+    // The links exist before the server starts: handlers look callers up in links_, which is
+    // fixed from here on.
+    for (const WanPeer& p : opt_.peers) {
+      auto l = std::make_unique<Link>();
+      l->region_id = p.region_id;
+      l->backoff = opt_.backoff_min;
+      l->queues.resize(opt_.streams_per_peer);
+      SetAddressLocked(*l, p.address);
+      links_[p.region_id] = std::move(l);
+    }
     grpc::ServerBuilder b;
     b.AddListeningPort(opt_.listen_address, server_creds, &port_);
     b.RegisterService(this);
@@ -200,14 +210,6 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       return absl::UnavailableError(absl::StrFormat(
           "wan.listen: cannot listen on %s (address in use, or not an address of this host)",
           opt_.listen_address));
-    }
-    for (const WanPeer& p : opt_.peers) {
-      auto l = std::make_unique<Link>();
-      l->region_id = p.region_id;
-      l->backoff = opt_.backoff_min;
-      l->queues.resize(opt_.streams_per_peer);
-      SetAddressLocked(*l, p.address);
-      links_[p.region_id] = std::move(l);
     }
     for (auto& [id, l] : links_) {
       for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
