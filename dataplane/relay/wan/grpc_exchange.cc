@@ -205,6 +205,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     b.RegisterService(this);
     b.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
     b.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
+    // Peers ping every 30 s during long pushes and polls (to notice a dead link); gRPC's
+    // default server policy (one ping per 5 min without data) would answer those pings with
+    // GOAWAY "too_many_pings".
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     server_ = b.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrFormat(
