@@ -314,7 +314,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       std::lock_guard<std::mutex> l(mu_);
       s = stats_;
       s.published_through = published_through_;
-      s.late_messages = stats_late_messages_;
+      s.out_of_window_messages = stats_out_of_window_;
     }
     s.region_id = opt_.region_id;
     s.coordinator = is_coordinator_;
@@ -399,9 +399,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     uint64_t round = 0, total = 0, got = 0;
     uint32_t slice = 0;
     auto refuse = [&](grpc::StatusCode code, std::string msg) {
-      if (code == grpc::StatusCode::FAILED_PRECONDITION) {
+      if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
+        // Normal around restarts and catch-up: a round over here, or too far ahead.
         std::lock_guard<std::mutex> l(mu_);
-        ++stats_late_messages_;
+        ++stats_out_of_window_;
       } else {
         malformed_.fetch_add(1, std::memory_order_relaxed);
         HEDDLE_LOG(kWarning, "wan: region %u refused a push from region %u: %s", opt_.region_id,
@@ -518,9 +519,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           absl::StrFormat("round %u region %u: 0 tokens but %u slices", r, caller, req->slices()));
     }
     if (grpc::Status st = CheckRoundWindow(r, "summary"); !st.ok()) {
-      if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-      }
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_out_of_window_;
       return st;
     }
     std::lock_guard<std::mutex> l(mu_);
@@ -1492,7 +1492,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   uint64_t coordinator_instance_ = 0;  // follower thread only
   std::map<uint32_t, uint64_t> last_tokens_;
   WanStats stats_;
-  uint64_t stats_late_messages_ = 0;
+  uint64_t stats_out_of_window_ = 0;
 
   std::atomic<uint64_t> auth_failures_{0}, handshake_failures_{0}, malformed_{0}, duplicates_{0};
 

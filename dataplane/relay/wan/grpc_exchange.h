@@ -126,9 +126,11 @@ struct WanStats {
   uint64_t handshake_failures = 0;          // calls refused: spec digest, version, region set
   uint64_t malformed_messages = 0;          // bad chunk, frame, round or summary
   uint64_t duplicate_frames = 0;            // identical copies acknowledged again
-  uint64_t late_messages = 0;               // frames or summaries for rounds already over here
-  uint64_t digest_mismatches = 0;           // assembled aggregate ≠ the decision's digest
-  uint64_t coordinator_restarts = 0;        // decisions refused from a restarted coordinator
+  // Frames or summaries for a round outside this gateway's window: already over here, or more
+  // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
+  uint64_t out_of_window_messages = 0;
+  uint64_t digest_mismatches = 0;     // assembled aggregate ≠ the decision's digest
+  uint64_t coordinator_restarts = 0;  // decisions refused from a restarted coordinator
   // From this region's FinishRegion to the round's publication here.
   double last_publish_seconds = 0;
   double publish_seconds_sum = 0;

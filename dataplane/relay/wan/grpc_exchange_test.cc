@@ -443,7 +443,8 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
     if (o.region_id == 1) o.wan_timeout = absl::Milliseconds(300);
   });
   const size_t nslices = Slices(m.spec()).size();
-  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
   ExpectSameEverywhere(m, 1, {1, 2, 3});
   const uint64_t digest1 = m.outcomes(1).Wait(1).aggregate->digest;
   m.Kill(3);
@@ -535,7 +536,8 @@ TEST(GrpcExchangeTest, FollowersRefuseDecisionsOfARestartedCoordinator) {
     if (o.region_id == 1) o.wan_timeout = absl::Milliseconds(200);
   };
   m.StartAll(short_timeout);
-  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
   ExpectSameEverywhere(m, 1, {1, 2, 3});
   m.Kill(1);
   WanOptions o = m.Options(1);
@@ -691,12 +693,17 @@ TEST(GrpcExchangeTest, MalformedPeerMessagesAreRefusedWithClearErrorsAndCounted)
   wan_internal::RegionEncoder enc(m.spec(), 2, true);
   std::vector<std::vector<uint8_t>> frames;
   for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
-  uint64_t malformed = 0;
+  uint64_t malformed = 0, out_of_window = 0;
   auto expect_refused = [&](grpc::Status st, grpc::StatusCode code, const std::string& text) {
     EXPECT_EQ(st.error_code(), code) << st.error_message();
     EXPECT_THAT(st.error_message(), HasSubstr(text));
-    if (code != grpc::StatusCode::FAILED_PRECONDITION) ++malformed;
+    if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
+      ++out_of_window;
+    } else {
+      ++malformed;
+    }
     EXPECT_EQ(m.ex(1).Stats().malformed_messages, malformed);
+    EXPECT_EQ(m.ex(1).Stats().out_of_window_messages, out_of_window);
   };
   // Bad frame bytes (the checksum catches a flipped bit).
   std::vector<uint8_t> bad = frames[0];
