@@ -18,6 +18,7 @@
 //
 // Implementations: NewLocalExchange() (one region, no peers: the global aggregate is the
 // region's own re-compressed frame) and the gRPC exchange between gateways (wan/grpc_exchange.h).
+// The protocol, the weight math and the failure cases: docs/relay-wan.md.
 #pragma once
 
 #include <cstdint>
@@ -78,8 +79,10 @@ struct GlobalAggregate {
 absl::StatusOr<std::vector<double>> GlobalWeights(std::span<const RegionPart> parts,
                                                   Weighting weighting);
 
-// out = Σ_p W_p · decode(frame of part p, slice s), from +0.0f, in part order. out must hold
-// the slice's element count. The same bits on every host for the same aggregate.
+// out = Σ_p W_p · decode(frame of part p, slice s), from +0.0f, in part order. out.size() must
+// be exactly the slice's element count. Every part's frame is validated first (checksum,
+// round, sender = region id, tokens, the same slice shape); on any error out is left untouched.
+// The same bits on every host and kernel form for the same aggregate.
 absl::Status AccumulateGlobalSlice(const GlobalAggregate& g, uint32_t slice, std::span<float> out,
                                    const SignKernels& k = ActiveKernels());
 
@@ -94,6 +97,12 @@ struct RoundOutcome {
   absl::Status reason;  // for kAborted
   std::shared_ptr<const GlobalAggregate> aggregate;
   bool includes_this_region = false;
+  // This region submitted frames for the round, they were not applied (the round left the
+  // region out, or aborted), and the gateway put them back into its error-feedback residual
+  // (e ← e + m·sign(v)): the region's work goes out with its next included round. The region's
+  // workers must then NOT restore their own residuals for this round — that would count their
+  // work twice. False when the gateway has no error feedback: then the workers restore.
+  bool retained_by_gateway = false;
 };
 
 class WanExchange {

@@ -1,0 +1,1575 @@
+// The gRPC WAN exchange. How the pieces fit (docs/relay-wan.md has the protocol):
+//
+// State. One mutex `mu_` guards the round state: `rounds_` (rounds not yet published here:
+// per region the provisional frames received or produced, and the region's summary),
+// `kept_` (the last keep_rounds published rounds: decision and final aggregate) and
+// `published_through_`. The region encoder has its own mutex; the order is mu_ → encoder, and
+// SubmitSlice() never holds the encoder's while taking mu_. Each peer link has its own mutex
+// for its address, handshake state and send queues.
+//
+// Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
+// on cv_). Per peer, streams_per_peer sender threads drain their stripe's queue; each
+// (re)handshakes the link when it is down, with exponential backoff. The coordinator runs a
+// decider thread; every other gateway a follower thread that long-polls the coordinator.
+// Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
+// side sees each round once and in order.
+//
+// Invariants. A round is published here only (a) by the coordinator's decider, which is the
+// decision, or (b) by the follower after it holds the coordinator's decision and frames whose
+// GlobalDigest equals the decision's. Publishing r erases every round ≤ r from rounds_ and
+// makes the handlers refuse frames and summaries for them, so no stale state survives.
+#include "dataplane/relay/wan/grpc_exchange.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/outcome_queue.h"
+#include "dataplane/relay/wan/internal/region_encoder.h"
+#include "dataplane/relay/wan/peer.grpc.pb.h"
+
+namespace heddle::relay {
+namespace {
+
+namespace pb = ::heddle::relay::peer::v1;
+using wan_internal::FramePtr;
+
+// A gateway holds frames for the next kRoundWindow rounds after the last one it published
+// (a peer may be one round ahead while this gateway still fetches its previous round).
+constexpr uint64_t kRoundWindow = 2;
+// Largest chunk a peer may send; the server's message limit is a little above it.
+constexpr uint64_t kMaxChunkBytes = uint64_t{16} << 20;
+// A push stream carries at most this many bytes of frames before it is closed and acknowledged.
+constexpr uint64_t kPushBatchBytes = uint64_t{64} << 20;
+constexpr absl::Duration kMaxPoll = absl::Seconds(60);
+
+std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+std::chrono::system_clock::time_point Deadline(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat("%s: cannot read %s", key, path));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Transient(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::NOT_FOUND:
+      return false;
+    default:  // UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, auth (a peer being reconfigured), ...
+      return true;
+  }
+}
+
+pb::Decision ToProto(uint64_t r, const GlobalAggregate* g, const absl::Status& abort_reason) {
+  pb::Decision d;
+  d.set_round_id(r);
+  if (g == nullptr) {
+    d.set_aborted(true);
+    d.set_reason(std::string(abort_reason.message()));
+    return d;
+  }
+  d.set_weighting(static_cast<uint32_t>(g->weighting));
+  for (const RegionPart& p : g->parts) {
+    pb::Part* q = d.add_parts();
+    q->set_region_id(p.region_id);
+    q->set_tokens(p.tokens);
+    q->set_tau_eff(p.tau_eff);
+    q->set_weight(p.weight);
+  }
+  d.set_digest(g->digest);
+  return d;
+}
+
+class Exchange;
+
+// One peer: its channel, handshake state, send queues and counters.
+struct Link {
+  struct Item {
+    uint64_t round_id = 0;
+    uint32_t slice = 0;
+    FramePtr frame;                          // a frame, or
+    std::optional<pb::RegionFinish> finish;  // a summary for the coordinator
+  };
+
+  uint32_t region_id = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  uint64_t generation = 0;  // bumped when the address changes
+  bool ready = false;
+  bool hello_in_progress = false;
+  absl::Time next_attempt = absl::InfinitePast();
+  absl::Duration backoff;
+  std::string last_error;
+  pb::HelloReply hello;  // the last successful handshake's reply
+  std::vector<std::deque<Item>> queues;
+  std::vector<std::thread> threads;
+
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0},
+      reconnects{0}, last_summary_round{0};
+};
+
+class Exchange final : public GrpcExchange, public pb::Peer::Service {
+ public:
+  Exchange(const ModelSpec& spec, const WanOptions& o)
+      : spec_(spec),
+        opt_(o),
+        spec_digest_(SpecDigest(spec)),
+        slices_(Slices(spec)),
+        nslices_(static_cast<uint32_t>(slices_.size())),
+        encoder_(spec, o.region_id, o.gateway_error_feedback) {
+    regions_.push_back(o.region_id);
+    for (const WanPeer& p : o.peers) regions_.push_back(p.region_id);
+    std::sort(regions_.begin(), regions_.end());
+    coordinator_ = regions_.front();
+    is_coordinator_ = coordinator_ == o.region_id;
+  }
+
+  ~Exchange() override { Stop(); }
+
+  absl::Status Start() {
+    std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
+    client_creds_ = grpc::InsecureChannelCredentials();
+    if (!opt_.tls.cert_file.empty()) {
+      HEDDLE_ASSIGN_OR_RETURN(std::string cert, ReadFile(opt_.tls.cert_file, "wan.tls.cert"));
+      HEDDLE_ASSIGN_OR_RETURN(std::string key, ReadFile(opt_.tls.key_file, "wan.tls.key"));
+      HEDDLE_ASSIGN_OR_RETURN(std::string ca, ReadFile(opt_.tls.ca_file, "wan.tls.ca"));
+      grpc::SslServerCredentialsOptions so(
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      so.pem_root_certs = ca;
+      so.pem_key_cert_pairs.push_back({key, cert});
+      server_creds = grpc::SslServerCredentials(so);
+      grpc::SslCredentialsOptions co;
+      co.pem_root_certs = ca;
+      co.pem_private_key = key;
+      co.pem_cert_chain = cert;
+      client_creds_ = grpc::SslCredentials(co);
+    }
+    // The links exist before the server starts: handlers look callers up in links_, which is
+    // fixed from here on.
+    for (const WanPeer& p : opt_.peers) {
+      auto l = std::make_unique<Link>();
+      l->region_id = p.region_id;
+      l->backoff = opt_.backoff_min;
+      l->queues.resize(opt_.streams_per_peer);
+      SetAddressLocked(*l, p.address);
+      links_[p.region_id] = std::move(l);
+    }
+    grpc::ServerBuilder b;
+    b.AddListeningPort(opt_.listen_address, server_creds, &port_);
+    b.RegisterService(this);
+    b.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
+    b.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
+    // Peers ping every 30 s during long pushes and polls (to notice a dead link); gRPC's
+    // default server policy (one ping per 5 min without data) would answer those pings with
+    // GOAWAY "too_many_pings".
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    server_ = b.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      return absl::UnavailableError(absl::StrFormat(
+          "wan.listen: cannot listen on %s (address in use, or not an address of this host)",
+          opt_.listen_address));
+    }
+    for (auto& [id, l] : links_) {
+      for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
+        l->threads.emplace_back([this, link = l.get(), k] { SendLoop(*link, k); });
+      }
+    }
+    if (is_coordinator_) {
+      round_thread_ = std::thread([this] { DecideLoop(); });
+    } else {
+      round_thread_ = std::thread([this] { FollowLoop(); });
+    }
+    HEDDLE_LOG(kInfo, "wan: region %u listening on port %d, %zu peers, coordinator region %u",
+               opt_.region_id, port_, opt_.peers.size(), coordinator_);
+    return absl::OkStatus();
+  }
+
+  // ---- WanExchange ----
+
+  absl::Status SubmitSlice(uint64_t round_id, const SliceRef& s,
+                           std::span<const float> region_aggregate) override {
+    absl::StatusOr<FramePtr> f = encoder_.Submit(round_id, s, region_aggregate);
+    if (!f.ok()) return f.status();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (round_id <= published_through_) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "round %u was published without this region while its slices were coming in",
+            round_id));
+      }
+      RegionRound& rr = rounds_[round_id].regions[opt_.region_id];
+      if (rr.frames.empty()) rr.frames.resize(nslices_);
+      if (rr.frames[s.index] == nullptr) ++rr.have;
+      rr.frames[s.index] = *f;
+      cv_.notify_all();
+    }
+    for (auto& [id, link] : links_) {
+      Enqueue(*link, s.index % opt_.streams_per_peer,
+              Link::Item{.round_id = round_id, .slice = s.index, .frame = *f});
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishRegion(const RegionSummary& summary) override {
+    absl::StatusOr<std::vector<FramePtr>> frames = encoder_.Finish(summary);
+    if (!frames.ok()) return frames.status();
+    const uint64_t r = summary.round_id;
+    pb::RegionFinish fin;
+    fin.set_round_id(r);
+    fin.set_region_id(opt_.region_id);
+    fin.set_tokens(summary.tokens);
+    fin.set_tau_eff(summary.tau_eff);
+    fin.set_workers(summary.workers);
+    fin.set_slices(static_cast<uint32_t>(frames->size()));
+    fin.set_frames_digest(wan_internal::FramesDigest(*frames));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (r <= published_through_) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("round %u was published without this region", r));
+      }
+      RoundState& rs = rounds_[r];
+      RegionRound& rr = rs.regions[opt_.region_id];
+      rr.finished = true;
+      rr.summary = fin;
+      rs.own_finished = true;
+      rs.own_finished_at = absl::Now();
+      cv_.notify_all();
+    }
+    if (!is_coordinator_) {
+      Enqueue(*links_.at(coordinator_), 0, Link::Item{.round_id = r, .finish = fin});
+    }
+    return absl::OkStatus();
+  }
+
+  void SetOutcomeCallback(OutcomeCallback cb) override { queue_.SetCallback(std::move(cb)); }
+
+  absl::StatusOr<std::shared_ptr<const GlobalAggregate>> Published(
+      uint64_t round_id) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = kept_.find(round_id);
+    if (it == kept_.end() || it->second.aggregate == nullptr) {
+      return absl::NotFoundError(absl::StrFormat(
+          "round %u is not among the %u most recently published rounds here (published "
+          "through %u)",
+          round_id, opt_.keep_rounds, published_through_));
+    }
+    return it->second.aggregate;
+  }
+
+  // ---- GrpcExchange ----
+
+  int port() const override { return port_; }
+
+  WanStats Stats() const override {
+    WanStats s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      s = stats_;
+      s.published_through = published_through_;
+      s.out_of_window_messages = stats_out_of_window_;
+    }
+    s.region_id = opt_.region_id;
+    s.coordinator = is_coordinator_;
+    s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
+    s.malformed_messages = malformed_.load(std::memory_order_relaxed);
+    s.duplicate_frames = duplicates_.load(std::memory_order_relaxed);
+    s.handshake_failures = handshake_failures_.load(std::memory_order_relaxed);
+    for (const auto& [id, l] : links_) {
+      WanPeerStats p;
+      p.region_id = id;
+      {
+        std::lock_guard<std::mutex> g(l->mu);
+        p.address = l->address;
+        p.connected = l->ready;
+        for (const auto& q : l->queues) p.queued_items += q.size();
+      }
+      p.bytes_sent = l->bytes_sent.load(std::memory_order_relaxed);
+      p.bytes_received = l->bytes_received.load(std::memory_order_relaxed);
+      p.frames_sent = l->frames_sent.load(std::memory_order_relaxed);
+      p.frames_received = l->frames_received.load(std::memory_order_relaxed);
+      p.reconnects = l->reconnects.load(std::memory_order_relaxed);
+      p.last_summary_round = l->last_summary_round.load(std::memory_order_relaxed);
+      s.peers.push_back(std::move(p));
+    }
+    return s;
+  }
+
+  absl::Status SetPeerAddress(uint32_t region_id, const std::string& address) override {
+    auto it = links_.find(region_id);
+    if (it == links_.end()) {
+      return absl::NotFoundError(absl::StrFormat("region %u is not a configured peer", region_id));
+    }
+    std::lock_guard<std::mutex> l(it->second->mu);
+    SetAddressLocked(*it->second, address);
+    it->second->cv.notify_all();
+    return absl::OkStatus();
+  }
+
+  // ---- pb::Peer::Service ----
+
+  grpc::Status Hello(grpc::ServerContext* ctx, const pb::HelloRequest* req,
+                     pb::HelloReply* reply) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    if (req->protocol_version() != kPeerProtocolVersion || req->region_id() != caller ||
+        req->spec_digest() != spec_digest_) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrFormat("hello from region %u: protocol %u, spec %s; this "
+                          "gateway (region %u) runs protocol %u, spec %s",
+                          req->region_id(), req->protocol_version(), Hex64(req->spec_digest()),
+                          opt_.region_id, kPeerProtocolVersion, Hex64(spec_digest_)));
+    }
+    std::vector<uint32_t> theirs(req->regions().begin(), req->regions().end());
+    if (theirs != regions_) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrFormat("hello from region %u: it is configured with regions [%s], this "
+                          "gateway with [%s]; every gateway must list the same regions",
+                          caller, absl::StrJoin(theirs, ", "), absl::StrJoin(regions_, ", ")));
+    }
+    reply->set_protocol_version(kPeerProtocolVersion);
+    reply->set_region_id(opt_.region_id);
+    reply->set_spec_digest(spec_digest_);
+    for (uint32_t r : regions_) reply->add_regions(r);
+    std::lock_guard<std::mutex> l(mu_);
+    reply->set_published_through(published_through_);
+    reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_instance(instance_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushFrames(grpc::ServerContext* ctx, grpc::ServerReader<pb::FrameChunk>* reader,
+                          pb::PushReply* reply) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    Link& link = *links_.at(caller);
+    pb::FrameChunk c;
+    std::vector<uint8_t> buf;
+    uint64_t round = 0, total = 0, got = 0;
+    uint32_t slice = 0;
+    auto refuse = [&](grpc::StatusCode code, std::string msg) {
+      if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
+        // Normal around restarts and catch-up: a round over here, or too far ahead.
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_out_of_window_;
+      } else {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        HEDDLE_LOG(kWarning, "wan: region %u refused a push from region %u: %s", opt_.region_id,
+                   caller, msg.c_str());
+      }
+      return grpc::Status(code, std::move(msg));
+    };
+    while (reader->Read(&c)) {
+      if (got == 0) {
+        round = c.round_id();
+        slice = c.slice();
+        total = c.frame_bytes();
+        if (c.region_id() != caller) {
+          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("a push from region %u carries a frame of region %u; a "
+                                        "gateway pushes only its own region's frames",
+                                        caller, c.region_id()));
+        }
+        if (slice >= nslices_) {
+          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("round %u: slice %u of a model of %u slices", round, slice,
+                                        nslices_));
+        }
+        const uint64_t want = FrameBytes(slices_[slice].count, spec_.chunk_size);
+        if (total != want) {
+          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("round %u slice %u: frame of %u bytes announced, the "
+                                        "slice's frame has %u",
+                                        round, slice, total, want));
+        }
+        if (grpc::Status st = CheckRoundWindow(round, "frame"); !st.ok()) {
+          return refuse(st.error_code(), st.error_message());
+        }
+        buf.assign(total, 0);
+      } else if (c.round_id() != round || c.slice() != slice || c.frame_bytes() != total ||
+                 c.region_id() != caller) {
+        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrFormat("round %u slice %u: a chunk of another frame (round %u "
+                                      "slice %u) came before this one was complete",
+                                      round, slice, c.round_id(), c.slice()));
+      }
+      if (c.offset() != got || c.data().empty() || c.data().size() > total - got) {
+        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrFormat("round %u slice %u: chunk at offset %u of %u bytes; "
+                                      "expected offset %u and at most %u bytes",
+                                      round, slice, c.offset(), c.data().size(), got, total - got));
+      }
+      std::memcpy(buf.data() + got, c.data().data(), c.data().size());
+      got += c.data().size();
+      link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
+      if (got < total) continue;
+      got = 0;
+      absl::StatusOr<FrameView> f = ParseFrame(buf);
+      absl::Status check =
+          f.ok() ? CheckFrameForSlice(*f, spec_, slices_[slice], round, caller) : f.status();
+      if (check.ok() && (f->header().token_count != 1 || f->header().inner_steps != 1)) {
+        check = absl::InvalidArgumentError(
+            "a pushed frame must carry the provisional totals "
+            "(1 token, 1 step)");
+      }
+      if (!check.ok()) {
+        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrFormat("round %u slice %u from region %u: bad frame: %s", round,
+                                      slice, caller, check.message()));
+      }
+      auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(buf));
+      buf = {};
+      bool duplicate = false;
+      if (grpc::Status st = StoreFrame(round, caller, slice, frame, &duplicate); !st.ok()) {
+        return refuse(st.error_code(), st.error_message());
+      }
+      link.frames_received.fetch_add(1, std::memory_order_relaxed);
+      reply->set_frames(reply->frames() + 1);
+      if (duplicate) reply->set_duplicates(reply->duplicates() + 1);
+    }
+    if (got != 0) {
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                    absl::StrFormat("round %u slice %u: the stream ended after %u of %u bytes",
+                                    round, slice, got, total));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FinishRegion(grpc::ServerContext* ctx, const pb::RegionFinish* req,
+                            pb::FinishReply*) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    auto bad = [&](std::string msg) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      HEDDLE_LOG(kWarning, "wan: region %u refused a summary from region %u: %s", opt_.region_id,
+                 caller, msg.c_str());
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(msg));
+    };
+    if (!is_coordinator_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("region %u is not the coordinator (region %u is)",
+                                          opt_.region_id, coordinator_));
+    }
+    const uint64_t r = req->round_id();
+    if (req->region_id() != caller) {
+      return bad(absl::StrFormat("round %u: region %u sent a summary for region %u", r, caller,
+                                 req->region_id()));
+    }
+    if (req->tokens() > 0 &&
+        (!std::isfinite(req->tau_eff()) || req->tau_eff() < 1.0 || req->slices() != nslices_)) {
+      return bad(
+          absl::StrFormat("round %u region %u: %u tokens with tau_eff %g over %u slices; "
+                          "tau_eff must be finite and ≥ 1 and every one of %u slices sent",
+                          r, caller, req->tokens(), req->tau_eff(), req->slices(), nslices_));
+    }
+    if (req->tokens() == 0 && req->slices() != 0) {
+      return bad(
+          absl::StrFormat("round %u region %u: 0 tokens but %u slices", r, caller, req->slices()));
+    }
+    if (grpc::Status st = CheckRoundWindow(r, "summary"); !st.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_out_of_window_;
+      return st;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    RoundState& rs = rounds_[r];
+    if (rs.deciding) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("round %u is being decided", r));
+    }
+    RegionRound& rr = rs.regions[caller];
+    if (rr.finished) {
+      if (rr.summary.SerializeAsString() == req->SerializeAsString()) return grpc::Status::OK;
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::ALREADY_EXISTS,
+          absl::StrFormat("round %u: region %u already sent a different summary", r, caller));
+    }
+    rr.finished = true;
+    rr.summary = *req;
+    links_.at(caller)->last_summary_round.store(r, std::memory_order_relaxed);
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WaitDecision(grpc::ServerContext* ctx, const pb::DecisionRequest* req,
+                            pb::DecisionReply* reply) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    if (!is_coordinator_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("region %u is not the coordinator (region %u is)",
+                                          opt_.region_id, coordinator_));
+    }
+    const uint64_t r = req->round_id();
+    if (r == 0) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "round 0 (rounds start at 1)");
+    }
+    const absl::Time until = absl::Now() + std::min(absl::Milliseconds(req->wait_ms()), kMaxPoll);
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stopping_ && r > published_through_ && !ctx->IsCancelled()) {
+      const absl::Time now = absl::Now();
+      if (now >= until) break;
+      cv_.wait_until(l, absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
+    }
+    reply->set_published_through(published_through_);
+    reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_instance(instance_);
+    if (r > published_through_) {
+      reply->set_state(pb::DecisionReply::PENDING);
+      return grpc::Status::OK;
+    }
+    auto it = kept_.find(r);
+    if (it == kept_.end()) {
+      reply->set_state(pb::DecisionReply::EVICTED);
+      return grpc::Status::OK;
+    }
+    reply->set_state(pb::DecisionReply::DECIDED);
+    *reply->mutable_decision() = it->second.decision;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status FetchFrames(grpc::ServerContext* ctx, const pb::FetchRequest* req,
+                           grpc::ServerWriter<pb::FrameChunk>* writer) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    std::vector<std::pair<uint32_t, FramePtr>> frames;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = kept_.find(req->round_id());
+      if (it == kept_.end() || it->second.aggregate == nullptr) {
+        return grpc::Status(
+            grpc::StatusCode::NOT_FOUND,
+            absl::StrFormat("round %u: no published aggregate kept here", req->round_id()));
+      }
+      const GlobalAggregate& g = *it->second.aggregate;
+      size_t p = 0;
+      while (p < g.parts.size() && g.parts[p].region_id != req->region_id()) ++p;
+      if (p == g.parts.size()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            absl::StrFormat("round %u does not include region %u", req->round_id(),
+                                            req->region_id()));
+      }
+      for (uint32_t s : req->slices()) {
+        if (s >= g.slices) {
+          malformed_.fetch_add(1, std::memory_order_relaxed);
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrFormat("slice %u of a model of %u slices", s, g.slices));
+        }
+        frames.emplace_back(s, g.frames[p * g.slices + s]);
+      }
+    }
+    Link& link = *links_.at(caller);
+    for (const auto& [s, f] : frames) {
+      if (!WriteFrameChunks(req->round_id(), req->region_id(), s, *f,
+                            [&](const pb::FrameChunk& c) { return writer->Write(c); })) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+      }
+      link.bytes_sent.fetch_add(f->size(), std::memory_order_relaxed);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  struct RegionRound {
+    std::vector<FramePtr> frames;  // provisional, by slice
+    uint32_t have = 0;
+    bool finished = false;
+    pb::RegionFinish summary;
+  };
+  struct RoundState {
+    std::map<uint32_t, RegionRound> regions;
+    bool own_finished = false;
+    absl::Time own_finished_at;
+    bool deciding = false;  // coordinator: no more frames or summaries
+  };
+  struct Kept {
+    pb::Decision decision;
+    std::shared_ptr<const GlobalAggregate> aggregate;  // null: aborted
+  };
+
+  // ---- helpers ----
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> l(calls_mu_);
+      for (grpc::ClientContext* c : calls_) c->TryCancel();
+    }
+    for (auto& [id, l] : links_) {
+      std::lock_guard<std::mutex> g(l->mu);
+      l->cv.notify_all();
+    }
+    if (server_ != nullptr) server_->Shutdown(Deadline(absl::Seconds(1)));
+    if (round_thread_.joinable()) round_thread_.join();
+    for (auto& [id, l] : links_) {
+      for (std::thread& t : l->threads) t.join();
+    }
+    if (server_ != nullptr) server_->Wait();
+  }
+
+  bool Stopping() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return stopping_;
+  }
+
+  // Registers a client call for cancellation at shutdown.
+  class ScopedCall {
+   public:
+    ScopedCall(Exchange* ex, grpc::ClientContext* c) : ex_(ex), c_(c) {
+      std::lock_guard<std::mutex> l(ex_->calls_mu_);
+      ex_->calls_.insert(c_);
+      if (ex_->Stopping()) c_->TryCancel();
+    }
+    ~ScopedCall() {
+      std::lock_guard<std::mutex> l(ex_->calls_mu_);
+      ex_->calls_.erase(c_);
+    }
+
+   private:
+    Exchange* ex_;
+    grpc::ClientContext* c_;
+  };
+
+  void Prepare(grpc::ClientContext& c, absl::Duration timeout) const {
+    c.set_deadline(Deadline(timeout));
+    if (!opt_.token.empty()) c.AddMetadata("authorization", "Bearer " + opt_.token);
+    c.AddMetadata("x-heddle-region", absl::StrCat(opt_.region_id));
+    c.AddMetadata("x-heddle-spec", Hex64(spec_digest_));
+    c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
+  }
+
+  static std::string Metadata(const grpc::ServerContext* ctx, const char* key) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(key);
+    if (it == md.end()) return {};
+    return std::string(it->second.data(), it->second.size());
+  }
+
+  grpc::Status CheckCaller(const grpc::ServerContext* ctx, uint32_t* caller) {
+    if (!opt_.token.empty()) {
+      const std::string got = Metadata(ctx, "authorization");
+      const std::string want = "Bearer " + opt_.token;
+      // Compare every byte: the time taken does not tell how much of the token matched.
+      uint8_t diff = got.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) diff |= got[i] ^ want[i];
+      if (diff != 0) {
+        auth_failures_.fetch_add(1, std::memory_order_relaxed);
+        return grpc::Status(
+            grpc::StatusCode::UNAUTHENTICATED,
+            got.empty() ? "no bearer token (authorization metadata)" : "wrong bearer token");
+      }
+    }
+    uint32_t region = 0;
+    const std::string r = Metadata(ctx, "x-heddle-region");
+    if (!absl::SimpleAtoi(r, &region) || region == opt_.region_id || !links_.contains(region)) {
+      auth_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrFormat("caller region '%s' is not a configured peer of "
+                                          "region %u",
+                                          r, opt_.region_id));
+    }
+    const std::string spec = Metadata(ctx, "x-heddle-spec");
+    const std::string proto = Metadata(ctx, "x-heddle-proto");
+    if (spec != Hex64(spec_digest_) || proto != absl::StrCat(kPeerProtocolVersion)) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("region %u runs model spec %s, protocol %s; region %u "
+                                          "runs spec %s, protocol %u: every gateway must hold "
+                                          "the same model spec and version",
+                                          region, spec, proto, opt_.region_id, Hex64(spec_digest_),
+                                          kPeerProtocolVersion));
+    }
+    *caller = region;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CheckRoundWindow(uint64_t r, const char* what) const {
+    std::lock_guard<std::mutex> l(mu_);
+    return CheckRoundWindowLocked(r, what);
+  }
+  grpc::Status CheckRoundWindowLocked(uint64_t r, const char* what) const {
+    if (r <= published_through_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("%s for round %u: that round is over here (published "
+                                          "through round %u)",
+                                          what, r, published_through_));
+    }
+    if (r > published_through_ + kRoundWindow) {
+      return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                          absl::StrFormat("%s for round %u: too far ahead (published through "
+                                          "round %u, holding at most %u rounds ahead)",
+                                          what, r, published_through_, kRoundWindow));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StoreFrame(uint64_t r, uint32_t region, uint32_t slice, FramePtr frame,
+                          bool* duplicate) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (grpc::Status st = CheckRoundWindowLocked(r, "frame"); !st.ok()) return st;
+    RoundState& rs = rounds_[r];
+    if (rs.deciding) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrFormat("frame for round %u: the round is being decided", r));
+    }
+    RegionRound& rr = rs.regions[region];
+    if (rr.frames.empty()) rr.frames.resize(nslices_);
+    if (rr.frames[slice] != nullptr) {
+      if (*rr.frames[slice] == *frame) {
+        *duplicate = true;
+        duplicates_.fetch_add(1, std::memory_order_relaxed);
+        return grpc::Status::OK;
+      }
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrFormat("round %u slice %u: region %u already sent a different "
+                                          "frame for this slice",
+                                          r, slice, region));
+    }
+    rr.frames[slice] = std::move(frame);
+    ++rr.have;
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  template <typename WriteFn>
+  bool WriteFrameChunks(uint64_t r, uint32_t region, uint32_t slice, const std::vector<uint8_t>& f,
+                        WriteFn write) const {
+    pb::FrameChunk c;
+    c.set_round_id(r);
+    c.set_region_id(region);
+    c.set_slice(slice);
+    c.set_frame_bytes(f.size());
+    for (uint64_t off = 0; off < f.size(); off += opt_.chunk_bytes) {
+      const uint64_t n = std::min<uint64_t>(opt_.chunk_bytes, f.size() - off);
+      c.set_offset(off);
+      c.set_data(f.data() + off, n);
+      if (!write(c)) return false;
+    }
+    return true;
+  }
+
+  // ---- links ----
+
+  void SetAddressLocked(Link& l, const std::string& address) {
+    l.address = address;
+    ++l.generation;
+    l.ready = false;
+    l.next_attempt = absl::InfinitePast();
+    l.backoff = opt_.backoff_min;
+    l.channel.reset();
+    if (address.empty()) return;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
+    args.SetMaxSendMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(opt_.backoff_min)));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(opt_.backoff_min)));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(opt_.backoff_max)));
+    // Parallel streams to one peer share a channel; a private subchannel per link keeps a
+    // restarted peer from being reached through another link's stale connection.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    if (!opt_.tls.server_name.empty()) args.SetSslTargetNameOverride(opt_.tls.server_name);
+    l.channel = grpc::CreateCustomChannel(address, client_creds_, args);
+  }
+
+  // Blocks until the link's handshake succeeded; null when stopping.
+  std::shared_ptr<grpc::Channel> Connect(Link& l) {
+    std::unique_lock<std::mutex> lk(l.mu);
+    for (;;) {
+      if (Stopping()) return nullptr;
+      if (l.ready) return l.channel;
+      const absl::Time now = absl::Now();
+      if (l.channel == nullptr || l.hello_in_progress || now < l.next_attempt) {
+        const absl::Time until = l.channel == nullptr || l.hello_in_progress
+                                     ? now + absl::Milliseconds(200)
+                                     : std::min(l.next_attempt, now + absl::Milliseconds(200));
+        l.cv.wait_until(lk, absl::ToChronoTime(until));
+        continue;
+      }
+      l.hello_in_progress = true;
+      std::shared_ptr<grpc::Channel> ch = l.channel;
+      const uint64_t gen = l.generation;
+      lk.unlock();
+      pb::HelloReply reply;
+      absl::Status st = SayHello(ch, l.region_id, &reply);
+      lk.lock();
+      l.hello_in_progress = false;
+      l.cv.notify_all();
+      if (gen != l.generation) continue;
+      if (st.ok()) {
+        l.ready = true;
+        l.backoff = opt_.backoff_min;
+        l.hello = reply;
+        if (!l.last_error.empty()) {
+          HEDDLE_LOG(kInfo, "wan: region %u: link to region %u at %s is up", opt_.region_id,
+                     l.region_id, l.address.c_str());
+        }
+        l.last_error.clear();
+        return l.channel;
+      }
+      if (l.last_error != st.message()) {
+        HEDDLE_LOG(kWarning, "wan: region %u: handshake with region %u at %s: %s", opt_.region_id,
+                   l.region_id, l.address.c_str(), std::string(st.message()).c_str());
+        l.last_error = std::string(st.message());
+      }
+      l.next_attempt = absl::Now() + l.backoff;
+      l.backoff = std::min(l.backoff * 2, opt_.backoff_max);
+    }
+  }
+
+  void MarkFailed(Link& l, const absl::Status& why) {
+    std::lock_guard<std::mutex> lk(l.mu);
+    if (l.ready) {
+      l.ready = false;
+      l.reconnects.fetch_add(1, std::memory_order_relaxed);
+      HEDDLE_LOG(kWarning, "wan: region %u: link to region %u down: %s", opt_.region_id,
+                 l.region_id, std::string(why.message()).c_str());
+      l.last_error = std::string(why.message());
+    }
+    l.next_attempt = absl::Now() + l.backoff;
+    l.backoff = std::min(l.backoff * 2, opt_.backoff_max);
+    l.cv.notify_all();
+  }
+
+  absl::Status SayHello(const std::shared_ptr<grpc::Channel>& ch, uint32_t region,
+                        pb::HelloReply* reply) {
+    pb::HelloRequest req;
+    req.set_protocol_version(kPeerProtocolVersion);
+    req.set_region_id(opt_.region_id);
+    req.set_spec_digest(spec_digest_);
+    for (uint32_t r : regions_) req.add_regions(r);
+    grpc::ClientContext ctx;
+    Prepare(ctx, opt_.rpc_timeout);
+    ScopedCall reg(this, &ctx);
+    grpc::Status st = pb::Peer::NewStub(ch)->Hello(&ctx, req, reply);
+    if (!st.ok()) return FromGrpc(st, absl::StrFormat("hello to region %u", region));
+    if (reply->region_id() != region) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the gateway configured as region %u answers as region %u", region, reply->region_id()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Queues an item and drops every queued item of a round this gateway already published:
+  // while a peer is unreachable its sender threads wait in Connect() and do not prune, so this
+  // is what keeps its queues to the round in progress (peers fetch older rounds from the
+  // coordinator).
+  void Enqueue(Link& l, uint32_t stripe, Link::Item item) {
+    const uint64_t pub = PublishedThrough();
+    std::lock_guard<std::mutex> lk(l.mu);
+    for (std::deque<Link::Item>& q : l.queues) {
+      // The sender pops what it sent by identity, so removing items it holds in flight is
+      // safe; the front stays, it may be the one being sent.
+      if (q.size() <= 1) continue;
+      auto keep = std::remove_if(q.begin() + 1, q.end(),
+                                 [&](const Link::Item& it) { return it.round_id <= pub; });
+      q.erase(keep, q.end());
+    }
+    l.queues[stripe].push_back(std::move(item));
+    l.cv.notify_all();
+  }
+
+  uint64_t PublishedThrough() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return published_through_;
+  }
+
+  // One stripe of one peer: pushes frames (and, on stripe 0 to the coordinator, summaries).
+  void SendLoop(Link& l, uint32_t stripe) {
+    std::deque<Link::Item>& q = l.queues[stripe];
+    int refusals = 0;  // INVALID_ARGUMENT answers to the batch at the front
+    for (;;) {
+      std::vector<Link::Item> batch;
+      {
+        std::unique_lock<std::mutex> lk(l.mu);
+        l.cv.wait(lk, [&] { return !q.empty() || Stopping(); });
+        if (Stopping()) return;
+      }
+      // Rounds this gateway already published are over: peers fetch what they lack from the
+      // coordinator, which decided them.
+      const uint64_t pub = PublishedThrough();
+      {
+        std::lock_guard<std::mutex> lk(l.mu);
+        while (!q.empty() && q.front().round_id <= pub) q.pop_front();
+        if (q.empty()) continue;
+      }
+      std::shared_ptr<grpc::Channel> ch = Connect(l);
+      if (ch == nullptr) return;
+      {
+        std::lock_guard<std::mutex> lk(l.mu);
+        if (q.empty()) continue;
+        uint64_t bytes = 0;
+        for (const Link::Item& it : q) {
+          if (!batch.empty() &&
+              (it.finish || batch.front().finish || it.round_id != batch.front().round_id ||
+               bytes >= kPushBatchBytes)) {
+            break;
+          }
+          batch.push_back(it);
+          if (it.frame) bytes += it.frame->size();
+        }
+      }
+      auto stub = pb::Peer::NewStub(ch);
+      grpc::Status st;
+      uint64_t bytes = 0;
+      if (batch.front().finish) {
+        grpc::ClientContext ctx;
+        Prepare(ctx, opt_.rpc_timeout);
+        ScopedCall reg(this, &ctx);
+        pb::FinishReply reply;
+        st = stub->FinishRegion(&ctx, *batch.front().finish, &reply);
+      } else {
+        grpc::ClientContext ctx;
+        Prepare(ctx, opt_.push_timeout);
+        ScopedCall reg(this, &ctx);
+        pb::PushReply reply;
+        std::unique_ptr<grpc::ClientWriter<pb::FrameChunk>> w = stub->PushFrames(&ctx, &reply);
+        bool ok = true;
+        for (const Link::Item& it : batch) {
+          ok = WriteFrameChunks(it.round_id, opt_.region_id, it.slice, *it.frame,
+                                [&](const pb::FrameChunk& c) { return w->Write(c); });
+          if (!ok) break;
+          bytes += it.frame->size();
+        }
+        if (ok) w->WritesDone();
+        st = w->Finish();
+      }
+      if (st.ok()) {
+        if (!batch.front().finish) {
+          l.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+          l.frames_sent.fetch_add(batch.size(), std::memory_order_relaxed);
+        }
+      } else if (Transient(st.error_code()) ||
+                 (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && ++refusals < 3)) {
+        // Our own frames are valid: a refused one was damaged on the way; resend it a few
+        // times before giving up (then the peer fetches it, or the round leaves us out).
+        if (Stopping()) return;
+        MarkFailed(l, FromGrpc(st, "push"));
+        continue;  // keep the batch; Connect() waits out the backoff
+      } else if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
+        HEDDLE_LOG(kWarning, "wan: region %u: region %u refused round %" PRIu64 ": %s",
+                   opt_.region_id, l.region_id, batch.front().round_id, st.error_message().c_str());
+      }
+      refusals = 0;
+      std::lock_guard<std::mutex> lk(l.mu);
+      // Pop what was sent; Enqueue() may have pruned some of it meanwhile.
+      for (const Link::Item& sent : batch) {
+        if (!q.empty() && q.front().round_id == sent.round_id && q.front().slice == sent.slice &&
+            q.front().frame == sent.frame &&
+            q.front().finish.has_value() == sent.finish.has_value()) {
+          q.pop_front();
+        }
+      }
+    }
+  }
+
+  // ---- publication (both roles) ----
+
+  // Publishes round r here: keeps it, drops older round state, resolves the region encoder and
+  // hands the outcome to the region side. mu_ held.
+  void PublishLocked(uint64_t r, pb::Decision decision, std::shared_ptr<const GlobalAggregate> g,
+                     absl::Status abort_reason, bool lost = false) {
+    std::optional<absl::Time> finished_at;
+    for (auto it = rounds_.begin(); it != rounds_.end() && it->first <= r;) {
+      if (it->first == r && it->second.own_finished) finished_at = it->second.own_finished_at;
+      for (const auto& [region, rr] : it->second.regions) {
+        if (rr.finished) last_tokens_[region] = rr.summary.tokens();
+      }
+      it = rounds_.erase(it);
+    }
+    bool included = false;
+    if (g != nullptr) {
+      for (const RegionPart& p : g->parts) included |= p.region_id == opt_.region_id;
+    }
+    kept_[r] = Kept{std::move(decision), g};
+    while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
+    published_through_ = r;
+    RoundOutcome out;
+    out.retained_by_gateway = encoder_.Resolve(r, included);
+    if (g != nullptr) {
+      out.kind = RoundOutcome::Kind::kPublished;
+      out.aggregate = std::move(g);
+      out.includes_this_region = included;
+      ++stats_.rounds_published;
+      if (!included) ++stats_.rounds_without_this_region;
+    } else {
+      out.kind = RoundOutcome::Kind::kAborted;
+      out.reason = std::move(abort_reason);
+      ++stats_.rounds_aborted;
+      if (lost) ++stats_.rounds_lost;
+    }
+    if (finished_at) {
+      const double s = absl::ToDoubleSeconds(absl::Now() - *finished_at);
+      stats_.last_publish_seconds = s;
+      stats_.publish_seconds_sum += s;
+      ++stats_.publish_count;
+    }
+    queue_.Push(r, std::move(out));
+    cv_.notify_all();
+  }
+
+  // ---- coordinator ----
+
+  bool RegionReadyLocked(const RoundState& rs, uint32_t region) const {
+    auto it = rs.regions.find(region);
+    if (it == rs.regions.end() || !it->second.finished) return false;
+    return it->second.summary.tokens() == 0 || it->second.have == nslices_;
+  }
+
+  void DecideLoop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      const uint64_t r = published_through_ + 1;
+      auto own_done = [&] {
+        auto it = rounds_.find(r);
+        return it != rounds_.end() && it->second.own_finished;
+      };
+      cv_.wait(l, [&] { return stopping_ || own_done(); });
+      if (stopping_) return;
+      const absl::Time timeout_at = rounds_[r].own_finished_at + opt_.wan_timeout;
+      auto all_ready = [&] {
+        const RoundState& rs = rounds_[r];
+        for (uint32_t region : regions_) {
+          if (!RegionReadyLocked(rs, region)) return false;
+        }
+        return true;
+      };
+      while (!stopping_ && !all_ready() && absl::Now() < timeout_at) {
+        cv_.wait_until(l, absl::ToChronoTime(timeout_at));
+      }
+      if (stopping_) return;
+      RoundState& rs = rounds_[r];
+      rs.deciding = true;
+      // The included set: regions ready with tokens whose frames are those they announced.
+      std::vector<RegionPart> parts;
+      std::vector<std::vector<FramePtr>> frames;
+      std::vector<std::string> left_out;
+      uint64_t expected = 0, present = 0;
+      for (uint32_t region : regions_) {
+        auto it = rs.regions.find(region);
+        const bool reported = it != rs.regions.end() && it->second.finished;
+        if (reported) {
+          expected += it->second.summary.tokens();
+        } else if (auto lt = last_tokens_.find(region); lt != last_tokens_.end()) {
+          expected += lt->second;
+        }
+        if (!RegionReadyLocked(rs, region)) {
+          left_out.push_back(
+              absl::StrFormat("%u (%s)", region, reported ? "frames incomplete" : "no summary"));
+          continue;
+        }
+        const RegionRound& rr = it->second;
+        if (rr.summary.tokens() == 0) continue;
+        if (wan_internal::FramesDigest(rr.frames) != rr.summary.frames_digest()) {
+          ++stats_.digest_mismatches;
+          left_out.push_back(absl::StrFormat("%u (frames differ from its summary)", region));
+          continue;
+        }
+        parts.push_back(
+            {.region_id = region, .tokens = rr.summary.tokens(), .tau_eff = rr.summary.tau_eff()});
+        frames.push_back(rr.frames);
+        present += rr.summary.tokens();
+      }
+      if (!left_out.empty()) {
+        HEDDLE_LOG(kWarning, "wan: round %" PRIu64 ": left out region(s) %s", r,
+                   absl::StrJoin(left_out, ", ").c_str());
+      }
+      absl::Status abort;
+      if (parts.empty()) {
+        abort = absl::FailedPreconditionError(
+            absl::StrFormat("round %u: no region contributed tokens", r));
+      } else if (parts.size() < opt_.quorum.min_regions) {
+        abort = absl::FailedPreconditionError(
+            absl::StrFormat("round %u: %u region(s) included, the quorum is %u (left out: %s)", r,
+                            parts.size(), opt_.quorum.min_regions, absl::StrJoin(left_out, ", ")));
+      } else if (expected > 0 && static_cast<double>(present) < opt_.quorum.min_token_fraction *
+                                                                    static_cast<double>(expected)) {
+        abort = absl::FailedPreconditionError(absl::StrFormat(
+            "round %u: the included regions hold %u of %u expected tokens, below the quorum's "
+            "%g (left out: %s)",
+            r, present, expected, opt_.quorum.min_token_fraction, absl::StrJoin(left_out, ", ")));
+      }
+      std::shared_ptr<GlobalAggregate> g;
+      if (abort.ok()) {
+        l.unlock();  // patching copies every included frame: not under mu_
+        absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Build(r, parts, frames);
+        l.lock();
+        if (built.ok()) {
+          g = *std::move(built);
+        } else {
+          abort = built.status();
+        }
+      }
+      if (!abort.ok()) {
+        HEDDLE_LOG(kWarning, "wan: round %" PRIu64 " aborted: %s", r,
+                   std::string(abort.message()).c_str());
+      }
+      pb::Decision d = ToProto(r, g.get(), abort);
+      PublishLocked(r, std::move(d), std::move(g), abort);
+    }
+  }
+
+  // The aggregate from provisional frames: totals patched in, weights, digest.
+  absl::StatusOr<std::shared_ptr<GlobalAggregate>> Build(
+      uint64_t r, const std::vector<RegionPart>& parts,
+      const std::vector<std::vector<FramePtr>>& frames) const {
+    auto g = std::make_shared<GlobalAggregate>();
+    g->round_id = r;
+    g->weighting = opt_.weighting;
+    g->slices = nslices_;
+    g->parts = parts;
+    HEDDLE_ASSIGN_OR_RETURN(std::vector<double> w, GlobalWeights(g->parts, g->weighting));
+    for (size_t p = 0; p < parts.size(); ++p) {
+      g->parts[p].weight = w[p];
+      const uint32_t steps = wan_internal::RegionInnerSteps(parts[p].tau_eff);
+      for (const FramePtr& f : frames[p]) {
+        HEDDLE_ASSIGN_OR_RETURN(FramePtr patched,
+                                wan_internal::PatchFrameTotals(*f, parts[p].tokens, steps));
+        g->frames.push_back(std::move(patched));
+      }
+    }
+    g->digest = GlobalDigest(*g);
+    return g;
+  }
+
+  // ---- follower ----
+
+  void FollowLoop() {
+    Link& coord = *links_.at(coordinator_);
+    bool started = false;
+    for (;;) {
+      std::shared_ptr<grpc::Channel> ch = Connect(coord);
+      if (ch == nullptr) return;
+      if (!started) {
+        started = true;
+        uint64_t oldest;
+        {
+          std::lock_guard<std::mutex> lk(coord.mu);
+          oldest = coord.hello.oldest_kept();
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        if (published_through_ == 0 && oldest > 1) {
+          // A gateway that (re)starts while the job runs: rounds before the coordinator's
+          // oldest kept one are gone. A round the region already opened among them ends
+          // aborted (its workers restore their residuals); then the kept rounds follow.
+          const uint64_t open = encoder_.open_round();
+          if (open != 0 && open < oldest) {
+            PublishLocked(open, ToProto(open, nullptr, {}), nullptr,
+                          absl::DataLossError(absl::StrFormat(
+                              "round %u was decided before this gateway joined and is no longer "
+                              "kept by the coordinator",
+                              open)),
+                          /*lost=*/true);
+          }
+          published_through_ = std::max(published_through_, oldest - 1);
+          encoder_.Resolve(published_through_, false);
+          HEDDLE_LOG(kInfo,
+                     "wan: region %u joins at round %" PRIu64
+                     " (the coordinator keeps "
+                     "rounds from %" PRIu64 ")",
+                     opt_.region_id, published_through_ + 1, oldest);
+        }
+      }
+      const uint64_t r = PublishedThrough() + 1;
+      pb::DecisionRequest req;
+      req.set_round_id(r);
+      req.set_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(opt_.decision_poll)));
+      pb::DecisionReply reply;
+      grpc::Status st;
+      {
+        grpc::ClientContext ctx;
+        Prepare(ctx, opt_.decision_poll + opt_.rpc_timeout);
+        ScopedCall reg(this, &ctx);
+        st = pb::Peer::NewStub(ch)->WaitDecision(&ctx, req, &reply);
+      }
+      if (!st.ok()) {
+        if (Stopping()) return;
+        MarkFailed(coord, FromGrpc(st, "wait for a decision"));
+        continue;
+      }
+      if (reply.state() == pb::DecisionReply::PENDING) continue;
+      // Decisions must come from one coordinator instance: a restarted coordinator lost the
+      // rounds it decided, and could decide one of them again differently.
+      if (coordinator_instance_ == 0) coordinator_instance_ = reply.instance();
+      if (reply.instance() != coordinator_instance_) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++stats_.coordinator_restarts;
+        }
+        HEDDLE_LOG(kError,
+                   "wan: region %u: the coordinator (region %u) restarted after this gateway "
+                   "published its decisions up to round %" PRIu64
+                   "; refusing the new "
+                   "instance's decisions (restart every gateway of the job from a checkpoint)",
+                   opt_.region_id, coordinator_, r - 1);
+        MarkFailed(coord, absl::FailedPreconditionError("coordinator restarted"));
+        continue;
+      }
+      if (reply.state() == pb::DecisionReply::EVICTED) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (published_through_ + 1 != r) continue;
+        HEDDLE_LOG(kError,
+                   "wan: region %u: round %" PRIu64
+                   " is no longer kept by the "
+                   "coordinator (oldest kept %" PRIu64 "); this region's model missed it",
+                   opt_.region_id, r, reply.oldest_kept());
+        PublishLocked(r, ToProto(r, nullptr, {}), nullptr,
+                      absl::DataLossError(absl::StrFormat(
+                          "round %u was decided while this gateway was cut off and is no longer "
+                          "kept (oldest kept: %u); resynchronize the region's model",
+                          r, reply.oldest_kept())),
+                      /*lost=*/true);
+        continue;
+      }
+      const pb::Decision& d = reply.decision();
+      if (d.round_id() != r) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        MarkFailed(coord, absl::DataLossError(absl::StrFormat(
+                              "asked for round %u's decision, got round %u's", r, d.round_id())));
+        continue;
+      }
+      if (d.aborted()) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (published_through_ + 1 != r) continue;
+        PublishLocked(r, d, nullptr, absl::AbortedError(d.reason()));
+        continue;
+      }
+      absl::StatusOr<std::shared_ptr<GlobalAggregate>> g = Assemble(ch, d);
+      if (!g.ok()) {
+        if (Stopping()) return;
+        HEDDLE_LOG(kWarning, "wan: region %u: round %" PRIu64 " not published yet: %s",
+                   opt_.region_id, r, std::string(g.status().message()).c_str());
+        MarkFailed(coord, g.status());
+        continue;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      if (published_through_ + 1 != r) continue;
+      PublishLocked(r, d, *std::move(g), {});
+    }
+  }
+
+  // The aggregate the decision describes, from the frames held here and, for the rest, from
+  // the coordinator; refused unless its digest is the decision's.
+  absl::StatusOr<std::shared_ptr<GlobalAggregate>> Assemble(
+      const std::shared_ptr<grpc::Channel>& ch, const pb::Decision& d) {
+    const uint64_t r = d.round_id();
+    auto g = std::make_shared<GlobalAggregate>();
+    g->round_id = r;
+    g->weighting = static_cast<Weighting>(d.weighting());
+    if (d.weighting() > 1) {
+      return absl::DataLossError(
+          absl::StrFormat("round %u: unknown weighting %u", r, d.weighting()));
+    }
+    g->slices = nslices_;
+    for (const pb::Part& p : d.parts()) {
+      if (!std::binary_search(regions_.begin(), regions_.end(), p.region_id())) {
+        return absl::DataLossError(
+            absl::StrFormat("round %u: the decision includes unknown region %u", r, p.region_id()));
+      }
+      g->parts.push_back({.region_id = p.region_id(),
+                          .tokens = p.tokens(),
+                          .tau_eff = p.tau_eff(),
+                          .weight = p.weight()});
+    }
+    HEDDLE_ASSIGN_OR_RETURN(std::vector<double> w, GlobalWeights(g->parts, g->weighting));
+    for (size_t p = 0; p < w.size(); ++p) {
+      if (std::bit_cast<uint64_t>(w[p]) != std::bit_cast<uint64_t>(g->parts[p].weight)) {
+        return absl::DataLossError(absl::StrFormat(
+            "round %u region %u: the decision's weight %.17g differs from this gateway's %.17g", r,
+            g->parts[p].region_id, g->parts[p].weight, w[p]));
+      }
+    }
+    // Provisional frames held here, patched; the rest fetched.
+    std::vector<FramePtr> provisional(g->parts.size() * size_t{nslices_});
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = rounds_.find(r);
+      if (it != rounds_.end()) {
+        for (size_t p = 0; p < g->parts.size(); ++p) {
+          auto rr = it->second.regions.find(g->parts[p].region_id);
+          if (rr == it->second.regions.end() || rr->second.frames.empty()) continue;
+          for (uint32_t s = 0; s < nslices_; ++s)
+            provisional[p * nslices_ + s] = rr->second.frames[s];
+        }
+      }
+    }
+    g->frames.resize(provisional.size());
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      for (size_t p = 0; p < g->parts.size(); ++p) {
+        const RegionPart& part = g->parts[p];
+        std::vector<uint32_t> missing;
+        for (uint32_t s = 0; s < nslices_; ++s) {
+          const FramePtr& f = provisional[p * nslices_ + s];
+          absl::StatusOr<FramePtr> patched =
+              f == nullptr ? absl::NotFoundError("")
+                           : wan_internal::PatchFrameTotals(
+                                 *f, part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
+          if (patched.ok()) {
+            g->frames[p * nslices_ + s] = *std::move(patched);
+          } else {
+            missing.push_back(s);
+          }
+        }
+        if (!missing.empty()) {
+          HEDDLE_RETURN_IF_ERROR(Fetch(ch, *g, p, missing));
+        }
+      }
+      g->digest = GlobalDigest(*g);
+      if (g->digest == d.digest()) return g;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        ++stats_.digest_mismatches;
+      }
+      HEDDLE_LOG(kWarning,
+                 "wan: region %u: round %" PRIu64
+                 ": assembled digest %s, decided %s; "
+                 "fetching every frame from the coordinator",
+                 opt_.region_id, r, Hex64(g->digest).c_str(), Hex64(d.digest()).c_str());
+      std::fill(provisional.begin(), provisional.end(), nullptr);
+    }
+    return absl::DataLossError(absl::StrFormat(
+        "round %u: the frames from the coordinator do not match its decision's digest %s", r,
+        Hex64(d.digest())));
+  }
+
+  absl::Status Fetch(const std::shared_ptr<grpc::Channel>& ch, GlobalAggregate& g, size_t p,
+                     const std::vector<uint32_t>& slices) {
+    const RegionPart& part = g.parts[p];
+    pb::FetchRequest req;
+    req.set_round_id(g.round_id);
+    req.set_region_id(part.region_id);
+    for (uint32_t s : slices) req.add_slices(s);
+    grpc::ClientContext ctx;
+    Prepare(ctx, opt_.push_timeout);
+    ScopedCall reg(this, &ctx);
+    auto stub = pb::Peer::NewStub(ch);
+    std::unique_ptr<grpc::ClientReader<pb::FrameChunk>> reader = stub->FetchFrames(&ctx, req);
+    Link& coord = *links_.at(coordinator_);
+    pb::FrameChunk c;
+    size_t next = 0;
+    std::vector<uint8_t> buf;
+    uint64_t got = 0;
+    auto fail = [&](std::string msg) {
+      ctx.TryCancel();
+      reader->Finish();
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return absl::DataLossError(
+          absl::StrFormat("round %u region %u: fetch: %s", g.round_id, part.region_id, msg));
+    };
+    while (reader->Read(&c)) {
+      if (next >= slices.size()) return fail("more frames than asked for");
+      const uint32_t s = slices[next];
+      const uint64_t want = FrameBytes(slices_[s].count, spec_.chunk_size);
+      if (c.round_id() != g.round_id || c.region_id() != part.region_id || c.slice() != s ||
+          c.frame_bytes() != want || c.offset() != got || c.data().empty() ||
+          c.data().size() > want - got) {
+        return fail(absl::StrFormat(
+            "unexpected chunk (round %u region %u slice %u offset %u, "
+            "%u bytes) while reading slice %u at offset %u",
+            c.round_id(), c.region_id(), c.slice(), c.offset(), c.data().size(), s, got));
+      }
+      if (got == 0) buf.assign(want, 0);
+      std::memcpy(buf.data() + got, c.data().data(), c.data().size());
+      got += c.data().size();
+      coord.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
+      if (got < want) continue;
+      got = 0;
+      absl::StatusOr<FrameView> f = ParseFrame(buf);
+      absl::Status check =
+          f.ok() ? CheckFrameForSlice(*f, spec_, slices_[s], g.round_id, part.region_id)
+                 : f.status();
+      if (check.ok() && (f->header().token_count != part.tokens ||
+                         f->header().inner_steps != wan_internal::RegionInnerSteps(part.tau_eff))) {
+        check = absl::InvalidArgumentError("token count or inner steps differ from the decision");
+      }
+      if (!check.ok()) return fail(absl::StrFormat("slice %u: %s", s, check.message()));
+      g.frames[p * nslices_ + s] = std::make_shared<const std::vector<uint8_t>>(std::move(buf));
+      buf = {};
+      ++next;
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.frames_fetched;
+    }
+    grpc::Status st = reader->Finish();
+    if (!st.ok()) return FromGrpc(st, absl::StrFormat("fetch of round %u", g.round_id));
+    if (next != slices.size()) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      return absl::DataLossError(
+          absl::StrFormat("round %u region %u: fetch returned %u of %u "
+                          "frames",
+                          g.round_id, part.region_id, next, slices.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  const ModelSpec spec_;
+  const WanOptions opt_;
+  const uint64_t spec_digest_;
+  const std::vector<SliceRef> slices_;
+  const uint32_t nslices_;
+  std::vector<uint32_t> regions_;  // every configured region, increasing
+  uint32_t coordinator_ = 0;
+  bool is_coordinator_ = false;
+  wan_internal::RegionEncoder encoder_;
+
+  std::shared_ptr<grpc::ChannelCredentials> client_creds_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::map<uint32_t, std::unique_ptr<Link>> links_;  // fixed after Start()
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::map<uint64_t, RoundState> rounds_;
+  std::map<uint64_t, Kept> kept_;
+  uint64_t published_through_ = 0;
+  const uint64_t instance_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}() ^
+                             static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  uint64_t coordinator_instance_ = 0;  // follower thread only
+  std::map<uint32_t, uint64_t> last_tokens_;
+  WanStats stats_;
+  uint64_t stats_out_of_window_ = 0;
+
+  std::atomic<uint64_t> auth_failures_{0}, handshake_failures_{0}, malformed_{0}, duplicates_{0};
+
+  std::mutex calls_mu_;
+  std::set<grpc::ClientContext*> calls_;
+
+  std::thread round_thread_;
+  wan_internal::OutcomeQueue queue_;
+};
+
+}  // namespace
+
+absl::Status ValidateWanOptions(const WanOptions& o) {
+  if (o.listen_address.empty()) {
+    return absl::InvalidArgumentError("wan.listen: missing (e.g. 0.0.0.0:7443)");
+  }
+  std::set<uint32_t> seen = {o.region_id};
+  for (size_t i = 0; i < o.peers.size(); ++i) {
+    if (!seen.insert(o.peers[i].region_id).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "wan.peers[%u].region: region %u appears twice (or is this gateway's own region)", i,
+          o.peers[i].region_id));
+    }
+  }
+  if (o.streams_per_peer < 1 || o.streams_per_peer > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("wan.streams_per_peer: %u; must be 1..64", o.streams_per_peer));
+  }
+  if (o.wan_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("wan.wan_timeout: must be positive");
+  }
+  if (o.quorum.min_regions < 1 || o.quorum.min_regions > o.peers.size() + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("wan.quorum.min_regions: %u; must be 1..%u (the configured regions)",
+                        o.quorum.min_regions, o.peers.size() + 1));
+  }
+  if (!(o.quorum.min_token_fraction >= 0.0 && o.quorum.min_token_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "wan.quorum.min_token_fraction: %g; must be in [0, 1]", o.quorum.min_token_fraction));
+  }
+  const int tls_set = !o.tls.cert_file.empty() + !o.tls.key_file.empty() + !o.tls.ca_file.empty();
+  if (tls_set != 0 && tls_set != 3) {
+    return absl::InvalidArgumentError("wan.tls: cert, key and ca must all be set (or none)");
+  }
+  if (o.chunk_bytes < 4096 || o.chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "wan.chunk_bytes: %u; must be from 4096 to %u", o.chunk_bytes, kMaxChunkBytes));
+  }
+  if (o.keep_rounds < 1) return absl::InvalidArgumentError("wan.keep_rounds: must be at least 1");
+  if (o.rpc_timeout <= absl::ZeroDuration() || o.push_timeout <= absl::ZeroDuration() ||
+      o.decision_poll <= absl::ZeroDuration() || o.backoff_min <= absl::ZeroDuration() ||
+      o.backoff_max < o.backoff_min) {
+    return absl::InvalidArgumentError(
+        "wan: rpc_timeout, push_timeout, decision_poll and backoff must be positive");
+  }
+  for (char ch : o.token) {
+    if (ch < 0x21 || ch > 0x7e) {
+      return absl::InvalidArgumentError(
+          "wan.token: must be printable ASCII without spaces (it goes into gRPC metadata)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GrpcExchange>> StartGrpcExchange(const ModelSpec& spec,
+                                                                const WanOptions& options) {
+  HEDDLE_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  HEDDLE_RETURN_IF_ERROR(ValidateWanOptions(options));
+  auto ex = std::make_unique<Exchange>(spec, options);
+  HEDDLE_RETURN_IF_ERROR(ex->Start());
+  return std::unique_ptr<GrpcExchange>(std::move(ex));
+}
+
+absl::StatusOr<std::unique_ptr<WanExchange>> NewGrpcExchange(const ModelSpec& spec,
+                                                             const WanOptions& options) {
+  HEDDLE_ASSIGN_OR_RETURN(std::unique_ptr<GrpcExchange> ex, StartGrpcExchange(spec, options));
+  return std::unique_ptr<WanExchange>(std::move(ex));
+}
+
+}  // namespace heddle::relay

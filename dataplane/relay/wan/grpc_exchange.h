@@ -1,0 +1,156 @@
+// File: dataplane/relay/wan/grpc_exchange.h
+//
+// The WAN exchange between gateways over gRPC (docs/relay-wan.md). Each gateway runs a gRPC
+// server on its WAN address (not the worker port) and a client link to every other gateway:
+//
+//   - full mesh: a gateway streams its region's frames to every peer as the slices are
+//     submitted, over streams_per_peer parallel streams per peer (slice s on stream
+//     s mod streams_per_peer), frames cut into chunks of at most chunk_bytes;
+//   - the coordinator (the lowest configured region id) collects every region's FinishRegion,
+//     waits for all of them or wan_timeout after its own region finished, applies the quorum,
+//     and decides the round: included regions, their tokens and τ_eff, the weights and the
+//     digest of the published aggregate; or aborts it;
+//   - every other gateway long-polls the coordinator for the decision of its next round,
+//     fetches from the coordinator any included frame it lacks, checks the digest and only
+//     then publishes. No gateway publishes a round the coordinator did not decide, and every
+//     gateway publishes the same bits; a gateway cut off from the coordinator waits, then
+//     catches up on the rounds it missed (the coordinator keeps keep_rounds of them).
+//
+//   HEDDLE_ASSIGN_OR_RETURN(WanOptions wan, WanOptionsFromYaml(config["wan"]));
+//   HEDDLE_ASSIGN_OR_RETURN(std::unique_ptr<WanExchange> ex, NewGrpcExchange(spec, wan));
+//   ex->SetOutcomeCallback(...); ex->SubmitSlice(...); ex->FinishRegion(...);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dataplane/relay/wan/exchange.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace heddle::relay {
+
+inline constexpr uint32_t kPeerProtocolVersion = 1;
+
+struct WanPeer {
+  uint32_t region_id = 0;
+  std::string address;  // host:port; empty = not known yet (SetPeerAddress)
+};
+
+struct WanQuorum {
+  // A round is published only when at least min_regions regions with tokens are included and
+  // they hold at least min_token_fraction of the expected tokens (each configured region's
+  // tokens this round if it reported, else its tokens in the last round it reported);
+  // otherwise the coordinator aborts the round everywhere.
+  uint32_t min_regions = 1;
+  double min_token_fraction = 0.0;
+};
+
+struct WanTls {
+  // All three set: mutual TLS (the server requires and verifies client certificates against
+  // ca; clients verify the server's). All empty: plaintext (use a token, and a private link).
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+  std::string server_name;  // overrides the name checked in the server's certificate (tests)
+};
+
+struct WanOptions {
+  uint32_t region_id = 0;
+  std::string listen_address;  // e.g. "0.0.0.0:7443"; port 0 picks one (GrpcExchange::port())
+  std::vector<WanPeer> peers;  // every other region
+  uint32_t streams_per_peer = 4;
+  absl::Duration wan_timeout = absl::Seconds(60);
+  WanQuorum quorum;
+  std::string token;  // shared bearer token; empty = none
+  WanTls tls;
+  uint64_t chunk_bytes = uint64_t{4} << 20;
+  uint32_t keep_rounds = 4;
+  Weighting weighting = Weighting::kFedNova;
+  bool gateway_error_feedback = true;
+  absl::Duration rpc_timeout = absl::Seconds(30);    // unary calls, and a chunk's progress
+  absl::Duration push_timeout = absl::Seconds(600);  // one push or fetch stream
+  absl::Duration decision_poll = absl::Seconds(10);  // how long the coordinator holds a poll
+  absl::Duration backoff_min = absl::Milliseconds(50);
+  absl::Duration backoff_max = absl::Seconds(5);
+};
+
+// The relay config's `wan:` block:
+//   wan:
+//     region: 2
+//     listen: 0.0.0.0:7443
+//     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
+//     streams_per_peer: 4
+//     wan_timeout: 60s              # or a number of seconds
+//     quorum: {min_regions: 2, min_token_fraction: 0.5}
+//     token_file: /etc/heddle/wan.token    # or token: "..."
+//     tls: {cert: gw.pem, key: gw.key, ca: ca.pem}
+//     chunk_bytes: 4194304
+//     keep_rounds: 4
+//     weighting: fednova            # or tokens
+//     gateway_error_feedback: true
+//     rpc_timeout: 30s
+// Errors name the key (`wan.peers[1].address: ...`).
+absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
+absl::Status ValidateWanOptions(const WanOptions& options);
+
+struct WanPeerStats {
+  uint32_t region_id = 0;
+  std::string address;
+  bool connected = false;  // the last handshake succeeded and no call failed since
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t frames_sent = 0;
+  uint64_t frames_received = 0;
+  uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
+  uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
+  uint64_t queued_items = 0;        // frames and summaries waiting to be sent to this peer
+};
+
+struct WanStats {
+  uint32_t region_id = 0;
+  bool coordinator = false;
+  uint64_t published_through = 0;
+  uint64_t rounds_published = 0;
+  uint64_t rounds_aborted = 0;
+  uint64_t rounds_without_this_region = 0;  // published without this region's frames
+  uint64_t rounds_lost = 0;                 // decided but no longer kept when this gateway asked
+  uint64_t frames_fetched = 0;              // from the coordinator
+  uint64_t auth_failures = 0;               // calls refused: no or wrong token, unknown region
+  uint64_t handshake_failures = 0;          // calls refused: spec digest, version, region set
+  uint64_t malformed_messages = 0;          // bad chunk, frame, round or summary
+  uint64_t duplicate_frames = 0;            // identical copies acknowledged again
+  // Frames or summaries for a round outside this gateway's window: already over here, or more
+  // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
+  uint64_t out_of_window_messages = 0;
+  uint64_t digest_mismatches = 0;     // assembled aggregate ≠ the decision's digest
+  uint64_t coordinator_restarts = 0;  // decisions refused from a restarted coordinator
+  // From this region's FinishRegion to the round's publication here.
+  double last_publish_seconds = 0;
+  double publish_seconds_sum = 0;
+  uint64_t publish_count = 0;
+  std::vector<WanPeerStats> peers;
+};
+
+class GrpcExchange : public WanExchange {
+ public:
+  virtual int port() const = 0;  // the bound WAN port
+  virtual WanStats Stats() const = 0;
+  // A peer's address changed (or became known): the link reconnects there.
+  virtual absl::Status SetPeerAddress(uint32_t region_id, const std::string& address) = 0;
+};
+
+// Starts the gateway's WAN server and links. Fails on bad options, unreadable TLS/token files
+// or an address that cannot be bound.
+absl::StatusOr<std::unique_ptr<GrpcExchange>> StartGrpcExchange(const ModelSpec& spec,
+                                                                const WanOptions& options);
+absl::StatusOr<std::unique_ptr<WanExchange>> NewGrpcExchange(const ModelSpec& spec,
+                                                             const WanOptions& options);
+
+}  // namespace heddle::relay

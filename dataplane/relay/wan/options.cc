@@ -1,0 +1,204 @@
+// WanOptionsFromYaml(): the relay config's `wan:` block (grpc_exchange.h).
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "dataplane/relay/wan/grpc_exchange.h"
+
+namespace heddle::relay {
+namespace {
+
+absl::Status Bad(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrFormat("wan.%s: %s", key, what));
+}
+
+absl::StatusOr<std::string> Str(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) return Bad(key, "expected a string");
+  return n.as<std::string>();
+}
+
+absl::StatusOr<uint64_t> U64(const YAML::Node& n, const std::string& key, uint64_t max) {
+  if (!n.IsScalar()) return Bad(key, "expected a non-negative integer");
+  const std::string s = n.as<std::string>();
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v > max) {
+    return Bad(key, absl::StrFormat("\"%s\" is not an integer from 0 to %u", s, max));
+  }
+  return v;
+}
+
+absl::StatusOr<double> Double(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) return Bad(key, "expected a number");
+  const std::string s = n.as<std::string>();
+  double v = 0;
+  if (!absl::SimpleAtod(s, &v)) return Bad(key, absl::StrFormat("\"%s\" is not a number", s));
+  return v;
+}
+
+// "30s", "500ms", "2m" (absl::ParseDuration), or a plain number of seconds.
+absl::StatusOr<absl::Duration> Duration(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) return Bad(key, "expected a duration such as 30s or 500ms");
+  const std::string s = n.as<std::string>();
+  absl::Duration d;
+  double secs = 0;
+  if (absl::SimpleAtod(s, &secs)) {
+    d = absl::Seconds(secs);
+  } else if (!absl::ParseDuration(s, &d)) {
+    return Bad(key, absl::StrFormat("\"%s\" is not a duration (e.g. 30s, 500ms, or seconds)", s));
+  }
+  if (d <= absl::ZeroDuration()) return Bad(key, absl::StrFormat("\"%s\" must be positive", s));
+  return d;
+}
+
+absl::StatusOr<bool> Bool(const YAML::Node& n, const std::string& key) {
+  if (!n.IsScalar()) return Bad(key, "expected true or false");
+  const std::string s = absl::AsciiStrToLower(n.as<std::string>());
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  return Bad(key, absl::StrFormat("\"%s\" is not true or false", s));
+}
+
+absl::Status UnknownKeys(const YAML::Node& n, const std::string& where,
+                         const std::set<std::string>& known) {
+  for (const auto& kv : n) {
+    const std::string k = kv.first.as<std::string>();
+    if (!known.contains(k)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s%s: unknown key", where, k));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
+  if (!wan.IsMap()) return absl::InvalidArgumentError("wan: expected a mapping");
+  HEDDLE_RETURN_IF_ERROR(
+      UnknownKeys(wan, "wan.",
+                  {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum",
+                   "token", "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting",
+                   "gateway_error_feedback", "rpc_timeout", "push_timeout"}));
+  WanOptions o;
+  if (!wan["region"]) return Bad("region", "missing (this gateway's region id)");
+  HEDDLE_ASSIGN_OR_RETURN(uint64_t region,
+                          U64(wan["region"], "region", std::numeric_limits<uint32_t>::max()));
+  o.region_id = static_cast<uint32_t>(region);
+  if (!wan["listen"]) return Bad("listen", "missing (e.g. 0.0.0.0:7443)");
+  HEDDLE_ASSIGN_OR_RETURN(o.listen_address, Str(wan["listen"], "listen"));
+  if (const YAML::Node peers = wan["peers"]) {
+    if (!peers.IsSequence()) return Bad("peers", "expected a list of {region, address}");
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const std::string key = absl::StrFormat("peers[%u]", i);
+      const YAML::Node p = peers[i];
+      if (!p.IsMap()) return Bad(key, "expected {region: N, address: host:port}");
+      HEDDLE_RETURN_IF_ERROR(UnknownKeys(p, "wan." + key + ".", {"region", "address"}));
+      if (!p["region"]) return Bad(key + ".region", "missing");
+      if (!p["address"]) return Bad(key + ".address", "missing (host:port)");
+      WanPeer peer;
+      HEDDLE_ASSIGN_OR_RETURN(
+          uint64_t id, U64(p["region"], key + ".region", std::numeric_limits<uint32_t>::max()));
+      peer.region_id = static_cast<uint32_t>(id);
+      HEDDLE_ASSIGN_OR_RETURN(peer.address, Str(p["address"], key + ".address"));
+      if (peer.address.empty()) return Bad(key + ".address", "empty (host:port)");
+      o.peers.push_back(std::move(peer));
+    }
+  }
+  if (wan["streams_per_peer"]) {
+    HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(wan["streams_per_peer"], "streams_per_peer", 64));
+    o.streams_per_peer = static_cast<uint32_t>(v);
+  }
+  if (wan["wan_timeout"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.wan_timeout, Duration(wan["wan_timeout"], "wan_timeout"));
+  }
+  if (wan["rpc_timeout"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.rpc_timeout, Duration(wan["rpc_timeout"], "rpc_timeout"));
+  }
+  if (wan["push_timeout"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.push_timeout, Duration(wan["push_timeout"], "push_timeout"));
+  }
+  if (const YAML::Node q = wan["quorum"]) {
+    if (!q.IsMap()) return Bad("quorum", "expected {min_regions, min_token_fraction}");
+    HEDDLE_RETURN_IF_ERROR(UnknownKeys(q, "wan.quorum.", {"min_regions", "min_token_fraction"}));
+    if (q["min_regions"]) {
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(q["min_regions"], "quorum.min_regions", 1u << 20));
+      o.quorum.min_regions = static_cast<uint32_t>(v);
+    }
+    if (q["min_token_fraction"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.quorum.min_token_fraction,
+                              Double(q["min_token_fraction"], "quorum.min_token_fraction"));
+    }
+  }
+  if (wan["token"] && wan["token_file"]) {
+    return Bad("token_file", "give token or token_file, not both");
+  }
+  if (wan["token"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.token, Str(wan["token"], "token"));
+  }
+  if (wan["token_file"]) {
+    HEDDLE_ASSIGN_OR_RETURN(std::string path, Str(wan["token_file"], "token_file"));
+    std::ifstream in(path);
+    if (!in) return Bad("token_file", absl::StrFormat("cannot read %s", path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    o.token = std::string(absl::StripAsciiWhitespace(ss.str()));
+    if (o.token.empty()) return Bad("token_file", absl::StrFormat("%s is empty", path));
+  }
+  if (const YAML::Node t = wan["tls"]) {
+    if (!t.IsMap()) return Bad("tls", "expected {cert, key, ca}");
+    HEDDLE_RETURN_IF_ERROR(UnknownKeys(t, "wan.tls.", {"cert", "key", "ca", "server_name"}));
+    if (t["cert"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.tls.cert_file, Str(t["cert"], "tls.cert"));
+    }
+    if (t["key"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.tls.key_file, Str(t["key"], "tls.key"));
+    }
+    if (t["ca"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.tls.ca_file, Str(t["ca"], "tls.ca"));
+    }
+    if (t["server_name"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.tls.server_name, Str(t["server_name"], "tls.server_name"));
+    }
+  }
+  if (wan["chunk_bytes"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.chunk_bytes,
+                            U64(wan["chunk_bytes"], "chunk_bytes", uint64_t{1} << 40));
+  }
+  if (wan["keep_rounds"]) {
+    HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(wan["keep_rounds"], "keep_rounds", 1024));
+    o.keep_rounds = static_cast<uint32_t>(v);
+  }
+  if (wan["weighting"]) {
+    HEDDLE_ASSIGN_OR_RETURN(std::string w, Str(wan["weighting"], "weighting"));
+    if (w == "fednova") {
+      o.weighting = Weighting::kFedNova;
+    } else if (w == "tokens") {
+      o.weighting = Weighting::kTokens;
+    } else {
+      return Bad("weighting", absl::StrFormat("\"%s\": expected fednova or tokens", w));
+    }
+  }
+  if (wan["gateway_error_feedback"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.gateway_error_feedback,
+                            Bool(wan["gateway_error_feedback"], "gateway_error_feedback"));
+  }
+  HEDDLE_RETURN_IF_ERROR(ValidateWanOptions(o));
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan) {
+  try {
+    return FromNode(wan);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("wan: %s", e.what()));
+  }
+}
+
+}  // namespace heddle::relay
