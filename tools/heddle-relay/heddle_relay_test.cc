@@ -96,14 +96,27 @@ TEST(RelayConfigTest, MistakesNameTheKey) {
               HasSubstr("not both"));
 }
 
-TEST(WanHookTest, DefaultExchangeRefusesAWanBlock) {
+TEST(WanHookTest, DefaultExchangeReadsTheWanBlock) {
   absl::StatusOr<RelayConfig> c =
       RelayConfigFromString(std::string(kSmall) + "wan: {peers: [a:1]}\n");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->wan_yaml, HasSubstr("peers"));
   WanContext ctx{.region_id = 2, .spec = &c->spec, .wan_yaml = c->wan_yaml};
+  // A malformed block is refused with the WAN side's message, naming the key.
   absl::StatusOr<std::unique_ptr<WanExchange>> ex = GetWanExchangeFactory()(ctx);
-  EXPECT_THAT(std::string(ex.status().message()), HasSubstr("no WAN exchange installed"));
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(std::string(ex.status().message()), HasSubstr("wan."));
+  // The WAN block must name the same region as the config.
+  ctx.wan_yaml = "{region: 3, listen: 127.0.0.1:0, peers: [{region: 1, address: 127.0.0.1:1}]}";
+  ex = GetWanExchangeFactory()(ctx);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(std::string(ex.status().message()), HasSubstr("region.id is 2"));
+  // One weighting for both levels.
+  ctx.wan_yaml = "{region: 2, listen: 127.0.0.1:0, weighting: tokens, "
+                 "peers: [{region: 1, address: 127.0.0.1:1}]}";
+  ex = GetWanExchangeFactory()(ctx);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(std::string(ex.status().message()), HasSubstr("one weighting"));
   ctx.wan_yaml.clear();
   EXPECT_TRUE(GetWanExchangeFactory()(ctx).ok());
   // An installed factory is what serve uses.
