@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/heddle-relay/config.h"
+#include "dataplane/relay/wan/grpc_exchange.h"
 #include "tools/heddle-relay/relay_metrics.h"
 #include "tools/heddle-relay/wan_hook.h"
 #include "tools/heddlectl/table.h"
@@ -105,6 +106,12 @@ int Serve(const ServeOptions& o) {
                                .wan_yaml = cfg->wan_yaml,
                                .config_dir = dir});
   if (!ex.ok()) return Fail(ex.status());
+  // The gRPC WAN half has counters of its own for the status tables and metrics.
+  if (auto* grpc_ex = dynamic_cast<GrpcExchange*>(ex->get())) {
+    cfg->server.service.status_extra = [grpc_ex](v1::StatusResponse* resp) {
+      FillWanStatus(grpc_ex->Stats(), resp->mutable_wan());
+    };
+  }
   absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
       RoundEngine::Create({.region_id = cfg->region_id,
                            .spec = cfg->spec,
@@ -262,6 +269,33 @@ int Worker(const WorkerOptions& o) {
   return failures == 0 ? 0 : 1;
 }
 
+void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
+  w->set_coordinator(st.coordinator);
+  w->set_published_through(st.published_through);
+  w->set_rounds_published(st.rounds_published);
+  w->set_rounds_aborted(st.rounds_aborted);
+  w->set_rounds_without_this_region(st.rounds_without_this_region);
+  w->set_auth_failures(st.auth_failures);
+  w->set_handshake_failures(st.handshake_failures);
+  w->set_malformed_messages(st.malformed_messages);
+  w->set_digest_mismatches(st.digest_mismatches);
+  w->set_frames_fetched(st.frames_fetched);
+  w->set_last_publish_s(st.last_publish_seconds);
+  w->set_mean_publish_s(st.publish_count ? st.publish_seconds_sum / double(st.publish_count) : 0);
+  for (const WanPeerStats& p : st.peers) {
+    v1::WanPeerRow* r = w->add_peers();
+    r->set_region_id(p.region_id);
+    r->set_address(p.address);
+    r->set_connected(p.connected);
+    r->set_bytes_sent(p.bytes_sent);
+    r->set_bytes_received(p.bytes_received);
+    r->set_frames_sent(p.frames_sent);
+    r->set_frames_received(p.frames_received);
+    r->set_reconnects(p.reconnects);
+    r->set_queued_items(p.queued_items);
+  }
+}
+
 std::string RenderStatus(const v1::StatusResponse& s) {
   std::string out = RenderKeyValues({
       {"region", absl::StrFormat("%s (id %u)", s.region(), s.region_id())},
@@ -322,6 +356,53 @@ std::string RenderStatus(const v1::StatusResponse& s) {
               r.digest() ? absl::StrFormat("%016x", r.digest()) : "-", r.region_exclusion()});
   }
   out += t.Render();
+  if (s.idle_size() > 0) {
+    out += "\n";
+    Table idle({{"ROUND", Table::kRight},
+                {"COMPUTE-END-S", Table::kRight},
+                {"STRAGGLER-IDLE-S", Table::kRight},
+                {"IDLE-FRACTION", Table::kRight}});
+    for (const v1::IdleRow& r : s.idle()) {
+      idle.AddRow({absl::StrCat(r.round()), absl::StrFormat("%.2f", r.compute_end_s()),
+                   absl::StrFormat("%.2f", r.idle_s()),
+                   absl::StrFormat("%.1f %%", 100.0 * r.idle_fraction())});
+    }
+    out += idle.Render();
+  }
+  if (s.has_wan()) {
+    const v1::WanStatus& w = s.wan();
+    out += "\n";
+    out += RenderKeyValues({
+        {"wan", absl::StrFormat("%s, published through round %u (%u published, %u aborted, %u "
+                                "without this region)",
+                                w.coordinator() ? "coordinator" : "follower",
+                                w.published_through(), w.rounds_published(), w.rounds_aborted(),
+                                w.rounds_without_this_region())},
+        {"wan time", absl::StrFormat("last %.3f s, mean %.3f s (this region's aggregate -> "
+                                     "publication)",
+                                     w.last_publish_s(), w.mean_publish_s())},
+        {"wan refusals",
+         absl::StrFormat("auth %u, handshake %u, malformed %u, digest mismatches %u",
+                         w.auth_failures(), w.handshake_failures(), w.malformed_messages(),
+                         w.digest_mismatches())},
+    });
+    Table p({{"PEER", Table::kRight},
+             {"ADDRESS"},
+             {"STATE"},
+             {"SENT", Table::kRight},
+             {"RECEIVED", Table::kRight},
+             {"FRAMES-OUT", Table::kRight},
+             {"FRAMES-IN", Table::kRight},
+             {"RECONNECTS", Table::kRight},
+             {"QUEUED", Table::kRight}});
+    for (const v1::WanPeerRow& r : w.peers()) {
+      p.AddRow({absl::StrCat(r.region_id()), r.address(), r.connected() ? "up" : "down",
+                Bytes(r.bytes_sent()), Bytes(r.bytes_received()), absl::StrCat(r.frames_sent()),
+                absl::StrCat(r.frames_received()), absl::StrCat(r.reconnects()),
+                absl::StrCat(r.queued_items())});
+    }
+    out += p.Render();
+  }
   if (!s.refused().empty()) {
     out += "\nrefused pushes:";
     std::map<std::string, uint64_t> sorted(s.refused().begin(), s.refused().end());

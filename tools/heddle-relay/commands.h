@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dataplane/relay/service/relay.pb.h"
+#include "dataplane/relay/wan/grpc_exchange.h"
 
 namespace heddle::relay::tool {
 
@@ -48,5 +49,7 @@ int Status(const ConnectFlags& c, bool json);
 
 // The human-readable status (tables), for tests.
 std::string RenderStatus(const v1::StatusResponse& s);
+// The WAN half's counters as the status message carries them.
+void FillWanStatus(const WanStats& st, v1::WanStatus* w);
 
 }  // namespace heddle::relay::tool

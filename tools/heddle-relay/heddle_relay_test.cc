@@ -29,6 +29,7 @@ namespace heddle::relay::tool {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -159,6 +160,35 @@ TEST(RelayMetricsTest, FamiliesFromOneSnapshot) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_lan_bytes_total{direction=\"in\"} 1000"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_plan_batch_size{worker=\"gpu-a\"} 16"));
   EXPECT_THAT(RenderStatus(s), HasSubstr("collecting 5, last resolved 4"));
+  EXPECT_THAT(text, Not(HasSubstr("heddle_relay_wan_bytes_total")));
+}
+
+TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
+  WanStats st;
+  st.coordinator = true;
+  st.published_through = 7;
+  st.rounds_published = 6;
+  st.auth_failures = 3;
+  st.publish_seconds_sum = 3.0;
+  st.publish_count = 6;
+  st.last_publish_seconds = 0.75;
+  st.peers.push_back({.region_id = 2, .address = "10.0.0.2:7443", .connected = true,
+                      .bytes_sent = 4096, .bytes_received = 8192});
+  st.peers.push_back({.region_id = 3, .address = "10.0.0.3:7443", .reconnects = 5});
+  v1::StatusResponse s;
+  FillWanStatus(st, s.mutable_wan());
+  EXPECT_DOUBLE_EQ(s.wan().mean_publish_s(), 0.5);
+  const std::string text = RenderMetricsText(s);
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_bytes_total{peer=\"2\",direction=\"out\"} 4096"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_bytes_total{peer=\"2\",direction=\"in\"} 8192"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_peer_up{peer=\"3\"} 0"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_reconnects_total{peer=\"3\"} 5"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"auth\"} 3"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_publish_seconds{stat=\"last\"} 0.75"));
+  const std::string table = RenderStatus(s);
+  EXPECT_THAT(table, HasSubstr("coordinator, published through round 7"));
+  EXPECT_THAT(table, HasSubstr("10.0.0.3:7443"));
+  EXPECT_THAT(table, HasSubstr("down"));
 }
 
 // A child process with stdout and stderr in files.

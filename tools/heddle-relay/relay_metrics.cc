@@ -87,6 +87,40 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   Add(bytes, {{"direction", "in"}}, s.bytes_in_total());
   Add(bytes, {{"direction", "out"}}, s.bytes_out_total());
   out.push_back(std::move(bytes));
+  if (s.has_wan()) {
+    const v1::WanStatus& w = s.wan();
+    // Per peer region: a handful of gateways, a bounded label set.
+    MetricFamily wb = Family("heddle_relay_wan_bytes_total",
+                             "Bytes exchanged with each peer gateway", MetricType::Counter);
+    MetricFamily wu = Family("heddle_relay_wan_peer_up",
+                             "1 when the link to the peer gateway is up", MetricType::Gauge);
+    MetricFamily wr = Family("heddle_relay_wan_reconnects_total",
+                             "Calls to the peer gateway that failed and reconnected",
+                             MetricType::Counter);
+    for (const v1::WanPeerRow& p : w.peers()) {
+      std::string peer = std::to_string(p.region_id());
+      Add(wb, {{"peer", peer}, {"direction", "out"}}, p.bytes_sent());
+      Add(wb, {{"peer", peer}, {"direction", "in"}}, p.bytes_received());
+      Add(wu, {{"peer", peer}}, p.connected() ? 1 : 0);
+      Add(wr, {{"peer", peer}}, p.reconnects());
+    }
+    out.push_back(std::move(wb));
+    out.push_back(std::move(wu));
+    out.push_back(std::move(wr));
+    MetricFamily wt = Family("heddle_relay_wan_publish_seconds",
+                             "This region's aggregate handed to the WAN -> the round published",
+                             MetricType::Gauge);
+    Add(wt, {{"stat", "last"}}, w.last_publish_s());
+    Add(wt, {{"stat", "mean"}}, w.mean_publish_s());
+    out.push_back(std::move(wt));
+    MetricFamily wf = Family("heddle_relay_wan_refused_total",
+                             "WAN calls and messages refused, by reason", MetricType::Counter);
+    Add(wf, {{"reason", "auth"}}, w.auth_failures());
+    Add(wf, {{"reason", "handshake"}}, w.handshake_failures());
+    Add(wf, {{"reason", "malformed"}}, w.malformed_messages());
+    Add(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
+    out.push_back(std::move(wf));
+  }
   MetricFamily refused =
       Family("heddle_relay_pushes_refused_total", "Pushes refused, by reason", MetricType::Counter);
   for (const char* r :

@@ -359,6 +359,7 @@ v1::StatusResponse RelayService::StatusTables() const {
       row->set_idle_fraction(idle[i].idle_fraction);
     }
   }
+  if (options_.status_extra) options_.status_extra(&resp);
   return resp;
 }
 

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +51,8 @@ struct RelayServiceOptions {
   uint32_t max_chunk_bytes = kMaxChunkBytes;
   // The longest a Pull waits for its round when the call has no (or a later) deadline.
   absl::Duration max_pull_wait = absl::Minutes(60);
+  // Adds what the service does not own to the status tables (the binary fills in the WAN half).
+  std::function<void(v1::StatusResponse*)> status_extra;
 };
 
 class RelayService final : public v1::Relay::Service {
