@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/heddle-relay/config.h"
+#include "common/crc32c.h"
 #include "dataplane/relay/wan/grpc_exchange.h"
 #include "tools/heddle-relay/relay_metrics.h"
 #include "tools/heddle-relay/wan_hook.h"
@@ -197,7 +198,31 @@ int Worker(const WorkerOptions& o) {
   }
   Rng rng{0x9E3779B97F4A7C15ull ^ (uint64_t{o.seed} << 17) ^ std::hash<std::string>()(o.name)};
   int failures = 0;
-  for (uint64_t i = 0; i < o.rounds; ++i) {
+  // --rounds counts round ids from the first one: a worker that catches up (below) skips
+  // computing for rounds that closed without it, and every worker stops after the same round.
+  const uint64_t last = client.next_round() + o.rounds - 1;
+  std::vector<float*> out;
+  for (auto& v : outputs) out.push_back(v.data());
+  auto print_round = [&](uint64_t r, const PullResult& pull, const std::string& push_note,
+                         double pull_s) {
+    // A checksum of the fp32 aggregate itself: every worker of every region prints the same.
+    uint32_t sum = 0;
+    for (const auto& v : outputs) {
+      sum = Crc32c(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                            v.size() * sizeof(float)),
+                   sum);
+    }
+    std::printf(
+        "round %llu: %s digest %016llx sum %08x regions %u tokens %llu; %s; pull %s after %.2f "
+        "s%s%s\n",
+        static_cast<unsigned long long>(r),
+        !pull.applied ? "aborted" : (pull.included ? "included" : "excluded"),
+        static_cast<unsigned long long>(pull.digest), sum, pull.regions,
+        static_cast<unsigned long long>(pull.tokens), push_note.c_str(), Bytes(pull.bytes).c_str(),
+        pull_s, pull.reason.empty() ? "" : "; ", pull.reason.c_str());
+    std::fflush(stdout);
+  };
+  for (uint64_t i = 0; i < o.rounds && client.next_round() <= last; ++i) {
     const uint64_t r = client.next_round();
     const WorkerPlan plan = client.plan();
     const double compute = plan.valid ? plan.predicted_compute_s * o.time_scale : o.compute_s;
@@ -234,8 +259,6 @@ int Worker(const WorkerOptions& o) {
     } else {
       push_note = absl::StrFormat("push refused (%s)", push.status().message());
     }
-    std::vector<float*> out;
-    for (auto& v : outputs) out.push_back(v.data());
     const absl::Time pull_start = absl::Now();
     absl::StatusOr<PullResult> pull = client.PullRound(r, out);
     if (!pull.ok()) {
@@ -246,15 +269,25 @@ int Worker(const WorkerOptions& o) {
       if (pull.status().code() == absl::StatusCode::kDataLoss) continue;
       break;
     }
-    std::printf(
-        "round %llu: %s digest %016llx regions %u tokens %llu; %s; pull %s after %.2f s%s%s\n",
-        static_cast<unsigned long long>(r),
-        !pull->applied ? "aborted" : (pull->included ? "included" : "excluded"),
-        static_cast<unsigned long long>(pull->digest), pull->regions,
-        static_cast<unsigned long long>(pull->tokens), push_note.c_str(),
-        Bytes(pull->bytes).c_str(), absl::ToDoubleSeconds(absl::Now() - pull_start),
-        pull->reason.empty() ? "" : "; ", pull->reason.c_str());
-    std::fflush(stdout);
+    print_round(r, *pull, push_note, absl::ToDoubleSeconds(absl::Now() - pull_start));
+    // Behind the region (it was cut off from the other gateways, or this worker was slow): the
+    // relay already collects a later round. Apply the rounds in between — every worker must hold
+    // the same model — and compute for the round being collected.
+    uint64_t collecting = pull->collecting_round;
+    while (collecting > client.next_round() && client.next_round() <= last) {
+      const uint64_t m = client.next_round();
+      const absl::Time t = absl::Now();
+      absl::StatusOr<PullResult> cu = client.PullRound(m, out);
+      if (!cu.ok()) {
+        std::printf("round %llu: pull failed: %s\n", static_cast<unsigned long long>(m),
+                    std::string(cu.status().message()).c_str());
+        std::fflush(stdout);
+        ++failures;
+        break;
+      }
+      print_round(m, *cu, "caught up (no push)", absl::ToDoubleSeconds(absl::Now() - t));
+      collecting = std::max(collecting, cu->collecting_round);
+    }
     if (plan.valid) {
       absl::Status rep = client.Report(r, plan.batch_size, plan.inner_steps, compute_s);
       if (!rep.ok()) {

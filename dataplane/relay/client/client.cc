@@ -378,6 +378,7 @@ absl::StatusOr<PullResult> RelayClient::PullRound(uint64_t round_id, std::span<f
   res.bytes += msg.ByteSizeLong();
   res.included = h.included();
   res.reason = h.reason();
+  res.collecting_round = h.collecting_round();
   if (h.plan().valid()) I.plan = FromProto(h.plan());
   if (h.outcome() == v1::PullHeader::PUBLISHED) {
     if (h.slices() != I.slices.size()) {

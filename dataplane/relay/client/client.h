@@ -113,6 +113,10 @@ struct PullResult {
   uint32_t regions = 0;  // regions in the aggregate
   uint64_t tokens = 0;   // tokens in the aggregate, all regions
   uint64_t bytes = 0;    // received for this pull
+  // The round the relay collects pushes for when it answered: more than round_id + 1 means this
+  // worker is behind (its region was cut off, or it was slow) and should pull the rounds in
+  // between before computing for that one.
+  uint64_t collecting_round = 0;
 };
 
 struct RoundStatus {
