@@ -178,6 +178,12 @@ struct RoundStats {
   double compression_ratio = 0;  // included workers × fp32 model bytes ÷ their frame bytes
   uint32_t global_regions = 0;
   uint64_t digest = 0;
+  // When the round opened, closed, was handed to the WAN (FinishRegion) and resolved: seconds
+  // since the Unix epoch on the engine's clock; 0 = not yet.
+  double opened_at_s = 0;
+  double closed_at_s = 0;
+  double finished_at_s = 0;
+  double resolved_at_s = 0;
 };
 
 struct MemberStatus {

@@ -451,6 +451,11 @@ TEST_F(EngineTest, TimesAreMeasuredOnTheInjectedClock) {
   EXPECT_DOUBLE_EQ(st.wait_s, 7);
   EXPECT_DOUBLE_EQ(st.aggregate_s, 0);
   EXPECT_DOUBLE_EQ(st.wan_s, 5);
+  // The same instants on the clock's own scale (seconds since the epoch).
+  EXPECT_GT(st.opened_at_s, 0);
+  EXPECT_DOUBLE_EQ(st.closed_at_s - st.opened_at_s, 7);
+  EXPECT_DOUBLE_EQ(st.finished_at_s, st.closed_at_s);
+  EXPECT_DOUBLE_EQ(st.resolved_at_s - st.finished_at_s, 5);
   for (int i = 0; i < 3000 && fake_->last_summary().round_id != 2; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }

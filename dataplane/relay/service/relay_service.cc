@@ -54,6 +54,10 @@ void ToProto(const RoundStats& r, v1::RoundRow* p) {
   p->set_bytes_in(r.bytes_in);
   p->set_bytes_out(r.bytes_out);
   p->set_compression_ratio(r.compression_ratio);
+  p->set_opened_at_s(r.opened_at_s);
+  p->set_closed_at_s(r.closed_at_s);
+  p->set_finished_at_s(r.finished_at_s);
+  p->set_resolved_at_s(r.resolved_at_s);
   p->set_global_regions(r.global_regions);
   p->set_digest(r.digest);
 }
