@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""GeoMesh round time on an emulated WAN against its bandwidth-latency bound (issue 6 item 8).
+
+Three regions in network namespaces (tools/wan/wan_emulate.py), one `heddle-relay serve` gateway
+and one synthetic `heddle-relay worker` each, the gateways peering over gRPC. The links are
+measured first, in the same run, through the same delay relays the gateways use (one-way
+latency = the smallest 1-byte RTT / 2; rate = what 4 parallel TCP streams deliver), because the
+userspace delay relay on a 2-core machine does not always deliver the configured rate.
+
+For each round r, with F_i = when region i handed its aggregate to the WAN (FinishRegion) and
+P_g = when gateway g published the round (both from `heddle-relay status -j`, one clock):
+
+  bound(r)    = max over i != j of  F_i + lat(i->j) + S_i * 8 / rate(i->j)     (every region's
+                frames at every other gateway: what any all-gather over these links needs)
+  measured(r) = max over g of P_g
+  WAN time    = measured - max_i F_i,   bound time = bound - max_i F_i,   ratio = their quotient
+
+S_i is what gateway i actually sent each peer per round (its byte counters / rounds). The
+round's compute (the workers' sleep and input generation) is outside both. Round 1 (connections
+and HTTP/2 windows warming up) is shown but left out of the median.
+
+  sudo /usr/bin/python3 tools/bench/relay_wan_bench.py --bin build/tools/heddle-relay/heddle-relay
+       [--elements 33554432] [--rounds 6] [--topology asym|sym|slow]
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import shutil
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "wan"))
+
+import relay_e2e as e2e  # noqa: E402
+
+TOPOLOGIES = {
+    # Azure-like inter-region RTTs, 1 Gbit/s everywhere.
+    "asym": [("eu", "us", "1gbit", "40ms"), ("eu", "asia", "1gbit", "140ms"),
+             ("us", "asia", "1gbit", "80ms")],
+    # One slow link among fast ones.
+    "slow": [("eu", "us", "1gbit", "40ms"), ("eu", "asia", "1gbit", "140ms"),
+             ("us", "asia", "250mbit", "80ms")],
+    "sym": [("eu", "us", "1gbit", "80ms"), ("eu", "asia", "1gbit", "80ms"),
+            ("us", "asia", "1gbit", "80ms")],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="heddle-relay")
+    ap.add_argument("--delay-bin", help="heddle-wan-delay (default: build/tools/wan)")
+    ap.add_argument("--elements", type=int, default=1 << 25,
+                    help="values per tensor; the model has 2 fp32 tensors (default 2^25)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--compute-s", type=float, default=0.5)
+    ap.add_argument("--streams", type=int, default=4, help="WAN streams per peer")
+    ap.add_argument("--topology", choices=sorted(TOPOLOGIES), default="asym")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (network namespaces, tc)")
+        return 77
+    if a.delay_bin:
+        os.environ["HEDDLE_WAN_DELAY"] = os.path.abspath(a.delay_bin)
+    from wan_emulate import Wan
+
+    links = TOPOLOGIES[a.topology]
+    spec = {"regions": ["eu", "us", "asia"],
+            "links": [{"between": [x, y], "rate": r, "rtt": t} for x, y, r, t in links]}
+    names = spec["regions"]
+    workdir = tempfile.mkdtemp(prefix="relay_wan_bench_")
+    os.chmod(workdir, 0o755)
+    wan_port = 7443
+    model_fp32 = e2e.fp32_bytes(a.elements)
+    try:
+        with Wan(spec, ports=[wan_port]) as wan:
+            # The links as the gateways will see them.
+            meas = {}
+            for s in names:
+                for d in names:
+                    if s != d:
+                        m = wan.measure_link(s, d, seconds=2.0, streams=4)
+                        meas[(s, d)] = (m["rtt_s"] / 2, m["bps"])
+            c = e2e.Cluster(os.path.abspath(a.bin), workdir,
+                            launch=lambda region, argv, **kw: wan.run(region, argv, **kw))
+            c.exec = lambda region, argv: wan.exec(region, argv, capture_output=True, text=True,
+                                                   timeout=60)
+            e2e.build_regions(
+                c, names, listen_host_of=lambda n: wan.address(n),
+                wan_listen_of=lambda n: f"0.0.0.0:{wan_port}",
+                peer_addr=lambda src, dst: wan.peer_address(src, dst, wan_port),
+                worker_token="wt0ken", wan_token="g4teway",
+                model=e2e.model_block(a.elements, slice_elements=1 << 24), workers=1,
+                wan_timeout_s=60, push_timeout_s=120,
+                extra="")
+            for reg in c.regions:
+                with open(reg.config) as f:
+                    text = f.read()
+                with open(reg.config, "w") as f:
+                    f.write(text.replace("streams_per_peer: 4", f"streams_per_peer: {a.streams}"))
+            try:
+                for reg in c.regions:
+                    c.start_relay(reg)
+                for k, reg in enumerate(c.regions):
+                    c.start_worker(reg, f"{reg.name}-gpu0", rounds=a.rounds, token="wt0ken",
+                                   compute_s=a.compute_s, seed=k)
+                for reg, name, rc in e2e.wait_workers(c, 600):
+                    e2e.check(rc == 0, f"{reg.name}/{name} exited {rc}")
+                e2e.check_identical(c, range(1, a.rounds + 1), expect_regions=3)
+                st = e2e.statuses_of(c, "wt0ken")
+            finally:
+                c.stop()
+    except e2e.Fail as e:
+        print(f"FAIL: {e} (work dir {workdir})")
+        return 1
+    shutil.rmtree(workdir, ignore_errors=True)
+
+    f = e2e.field
+    sent = {}  # (src, dst) -> bytes per round
+    by_id = {i + 1: n for i, n in enumerate(names)}
+    for n in names:
+        for p in st[n]["wan"]["peers"]:
+            sent[(n, by_id[int(f(p, "region_id"))])] = int(f(p, "bytes_sent")) / a.rounds
+    rows = {n: {int(f(r, "round_id")): r for r in st[n]["rounds"]} for n in names}
+
+    print(f"topology {a.topology}: " + ", ".join(f"{x}-{y} {r} {t} RTT" for x, y, r, t in links))
+    print(f"model {model_fp32 / 1e6:.0f} MB fp32 ({2 * a.elements} values); WAN streams per peer "
+          f"{a.streams}")
+    print("measured links (through the delay relays):")
+    for (s, d), (lat, bps) in sorted(meas.items()):
+        print(f"  {s:>4} -> {d:<4} one-way {lat * 1e3:6.1f} ms  {bps / 1e6:7.1f} Mbit/s  "
+              f"sent {sent[(s, d)] / 1e6:6.2f} MB/round ({sent[(s, d)] / model_fp32 * 100:.2f} % "
+              f"of fp32)")
+    print(f"{'round':>5} {'WAN s':>8} {'bound s':>8} {'ratio':>6}   (per gateway: aggregate / "
+          f"hand-over -> publish)")
+    ratios = []
+    for r in range(1, a.rounds + 1):
+        fin = {n: float(f(rows[n][r], "finished_at_s")) for n in names}
+        pub = {n: float(f(rows[n][r], "resolved_at_s")) for n in names}
+        last = max(fin.values())
+        bound = max(fin[s] + meas[(s, d)][0] + sent[(s, d)] * 8 / meas[(s, d)][1]
+                    for s in names for d in names if s != d)
+        wan_s = max(pub.values()) - last
+        bound_s = bound - last
+        ratio = wan_s / bound_s if bound_s > 0 else float("inf")
+        if r > 1:
+            ratios.append(ratio)
+        detail = ", ".join(f"{n} {float(f(rows[n][r], 'aggregate_s')):.3f}/"
+                           f"{pub[n] - fin[n]:.3f}" for n in names)
+        print(f"{r:>5} {wan_s:8.3f} {bound_s:8.3f} {ratio:6.2f}   {detail}")
+    med = statistics.median(ratios)
+    print(f"median ratio (rounds 2..{a.rounds}): {med:.2f}  [min {min(ratios):.2f}, max "
+          f"{max(ratios):.2f}]  target <= 1.15")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
