@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
   CLI::App app{"heddle-sim: packet-level fabric simulator on heddle's STORM, PIN and Nüwa code"};
   std::string fabric_path, workload = "websearch", duration = "1ms", max_time, out_dir;
   std::string lb_name = "ecmp", pin = "off", storm = "off", storm_mode = "auto";
-  std::string transport = "gbn", ecn = "on", pfc = "off", trim = "off", cc = "none",
-              flow_unit = "request";
+  std::string transport = "gbn", ecn = "on", pfc = "off", trim = "off", qp_per_message = "off",
+              cc = "none", flow_unit = "request";
   std::string rto = "100us";
   double load = 0.5, latency_ns = 1000, link_gbps = 0;
   uint64_t seed = 1, pin_threshold = 0;
@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--window-pkts", window, "packets in flight per QP; 0: one base RTT");
   app.add_option("--rto", rto, "retransmission timeout");
   app.add_option("--qps-per-pair", qps_per_pair, "QPs per (source, destination)");
+  app.add_option("--qp-per-message", qp_per_message,
+                 "on | off: every message on a QP of its own (a connection per flow)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--mtu", mtu, "payload bytes per packet");
   app.add_option("--latency-ns", latency_ns, "one-way latency of every link");
   app.add_option("--link-gbps", link_gbps, "override every tier's link speed");
@@ -160,6 +163,7 @@ int main(int argc, char** argv) {
                                    : heddle::sim::Transport::kSelectiveRepeat;
   c.window_packets = window;
   c.qps_per_pair = qps_per_pair;
+  c.qp_per_message = OnOff(qp_per_message);
   if (!ParseDuration(duration, &c.duration_ns) || c.duration_ns == 0) {
     return Fail(absl::StrCat("--duration ", duration, ": give a time such as 5ms or 200us"));
   }

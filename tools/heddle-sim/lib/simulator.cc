@@ -659,8 +659,10 @@ absl::Status Simulator::Impl::Build() {
   // A flow entry per QP the host sends on, at most 75 % full; past 2048 entries (256 KiB a
   // host) the idle ones are reused (SimConfig::lb.flow_idle_ns) and the rest take their QP's
   // hashed path, counted as table-full.
-  lb.flow_capacity = std::bit_ceil(std::clamp<uint32_t>(
-      2 * std::min<uint32_t>(num_hosts - 1, 1u << 20) * cfg.qps_per_pair, 64, 2048));
+  lb.flow_capacity =
+      std::bit_ceil(std::clamp<uint32_t>(2 * std::min<uint32_t>(num_hosts - 1, 1u << 20) *
+                                             (cfg.qp_per_message ? 16 : cfg.qps_per_pair),
+                                         64, 2048));
   {
     lb::LbConfig check = lb;
     HEDDLE_RETURN_IF_ERROR(lb::ValidateLbConfig(check));
@@ -734,9 +736,12 @@ TimePs Simulator::Impl::Ideal(int lca, uint64_t size) const {
 
 absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   const uint64_t pair = uint64_t{src} << 32 | dst;
-  const uint32_t k = pair_count[pair]++ % cfg.qps_per_pair;
-  const uint64_t key = pair * cfg.qps_per_pair + k;
-  if (auto it = qp_index.find(key); it != qp_index.end()) return it->second;
+  uint64_t key = 0;
+  if (!cfg.qp_per_message) {
+    const uint32_t k = pair_count[pair]++ % cfg.qps_per_pair;
+    key = pair * cfg.qps_per_pair + k;
+    if (auto it = qp_index.find(key); it != qp_index.end()) return it->second;
+  }
   const uint32_t qi = static_cast<uint32_t>(qps.size());
   if (qi + 1 > storm::kQpnMask) return absl::ResourceExhaustedError("more than 2^24 QPs");
   qps.emplace_back();
@@ -783,7 +788,7 @@ absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   e.key_hash = qp.flow_hash | 1;
   e.qpn_dir = qp.qpn;
   e.acked_psn = storm::kNoPsn;
-  qp_index.emplace(key, qi);
+  if (!cfg.qp_per_message) qp_index.emplace(key, qi);
   return qi;
 }
 

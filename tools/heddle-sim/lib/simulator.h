@@ -80,6 +80,10 @@ struct SimConfig {
   // window (reordering within a window costs nothing, losses are found about an RTT late).
   uint32_t sr_reorder_packets = 0;
   uint32_t qps_per_pair = 1;  // QPs between each (source, destination) pair
+  // Every message on a QP of its own (qps_per_pair is then ignored): no message waits behind
+  // another between the same hosts, as when each flow is its own connection (the flow-level
+  // simulators' model). Off: RDMA's, where a QP's messages go out one after the other.
+  bool qp_per_message = false;
   bool dcqcn = false;
   double dcqcn_g = 1.0 / 256;
   uint64_t dcqcn_period_ns = 55'000;  // alpha decay and rate increase timer

@@ -440,6 +440,31 @@ TEST(SimulatorTest, StormLetsAShortMessageOvertake) {
   EXPECT_LT(fct[1], ideal * 3 / 2);
 }
 
+// Messages between the same hosts go out one after the other on their QP: a short one posted
+// behind a long one waits for it. With a QP per message it goes at once, sharing the NIC.
+TEST(SimulatorTest, QpPerMessageRemovesHeadOfLineBlocking) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  TimePs fct[2] = {0, 0};
+  TimePs ideal = 0, big = 0;
+  for (bool own : {false, true}) {
+    SimConfig c;
+    c.qp_per_message = own;
+    std::unique_ptr<Simulator> s = Make(f, c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->AddFlow(0, 5, 10'000'000, 0).ok());
+    ASSERT_TRUE(s->AddFlow(0, 5, 4096, 100'000).ok());
+    ideal = s->IdealFct(0, 5, 4096);
+    const SimResult r = s->Run();
+    ASSERT_NE(r.flows[1].finish, 0u);
+    fct[own] = r.flows[1].finish - r.flows[1].start;
+    if (!own) big = r.flows[0].finish;
+  }
+  // Behind the 10 MB message (800 us at 100 Gb/s): it finishes after it.
+  EXPECT_GT(fct[0], big - 100'000'000);
+  // On its own QP: the NIC alternates the two QPs' packets, so at most one more packet each hop.
+  EXPECT_LT(fct[1], ideal * 2);
+}
+
 // PIN with RPS: a message under the threshold keeps one path, so a path 5 µs longer than the
 // others does not reorder it; sprayed, it is reordered.
 TEST(SimulatorTest, PinKeepsShortMessagesInOrder) {
