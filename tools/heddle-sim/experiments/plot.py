@@ -202,31 +202,47 @@ def lines(rows, x, y, series, png, title="", ylabel="", panels=None, logy=True):
     return _save(fig, png)
 
 
-def grouped_bars(rows, group, series, y, png, title="", ylabel="", logy=True, err=None):
-    """Bars of `y` per `group` (x), one bar per `series`; `err` an optional column of half
-    spreads."""
+def _bars(ax, rows, group, series, y, err, logy):
     groups = list(dict.fromkeys(r[group] for r in rows))
     ser = list(dict.fromkeys(r[series] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * max(1, len(ser)) / 2), 3.6))
-    width = 0.8 / max(1, len(ser))
-    for i, s in enumerate(ser):
-        xs, ys, es = [], [], []
-        for j, g in enumerate(groups):
-            for r in rows:
-                if r[group] == g and r[series] == s:
-                    xs.append(j + (i - (len(ser) - 1) / 2) * width)
-                    ys.append(float(r[y]))
-                    es.append(float(r[err]) if err else 0)
-        ax.bar(xs, ys, width, yerr=es if err else None, capsize=2, label=s)
+    colours = {s: f"C{i % 10}" for i, s in enumerate(ser)}
+    most = max(len({r[series] for r in rows if r[group] == g}) for g in groups)
+    width = 0.8 / max(1, most)
+    labelled = set()
+    for j, g in enumerate(groups):
+        here = [r for r in rows if r[group] == g]
+        for i, r in enumerate(here):
+            s = r[series]
+            ax.bar(j + (i - (len(here) - 1) / 2) * width, float(r[y]), width,
+                   yerr=float(r[err]) if err else None, capsize=2, color=colours[s],
+                   label=None if s in labelled else s)
+            labelled.add(s)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, fontsize=7, rotation=20)
     if logy:
         ax.set_yscale("log")
-    ax.set_ylabel(ylabel or y)
     ax.grid(axis="y", alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    return len(groups) * most
+
+
+def grouped_bars(rows, group, series, y, png, title="", ylabel="", logy=True, err=None):
+    """Bars of `y` per `group` (x), one bar per `series` present in that group (a series keeps
+    its colour across groups); `err` an optional column of half spreads."""
+    return bar_panels(rows, group, series, [y], png, title, [ylabel or y], logy,
+                      [err] if err else None)
+
+
+def bar_panels(rows, group, series, ys, png, title="", ylabels=None, logy=True, errs=None):
+    """grouped_bars() for several columns `ys`, one panel each, stacked."""
+    fig, axes = plt.subplots(len(ys), 1, figsize=(10, 2.2 + 2.0 * len(ys)), squeeze=False)
+    for k, (ax, y) in enumerate(zip(axes[:, 0], ys)):
+        _bars(ax, rows, group, series, y, errs[k] if errs else None, logy)
+        ax.set_ylabel((ylabels or ys)[k], fontsize=8)
+        if k + 1 < len(ys):
+            ax.set_xticklabels([])
+    axes[0][0].legend(fontsize=7, ncol=3)
     if title:
-        ax.set_title(title, fontsize=9)
+        axes[0][0].set_title(title, fontsize=9)
     return _save(fig, png)
 
 
