@@ -13,7 +13,8 @@ PKGS=(
   libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
-  tshark python3 python3-scapy python3-matplotlib curl procps iproute2 valgrind
+  python3-matplotlib
+  tshark python3 python3-scapy curl procps iproute2 valgrind
 )
 
 missing=()
