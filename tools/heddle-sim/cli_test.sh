@@ -21,6 +21,14 @@ if cmp -s "$dir/a/fct.csv" "$dir/c/fct.csv"; then
   echo "seeds 3 and 4 gave the same flows" >&2
   exit 1
 fi
+# Trimming and a QP per message: deterministic too, and the per-port and per-level files.
+run --seed 5 --trim on --qp-per-message on --buffer-pkts 8 --out "$dir/t1" > /dev/null
+run --seed 5 --trim on --qp-per-message on --buffer-pkts 8 --out "$dir/t2" > /dev/null
+for f in fct.csv summary.csv uplinks.csv queues.csv levels.csv; do
+  cmp "$dir/t1/$f" "$dir/t2/$f"
+done
+head -1 "$dir/t1/queues.csv" | grep -q "^tier,switch,port,up,packets,mean_wait_ns,drops,trims$"
+awk -F, 'NR > 1 { t += $8 } END { exit !(t > 0) }' "$dir/t1/queues.csv"
 grep -q "M events/s" "$dir/a.txt"
 grep -q "^all " "$dir/a.txt"
 head -1 "$dir/a/run.csv" | grep -q "events_per_s"
@@ -42,4 +50,21 @@ grep -q "magic" "$dir/err.txt"
 expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --workload "$dir/nope.cdf"
 expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --degraded-link "tor[99]:0:10"
 expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --load 0
+expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --trim on --pfc on
+grep -q "trimming and PFC" "$dir/err.txt"
+expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --trim maybe
+# The plots, when matplotlib is installed (tools/setup/install-deps.sh): four PNGs of the runs.
+if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/experiments/plot.py" --out "$dir/png" a="$dir/a" \
+    trim="$dir/t1" > /dev/null
+  for f in slowdown uplinks levels queues; do
+    head -c 8 "$dir/png/$f.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a"
+  done
+  if /usr/bin/python3 "$(dirname "$0")/experiments/plot.py" --out "$dir/png" "$dir/nope" \
+    2> "$dir/err.txt"; then
+    echo "plot.py accepted a directory without summary.csv" >&2
+    exit 1
+  fi
+  grep -q "no summary.csv" "$dir/err.txt"
+fi
 echo "cli ok"

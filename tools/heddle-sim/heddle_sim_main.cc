@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   CLI::App app{"heddle-sim: packet-level fabric simulator on heddle's STORM, PIN and Nüwa code"};
   std::string fabric_path, workload = "websearch", duration = "1ms", max_time, out_dir;
   std::string lb_name = "ecmp", pin = "off", storm = "off", storm_mode = "auto";
-  std::string transport = "gbn", ecn = "on", pfc = "off", cc = "none", flow_unit = "request";
+  std::string transport = "gbn", ecn = "on", pfc = "off", trim = "off", qp_per_message = "off",
+              cc = "none", flow_unit = "request";
   std::string rto = "100us";
   double load = 0.5, latency_ns = 1000, link_gbps = 0;
   uint64_t seed = 1, pin_threshold = 0;
@@ -97,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--window-pkts", window, "packets in flight per QP; 0: one base RTT");
   app.add_option("--rto", rto, "retransmission timeout");
   app.add_option("--qps-per-pair", qps_per_pair, "QPs per (source, destination)");
+  app.add_option("--qp-per-message", qp_per_message,
+                 "on | off: every message on a QP of its own (a connection per flow)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--mtu", mtu, "payload bytes per packet");
   app.add_option("--latency-ns", latency_ns, "one-way latency of every link");
   app.add_option("--link-gbps", link_gbps, "override every tier's link speed");
@@ -105,6 +109,8 @@ int main(int argc, char** argv) {
   app.add_option("--ecn-kmin-pkts", kmin, "ECN marking starts above this queue (packets)");
   app.add_option("--ecn-kmax-pkts", kmax, "every packet marked from this queue (packets)");
   app.add_option("--pfc", pfc, "on | off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--trim", trim, "on | off: switches cut what does not fit to its header (NAKed)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--cc", cc,
                  "congestion control: none | dcqcn (rate, CNPs) | ecn-window (DCTCP-like window)")
       ->check(CLI::IsMember({"none", "dcqcn", "ecn-window"}));
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
   c.ecn_kmin_bytes = kmin * pkt;
   c.ecn_kmax_bytes = kmax * pkt;
   c.pfc = OnOff(pfc);
+  c.trim = OnOff(trim);
   c.pfc_xoff_bytes = buffer_pkts * pkt * 2 / 5;
   c.pfc_xon_bytes = buffer_pkts * pkt * 3 / 10;
   c.dcqcn = cc == "dcqcn";
@@ -156,6 +163,7 @@ int main(int argc, char** argv) {
                                    : heddle::sim::Transport::kSelectiveRepeat;
   c.window_packets = window;
   c.qps_per_pair = qps_per_pair;
+  c.qp_per_message = OnOff(qp_per_message);
   if (!ParseDuration(duration, &c.duration_ns) || c.duration_ns == 0) {
     return Fail(absl::StrCat("--duration ", duration, ": give a time such as 5ms or 200us"));
   }

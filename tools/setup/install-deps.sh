@@ -13,6 +13,7 @@ PKGS=(
   libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
+  python3-matplotlib
   tshark python3 python3-scapy curl procps iproute2 valgrind
   python3-dev pybind11-dev python3-numpy python3-torch
 )

@@ -62,10 +62,10 @@ std::string FormatReport(const SimResult& r) {
   const SimConfig& c = r.config;
   std::string s = absl::StrFormat(
       "fabric %s (%u hosts), transport %s, lb %s, pin %s (threshold %u B), storm %s, ecn %s, "
-      "pfc %s, cc %s, seed %u\n",
+      "pfc %s, trim %s, cc %s, seed %u\n",
       r.fabric_name, r.hosts, TransportName(c.transport), lb::BalancerKindName(r.lb.balancer),
       r.lb.pin ? "on" : "off", lb::EffectiveThreshold(r.lb), c.storm ? "on" : "off",
-      c.ecn ? "on" : "off", c.pfc ? "on" : "off",
+      c.ecn ? "on" : "off", c.pfc ? "on" : "off", c.trim ? "on" : "off",
       c.dcqcn        ? "dcqcn"
       : c.ecn_window ? "ecn-window"
                      : "none",
@@ -99,10 +99,11 @@ std::string FormatReport(const SimResult& r) {
       &s,
       "packets: data sent %u delivered %u, control sent %u delivered %u; drops buffer %u "
       "unreachable %u (data %u); ecn marks %u; pfc pauses %u; retransmissions %u; timeouts %u; "
-      "naks %u; cnps %u; out of order %u\n",
+      "naks %u; cnps %u; out of order %u; trimmed %u (headers delivered %u)\n",
       r.data_packets_sent, r.data_packets_delivered, r.control_packets_sent,
       r.control_packets_delivered, r.drops_buffer, r.drops_unreachable, r.drops_data, r.ecn_marks,
-      r.pfc_pauses, r.retransmissions, r.timeouts, r.naks, r.cnps, r.out_of_order);
+      r.pfc_pauses, r.retransmissions, r.timeouts, r.naks, r.cnps, r.out_of_order, r.trims,
+      r.trimmed_delivered);
   absl::StrAppendFormat(&s, "queues: mean wait %.3f us, deepest %u B; level bytes:",
                         r.mean_queue_delay_ns / 1000, r.max_queue_bytes);
   for (int l = 0; l < c.levels.levels && l < static_cast<int>(r.level_bytes.size()); ++l) {
@@ -163,15 +164,29 @@ absl::Status WriteCsv(const SimResult& r, const std::string& dir) {
       "flows,finished,events,cpu_s,wall_s,events_per_s,delivered_pkts_per_s,data_sent,data_"
       "delivered,"
       "control_sent,control_delivered,drops_buffer,drops_unreachable,ecn_marks,pfc_pauses,"
-      "retransmissions,timeouts,naks,cnps,out_of_order,mean_queue_wait_ns\n";
+      "retransmissions,timeouts,naks,cnps,out_of_order,mean_queue_wait_ns,trims,drops_data,"
+      "end_ps\n";
   absl::StrAppendFormat(
-      &run, "%u,%u,%u,%.6f,%.6f,%.0f,%.0f,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%.3f\n",
+      &run, "%u,%u,%u,%.6f,%.6f,%.0f,%.0f,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%.3f,%u,%u,%u\n",
       r.flows.size(), Finished(r), r.events, r.cpu_seconds, r.wall_seconds, EventsPerSecond(r),
       DeliveredPacketsPerSecond(r), r.data_packets_sent, r.data_packets_delivered,
       r.control_packets_sent, r.control_packets_delivered, r.drops_buffer, r.drops_unreachable,
       r.ecn_marks, r.pfc_pauses, r.retransmissions, r.timeouts, r.naks, r.cnps, r.out_of_order,
-      r.mean_queue_delay_ns);
-  return write("run.csv", run);
+      r.mean_queue_delay_ns, r.trims, r.drops_data, r.end_time);
+  if (absl::Status st = write("run.csv", run); !st.ok()) return st;
+  // Per switch egress port: packets sent, their mean wait, drops and trims. By Little's law a
+  // port's time-averaged queue is packets × mean wait ÷ the run's simulated time.
+  std::string qs = "tier,switch,port,up,packets,mean_wait_ns,drops,trims\n";
+  for (const SimResult::PortWait& w : r.port_waits) {
+    absl::StrAppendFormat(&qs, "%d,%u,%u,%d,%u,%.3f,%u,%u\n", w.tier, w.index, w.port, w.up ? 1 : 0,
+                          w.packets, w.mean_wait_ns, w.drops, w.trims);
+  }
+  if (absl::Status st = write("queues.csv", qs); !st.ok()) return st;
+  std::string lv = "level,payload_bytes\n";
+  for (int l = 0; l < r.config.levels.levels && l < static_cast<int>(r.level_bytes.size()); ++l) {
+    absl::StrAppendFormat(&lv, "%d,%u\n", l, r.level_bytes[l]);
+  }
+  return write("levels.csv", lv);
 }
 
 }  // namespace heddle::sim

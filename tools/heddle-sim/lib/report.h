@@ -6,7 +6,7 @@
 //
 //   SimResult r = sim->Run();
 //   std::cout << FormatReport(r);
-//   HEDDLE_RETURN_IF_ERROR(WriteCsv(r, "out/"));   // fct.csv summary.csv uplinks.csv run.csv
+//   HEDDLE_RETURN_IF_ERROR(WriteCsv(r, "out/"));   // fct.csv summary.csv ... run.csv
 #pragma once
 
 #include <cstdint>
@@ -36,9 +36,10 @@ std::vector<BucketStats> SlowdownBuckets(const SimResult& r, uint64_t bdp_bytes)
 // The end-of-run report: configuration line, buckets, uplinks, counters, speed.
 std::string FormatReport(const SimResult& r);
 
-// fct.csv (one row per flow), summary.csv (buckets), uplinks.csv (bytes per uplink), run.csv
-// (counters and speed, one row). Byte-for-byte the same for the same run (no wall-clock time in
-// fct.csv, summary.csv or uplinks.csv).
+// fct.csv (one row per flow), summary.csv (buckets), uplinks.csv (bytes per uplink), queues.csv
+// (per switch egress port: packets, mean wait, drops, trims), levels.csv (payload bytes per
+// priority level), run.csv (counters and speed, one row). Byte-for-byte the same for the same
+// run except run.csv (its CPU and wall times).
 absl::Status WriteCsv(const SimResult& r, const std::string& dir);
 
 // The run's speed, the two figures every run prints: per second of the run's CPU time on its

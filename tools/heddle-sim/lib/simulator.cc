@@ -36,7 +36,7 @@ enum EventType : uint8_t {
 };
 
 enum PacketKind : uint8_t { kData, kAck, kNak, kCnp };
-enum PacketFlag : uint8_t { kCe = 1, kFirstPkt = 2, kLastPkt = 4 };
+enum PacketFlag : uint8_t { kCe = 1, kFirstPkt = 2, kLastPkt = 4, kTrimmed = 8 };
 
 struct Packet {
   uint32_t next = kNil;  // the queue it waits in, or the free list
@@ -83,6 +83,8 @@ struct Port {
   uint64_t tx_bytes = 0;
   uint64_t tx_packets = 0;
   uint64_t wait_ps = 0;
+  uint64_t drops = 0;  // packets dropped at this egress (buffer full)
+  uint64_t trims = 0;  // data packets cut to their header here (SimConfig::trim)
 };
 
 struct Switch {
@@ -486,6 +488,10 @@ absl::Status Simulator::Impl::Build() {
         absl::StrCat("window of ", cfg.window_packets, " packets; give at most 1048576"));
   }
   if (cfg.rto_ns == 0) return absl::InvalidArgumentError("rto must be > 0");
+  if (cfg.trim && cfg.pfc) {
+    return absl::InvalidArgumentError(
+        "trimming and PFC together: a lossless fabric has nothing to trim; turn one off");
+  }
   if (!(cfg.link_latency_ns >= 0) || !(cfg.ecn_pmax >= 0 && cfg.ecn_pmax <= 1)) {
     return absl::InvalidArgumentError("link latency must be >= 0 and ECN pmax in [0, 1]");
   }
@@ -653,8 +659,10 @@ absl::Status Simulator::Impl::Build() {
   // A flow entry per QP the host sends on, at most 75 % full; past 2048 entries (256 KiB a
   // host) the idle ones are reused (SimConfig::lb.flow_idle_ns) and the rest take their QP's
   // hashed path, counted as table-full.
-  lb.flow_capacity = std::bit_ceil(std::clamp<uint32_t>(
-      2 * std::min<uint32_t>(num_hosts - 1, 1u << 20) * cfg.qps_per_pair, 64, 2048));
+  lb.flow_capacity =
+      std::bit_ceil(std::clamp<uint32_t>(2 * std::min<uint32_t>(num_hosts - 1, 1u << 20) *
+                                             (cfg.qp_per_message ? 16 : cfg.qps_per_pair),
+                                         64, 2048));
   {
     lb::LbConfig check = lb;
     HEDDLE_RETURN_IF_ERROR(lb::ValidateLbConfig(check));
@@ -728,9 +736,12 @@ TimePs Simulator::Impl::Ideal(int lca, uint64_t size) const {
 
 absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   const uint64_t pair = uint64_t{src} << 32 | dst;
-  const uint32_t k = pair_count[pair]++ % cfg.qps_per_pair;
-  const uint64_t key = pair * cfg.qps_per_pair + k;
-  if (auto it = qp_index.find(key); it != qp_index.end()) return it->second;
+  uint64_t key = 0;
+  if (!cfg.qp_per_message) {
+    const uint32_t k = pair_count[pair]++ % cfg.qps_per_pair;
+    key = pair * cfg.qps_per_pair + k;
+    if (auto it = qp_index.find(key); it != qp_index.end()) return it->second;
+  }
   const uint32_t qi = static_cast<uint32_t>(qps.size());
   if (qi + 1 > storm::kQpnMask) return absl::ResourceExhaustedError("more than 2^24 QPs");
   qps.emplace_back();
@@ -777,7 +788,7 @@ absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   e.key_hash = qp.flow_hash | 1;
   e.qpn_dir = qp.qpn;
   e.acked_psn = storm::kNoPsn;
-  qp_index.emplace(key, qi);
+  if (!cfg.qp_per_message) qp_index.emplace(key, qi);
   return qi;
 }
 
@@ -853,7 +864,27 @@ void Simulator::Impl::SwitchReceive(uint32_t gp, uint32_t pi) {
   // arrives before the pause takes effect lands in the headroom up to buffer_bytes.
   if (cfg.pfc ? ports[gp].ingress[p.prio] + p.wire > cfg.buffer_bytes
               : port.bytes + p.wire > cfg.buffer_bytes) {
-    Drop(pi, true);
+    // Trimming (NDP-like): a data packet that does not fit loses its payload and goes on as a
+    // header at the top priority, so its receiver learns of the loss about one RTT after it.
+    // Headers — trimmed ones and ACK, NAK, CNP — get their own allowance beyond the buffer, as
+    // in NDP's header queue; past it they are dropped too.
+    if (!cfg.trim || port.bytes + cfg.header_bytes > cfg.buffer_bytes + cfg.trim_header_bytes) {
+      ++port.drops;
+      Drop(pi, true);
+      return;
+    }
+    if (p.kind != kData) {
+      Enqueue(op, pi);  // PFC: never with trimming (Create refuses both)
+      return;
+    }
+    if (!(p.flags & kTrimmed)) {
+      ++port.trims;
+      ++res.trims;
+    }
+    p.flags |= kTrimmed | kCe;  // a trim is a congestion signal too
+    p.wire = cfg.header_bytes;
+    p.prio = static_cast<uint8_t>(top_level);
+    Enqueue(op, pi);
     return;
   }
   if (cfg.ecn && p.kind == kData && !(p.flags & kCe)) {
@@ -1046,6 +1077,23 @@ void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint
 
 void Simulator::Impl::ReceiveData(uint32_t host, Packet p) {
   Qp& qp = qps[p.qp];
+  if (p.flags & kTrimmed) {
+    // The header of a trimmed packet: NAK it at once. Go-back-N: back to the receiver's next
+    // PSN (if the trimmed one is not already in). Selective repeat: the NAK carries the
+    // cumulative ACK and the trimmed PSN, which the sender resends alone.
+    ++res.trimmed_delivered;
+    // Go-back-N NAKs a gap once, as for an out-of-order packet, but always the PSN it waits
+    // for (its resend was trimmed again).
+    const bool gbn = cfg.transport == Transport::kGoBackN;
+    const bool nak = gbn ? p.psn == qp.rcv_next || (p.psn > qp.rcv_next && !qp.nak_sent)
+                         : p.psn >= qp.rcv_next && !qp.rbits[p.psn & (ring - 1)];
+    if (nak) {
+      ++res.naks;
+      if (gbn) qp.nak_sent = true;
+      SendControl(host, p.qp, kNak, qp.rcv_next, p.psn, true);
+    }
+    return;
+  }
   ++res.data_packets_delivered;
   const bool ce = p.flags & kCe;
   if (ce && cfg.dcqcn && (!qp.cnp_sent || now >= qp.last_cnp + cfg.dcqcn_cnp_interval_ns * 1000)) {
@@ -1152,7 +1200,16 @@ void Simulator::Impl::ReceiveAck(Packet p) {
     Pin(qp.src).OnFeedback(qp.flow_hash, qp.qpn,
                            {.kind = lb::FeedbackKind::kNak, .psn = p.psn & storm::kPsnMask},
                            now_ns);
-    if (p.psn < qp.snd_nxt) qp.snd_nxt = p.psn;  // go back N
+    if (cfg.transport == Transport::kGoBackN) {
+      if (p.psn < qp.snd_nxt) qp.snd_nxt = p.psn;  // go back N
+    } else if (p.sack >= qp.snd_una && p.sack < qp.snd_nxt) {
+      // A trimmed packet's NAK (the only NAK selective repeat sends): resend that PSN.
+      uint8_t& st = qp.st[p.sack & (ring - 1)];
+      if (st == 0) {
+        st = 2;
+        qp.retx.push_back(p.sack);
+      }
+    }
   } else if (cfg.transport == Transport::kSelectiveRepeat && p.sack >= qp.snd_una &&
              p.sack < qp.snd_nxt) {
     qp.st[p.sack & (ring - 1)] = 1;
@@ -1279,11 +1336,13 @@ SimResult Simulator::Impl::Run() {
   for (const Switch& sw : switches) {
     for (uint32_t p = 0; p < sw.down_ports + sw.up_ports; ++p) {
       const Port& port = ports[sw.first_port + p];
-      if (port.tx_packets == 0) continue;
+      if (port.tx_packets == 0 && port.drops == 0) continue;
       res.port_waits.push_back(
           {sw.tier,
            sw.plane * static_cast<uint32_t>(nuwa::NodeCount(fabric.shape, sw.tier)) + sw.index, p,
-           port.tx_packets, static_cast<double>(port.wait_ps) / port.tx_packets / 1000});
+           port.tx_packets,
+           port.tx_packets != 0 ? static_cast<double>(port.wait_ps) / port.tx_packets / 1000 : 0,
+           p >= sw.down_ports, port.drops, port.trims});
     }
   }
   for (int t = 1; t < tiers; ++t) {

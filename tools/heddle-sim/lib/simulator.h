@@ -80,6 +80,10 @@ struct SimConfig {
   // window (reordering within a window costs nothing, losses are found about an RTT late).
   uint32_t sr_reorder_packets = 0;
   uint32_t qps_per_pair = 1;  // QPs between each (source, destination) pair
+  // Every message on a QP of its own (qps_per_pair is then ignored): no message waits behind
+  // another between the same hosts, as when each flow is its own connection (the flow-level
+  // simulators' model). Off: RDMA's, where a QP's messages go out one after the other.
+  bool qp_per_message = false;
   bool dcqcn = false;
   double dcqcn_g = 1.0 / 256;
   uint64_t dcqcn_period_ns = 55'000;  // alpha decay and rate increase timer
@@ -91,6 +95,12 @@ struct SimConfig {
   // window_packets; halved on a timeout. Starts at window_packets.
   bool ecn_window = false;
   double ecn_window_g = 1.0 / 16;
+  // Packet trimming (NDP-like) instead of tail drop: a data packet that does not fit a switch
+  // port's buffer is cut to its header, marked CE and sent on at the top priority; its receiver
+  // NAKs it at once (go-back-N: back to its next PSN; selective repeat: that PSN alone). The
+  // headers may use trim_header_bytes beyond buffer_bytes; past that they are dropped too.
+  bool trim = false;
+  uint64_t trim_header_bytes = 100 * 64;
 
   // ---- STORM (dataplane/storm) ----
   bool storm = false;
@@ -163,6 +173,10 @@ struct SimResult {
   uint64_t naks = 0;
   uint64_t cnps = 0;
   uint64_t out_of_order = 0;  // data packets that arrived ahead of the receiver's next PSN
+  // SimConfig::trim: data packets cut to their header, and those headers that reached their
+  // receiver (the others were dropped: counted in drops_buffer and drops_data).
+  uint64_t trims = 0;
+  uint64_t trimmed_delivered = 0;
   // Collectives (AddCollective): their flows, how many finished, and when the last one was
   // delivered (the job's completion time; 0 if it did not complete).
   uint64_t collective_flows = 0;
@@ -189,8 +203,11 @@ struct SimResult {
     uint32_t port = 0;   // its port: down ports first, then up ports
     uint64_t packets = 0;
     double mean_wait_ns = 0;
+    bool up = false;     // an up port (towards the next tier)
+    uint64_t drops = 0;  // packets dropped here (buffer full)
+    uint64_t trims = 0;  // data packets trimmed here (SimConfig::trim)
   };
-  std::vector<PortWait> port_waits;  // switch egress ports that sent anything
+  std::vector<PortWait> port_waits;  // switch egress ports that sent or dropped anything
   uint64_t max_queue_bytes = 0;      // the deepest egress queue seen
   lb::LbConfig lb;
   SimConfig config;

@@ -252,7 +252,8 @@ TEST(SimulatorTest, SameSeedSameOutputBytes) {
     TempDir dir;
     ASSERT_TRUE(WriteCsv(r, dir.path()).ok());
     texts.push_back(ReadFile(dir.path() + "/fct.csv") + ReadFile(dir.path() + "/summary.csv") +
-                    ReadFile(dir.path() + "/uplinks.csv"));
+                    ReadFile(dir.path() + "/uplinks.csv") + ReadFile(dir.path() + "/queues.csv") +
+                    ReadFile(dir.path() + "/levels.csv"));
     EXPECT_GT(r.flows.size(), 20u);
   }
   EXPECT_EQ(texts[0], texts[1]);
@@ -283,6 +284,48 @@ TEST(SimulatorTest, ConservationUnderLoss) {
               r.control_packets_delivered + r.drops_buffer + r.drops_unreachable - r.drops_data);
     EXPECT_EQ(r.unique_bytes_delivered, bytes) << TransportName(tr);
     EXPECT_GT(r.retransmissions, 0u);
+  }
+}
+
+// Trimming turns the data drops of a small buffer into headers that reach the receiver and are
+// NAKed at once: no data packet is lost, every byte arrives once, the loss is repaired without
+// waiting for the RTO, and the drops that remain are control packets only. Both transports.
+TEST(SimulatorTest, TrimmingRepairsLossesWithoutTimeouts) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  for (Transport tr : {Transport::kGoBackN, Transport::kSelectiveRepeat}) {
+    SimConfig c;
+    c.transport = tr;
+    c.duration_ns = 400'000;
+    c.buffer_bytes = 8 * 4160;
+    // Spraying makes go-back-N resend whatever arrives out of order: ECMP for it.
+    c.lb.balancer = tr == Transport::kGoBackN ? lb::BalancerKind::kEcmp : lb::BalancerKind::kRps;
+    c.rto_ns = 1'000'000;  // long: a repair that waited for it would show in the slowdowns
+    const SimResult dropped = RunLoaded(f, c, "websearch", 0.8);
+    c.trim = true;
+    const SimResult r = RunLoaded(f, c, "websearch", 0.8);
+    uint64_t bytes = 0, finished = 0;
+    for (const FlowRecord& fr : r.flows) {
+      bytes += fr.size;
+      finished += fr.finish != 0;
+    }
+    EXPECT_GT(r.trims, 0u) << TransportName(tr);
+    EXPECT_EQ(r.drops_data, 0u) << TransportName(tr);
+    EXPECT_EQ(r.trimmed_delivered, r.trims) << TransportName(tr);
+    EXPECT_EQ(r.data_packets_sent, r.data_packets_delivered + r.trimmed_delivered);
+    EXPECT_EQ(r.control_packets_sent, r.control_packets_delivered + r.drops_buffer);
+    EXPECT_GE(r.naks, 1u) << TransportName(tr);
+    EXPECT_EQ(finished, r.flows.size()) << TransportName(tr);
+    EXPECT_EQ(r.unique_bytes_delivered, bytes) << TransportName(tr);
+    EXPECT_GT(dropped.drops_data, 0u) << TransportName(tr);
+    EXPECT_LT(r.timeouts * 10, dropped.timeouts + 10) << TransportName(tr);
+    const auto mean = [](const SimResult& x) {
+      double s = 0;
+      for (const FlowRecord& fr : x.flows) {
+        s += static_cast<double>(fr.finish - fr.start) / static_cast<double>(fr.ideal);
+      }
+      return s / static_cast<double>(x.flows.size());
+    };
+    EXPECT_LT(mean(r), mean(dropped)) << TransportName(tr);
   }
 }
 
@@ -395,6 +438,31 @@ TEST(SimulatorTest, StormLetsAShortMessageOvertake) {
   EXPECT_GT(fct[0], 4 * fct[1]);
   // With it, it waits at most for the packet on the wire at each hop.
   EXPECT_LT(fct[1], ideal * 3 / 2);
+}
+
+// Messages between the same hosts go out one after the other on their QP: a short one posted
+// behind a long one waits for it. With a QP per message it goes at once, sharing the NIC.
+TEST(SimulatorTest, QpPerMessageRemovesHeadOfLineBlocking) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  TimePs fct[2] = {0, 0};
+  TimePs ideal = 0, big = 0;
+  for (bool own : {false, true}) {
+    SimConfig c;
+    c.qp_per_message = own;
+    std::unique_ptr<Simulator> s = Make(f, c);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->AddFlow(0, 5, 10'000'000, 0).ok());
+    ASSERT_TRUE(s->AddFlow(0, 5, 4096, 100'000).ok());
+    ideal = s->IdealFct(0, 5, 4096);
+    const SimResult r = s->Run();
+    ASSERT_NE(r.flows[1].finish, 0u);
+    fct[own] = r.flows[1].finish - r.flows[1].start;
+    if (!own) big = r.flows[0].finish;
+  }
+  // Behind the 10 MB message (800 us at 100 Gb/s): it finishes after it.
+  EXPECT_GT(fct[0], big - 100'000'000);
+  // On its own QP: the NIC alternates the two QPs' packets, so at most one more packet each hop.
+  EXPECT_LT(fct[1], ideal * 2);
 }
 
 // PIN with RPS: a message under the threshold keeps one path, so a path 5 µs longer than the

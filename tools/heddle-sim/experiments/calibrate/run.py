@@ -1,117 +1,121 @@
-#!/usr/bin/env python3
-"""Calibration of heddle-sim against a published setup (docs/sim.md §7), one command:
+#!/usr/bin/python3
+"""Calibration of heddle-sim against a published setup (README.md here), one command:
 
-    tools/heddle-sim/experiments/calibrate/run.py --build build --out /tmp/calibrate
+    tools/heddle-sim/experiments/calibrate/run.py --build build --out /tmp/heddle-sim-calibrate
 
 128 hosts on a 2-tier leaf-spine (16 ToRs x 8 hosts, 8 spines), 400 Gb/s links with 1 us latency,
 4 KiB MTU, 100-packet queues with ECN marking ramping from 25 to 76 packets, a window-based
-transport with out-of-order arrival free (selective repeat, a window that ECN shrinks), WebSearch
-at 50 % load for 5 ms. Reports short-flow (<= 1 BDP) and long-flow mean and p99 slowdown for ECMP
-and random packet spraying; then the settings where PIN's gain should show: an in-order transport
-(go-back-N), and a degraded spine link.
+transport with out-of-order arrival free (selective repeat, the DCTCP-like window), WebSearch at
+50 % load for 5 ms. First the steps from heddle-sim's RDMA defaults to that setup (a connection
+per flow, trimming), then short-flow (<= 1 BDP) and long-flow mean and p99 slowdown for ECMP,
+random spraying and spraying with PIN, in the published setting and where PIN's gain should
+show: go-back-N, a degraded spine link, background bursts.
 
-Writes one directory per run (heddle-sim's CSV files) and results.csv; prints the table.
+Writes one directory per run (heddle-sim's CSV files), results.csv and PNGs; prints the table.
+Runs one simulation at a time, at nice 19.
 """
 import argparse
-import csv
 import os
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FABRIC = os.path.join(HERE, "leaf-spine-128.yaml")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import plot  # noqa: E402
+import simrun  # noqa: E402
 
 BASE = [
-    "--fabric", FABRIC, "--workload", "websearch", "--load", "0.5", "--mtu", "4096",
-    "--latency-ns", "1000", "--buffer-pkts", "100", "--ecn-kmin-pkts", "25",
+    "--fabric", simrun.CALIBRATION_FABRIC, "--workload", "websearch", "--load", "0.5",
+    "--mtu", "4096", "--latency-ns", "1000", "--buffer-pkts", "100", "--ecn-kmin-pkts", "25",
     "--ecn-kmax-pkts", "76", "--cc", "ecn-window",
 ]
-
-BURSTS = ["--incast-senders", "16", "--incast-receiver", "0", "--incast-size", "1000000",
+# The modelling choices that make the published transport (README.md): every flow its own
+# connection, and switches that trim instead of dropping.
+MODEL = ["--qp-per-message", "on", "--trim", "on"]
+# Every 200 us, 16 hosts on other leaves send 250 KB each to host 0 at once: 160 Gb/s on average
+# on top of host 0's Poisson share, in bursts that fill the paths into leaf 0 for about 10 us.
+BURSTS = ["--incast-senders", "16", "--incast-receiver", "0", "--incast-size", "250000",
           "--incast-period", "200us"]
+DEGRADED = ["--degraded-link", "leaf[0]:0:100"]
+SCHEMES = {
+    "ECMP": ["--lb", "ecmp", "--pin", "off"],
+    "RPS": ["--lb", "rps", "--pin", "off"],
+    "RPS+PIN": ["--lb", "rps", "--pin", "on"],
+}
 
-# (name, extra arguments)
+# (scenario, scheme, extra arguments). "steps": RPS from heddle-sim's RDMA defaults (flows
+# between two hosts share their QP, full buffers drop) with one of the two changes at a time;
+# both together are published/RPS.
 RUNS = [
-    ("published/ecmp", ["--transport", "sr", "--lb", "ecmp", "--pin", "off"]),
-    ("published/rps", ["--transport", "sr", "--lb", "rps", "--pin", "off"]),
-    ("published/rps+pin", ["--transport", "sr", "--lb", "rps", "--pin", "on"]),
-    ("gbn/ecmp", ["--transport", "gbn", "--lb", "ecmp", "--pin", "off"]),
-    ("gbn/rps", ["--transport", "gbn", "--lb", "rps", "--pin", "off"]),
-    ("gbn/rps+pin", ["--transport", "gbn", "--lb", "rps", "--pin", "on"]),
-    # One leaf's link to spine 0 at a quarter of its speed, both directions.
-    ("degraded/ecmp", ["--transport", "sr", "--lb", "ecmp", "--pin", "off",
-                       "--degraded-link", "leaf[0]:0:100"]),
-    ("degraded/rps", ["--transport", "sr", "--lb", "rps", "--pin", "off",
-                      "--degraded-link", "leaf[0]:0:100"]),
-    ("degraded/rps+pin", ["--transport", "sr", "--lb", "rps", "--pin", "on",
-                          "--degraded-link", "leaf[0]:0:100"]),
-    # Background bursts: every 200 us, 16 hosts send 1 MB each to host 0 (incast), so the paths
-    # into leaf 0 differ from one moment to the next.
-    ("bursts/ecmp", ["--transport", "sr", "--lb", "ecmp", "--pin", "off", *BURSTS]),
-    ("bursts/rps", ["--transport", "sr", "--lb", "rps", "--pin", "off", *BURSTS]),
-    ("bursts/rps+pin", ["--transport", "sr", "--lb", "rps", "--pin", "on", *BURSTS]),
+    ("steps", "RDMA defaults", ["--transport", "sr", *SCHEMES["RPS"]]),
+    ("steps", "QP per message alone", ["--transport", "sr", "--qp-per-message", "on",
+                                       *SCHEMES["RPS"]]),
+    ("steps", "trimming alone", ["--transport", "sr", "--trim", "on", *SCHEMES["RPS"]]),
 ]
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+# The in-order transport is RoCE's go-back-N as it is deployed, on a lossless fabric (PFC, no
+# trimming): every trim or drop would cost it a window (README.md).
+GBN = ["--qp-per-message", "on", "--transport", "gbn", "--pfc", "on"]
+for scenario, extra in [("published", [*MODEL, "--transport", "sr"]),
+                        ("go-back-N", GBN),
+                        ("degraded", [*MODEL, "--transport", "sr", *DEGRADED]),
+                        ("degraded go-back-N", [*GBN, *DEGRADED]),
+                        ("bursts", [*MODEL, "--transport", "sr", *BURSTS]),
+                        ("bursts go-back-N", [*GBN, *BURSTS])]:
+    for scheme, args in SCHEMES.items():
+        RUNS.append((scenario, scheme, [*extra, *args]))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build", help="the CMake build directory")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read back runs whose directory holds the same arguments' output")
     ap.add_argument("--out", default="/tmp/heddle-sim-calibrate", help="output directory")
     ap.add_argument("--duration", default="5ms")
     ap.add_argument("--seed", default="1")
-    ap.add_argument("--only", default="", help="comma-separated run names (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (default: all)")
     args = ap.parse_args()
-    binary = os.path.join(args.build, "tools", "heddle-sim", "heddle-sim")
-    if not os.access(binary, os.X_OK):
-        sys.exit(f"{binary} not found; build it: ninja -C {args.build} heddle-sim")
     only = set(filter(None, args.only.split(",")))
     rows = []
-    for name, extra in RUNS:
-        if only and name not in only:
+    for scenario, scheme, extra in RUNS:
+        if only and scenario not in only:
             continue
-        out = os.path.join(args.out, name.replace("/", "_"))
-        cmd = [binary, *BASE, "--duration", args.duration, "--seed", args.seed, "--quiet",
-               "--out", out, *extra]
+        name = f"{scenario}/{scheme}"
+        out = os.path.join(args.out, name.replace(" ", "_").replace("/", "__").replace("+", "p"))
         t0 = time.time()
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"{name}: {' '.join(cmd)}\n{done.stderr}")
-        buckets = {r["bucket"]: r for r in read_csv(os.path.join(out, "summary.csv"))}
-        run = read_csv(os.path.join(out, "run.csv"))[0]
-        row = {
-            "run": name,
-            "short_flows": buckets["short"]["flows"],
-            "short_mean": float(buckets["short"]["mean"]),
-            "short_p99": float(buckets["short"]["p99"]),
-            "long_flows": buckets["long"]["flows"],
-            "long_mean": float(buckets["long"]["mean"]),
-            "long_p99": float(buckets["long"]["p99"]),
-            "drop_share": int(run["drops_buffer"]) / max(1, int(run["data_sent"])),
-            "retransmissions": int(run["retransmissions"]),
-            "out_of_order": int(run["out_of_order"]),
-            "finished": f'{run["finished"]}/{run["flows"]}',
-            "cpu_s": float(run["cpu_s"]),
-            "events_per_s": float(run["events_per_s"]),
-        }
+        row = simrun.run(args.build, [*BASE, "--duration", args.duration, "--seed", args.seed,
+                                      *extra], out, reuse=args.reuse)
+        row = {"scenario": scenario, "scheme": scheme, **row}
         rows.append(row)
-        print(f"{name:18} short mean {row['short_mean']:7.3f} p99 {row['short_p99']:8.3f}  "
+        print(f"{name:32} short mean {row['short_mean']:7.3f} p99 {row['short_p99']:8.3f}  "
               f"long mean {row['long_mean']:7.3f} p99 {row['long_p99']:8.3f}  "
-              f"drops {100 * row['drop_share']:5.2f} %  retx {row['retransmissions']:8}  "
-              f"ooo {row['out_of_order']:8}  {row['finished']}  "
-              f"{row['cpu_s']:.1f} s CPU, {row['events_per_s'] / 1e6:.1f} M ev/s "
+              f"drops {100 * row['drop_share']:5.2f} % trims {100 * row['trim_share']:5.2f} % "
+              f"retx {100 * row['retx_share']:5.2f} % RTOs {row['timeouts']:6}  "
+              f"{row['finished']}/{row['flows']}  {row['cpu_s']:.1f} s CPU "
               f"({time.time() - t0:.0f} s wall)", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"results: {os.path.join(args.out, 'results.csv')}")
+    simrun.write_rows(os.path.join(args.out, "results.csv"), rows)
+
+    # Figures: the four numbers per scenario and scheme, the size buckets of the published
+    # setting, and the load, queues of the degraded and burst settings.
+    stats = ["short_mean", "short_p99", "long_mean", "long_p99"]
+    plot.bar_panels(rows, "scenario", "scheme", stats,
+                    os.path.join(args.out, "calibrate.png"),
+                    title="128 hosts, WebSearch 50 %, 5 ms: FCT slowdown (short <= 1 BDP)",
+                    ylabels=[s.replace("_", " ") for s in stats])
+
+    def dirs(scenario):
+        return {r["scheme"]: r["dir"] for r in rows if r["scenario"] == scenario}
+
+    for scenario in ("steps", "published", "go-back-N", "degraded", "bursts"):
+        if dirs(scenario):
+            tag = scenario.replace(" ", "_").replace("-", "")
+            plot.slowdown_buckets(dirs(scenario), os.path.join(args.out, f"buckets_{tag}.png"),
+                                  f"WebSearch 50 %, 128 hosts: {scenario}")
+    if dirs("degraded"):
+        plot.uplink_load(dirs("degraded"), os.path.join(args.out, "uplinks_degraded.png"),
+                         "one leaf-spine link at 100 Gb/s: load per uplink")
+        plot.queue_occupancy(dirs("degraded"), os.path.join(args.out, "queues_degraded.png"),
+                             "one leaf-spine link at 100 Gb/s")
+    print(f"results: {os.path.join(args.out, 'results.csv')} and PNGs in {args.out}")
 
 
 if __name__ == "__main__":
