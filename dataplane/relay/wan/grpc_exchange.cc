@@ -57,6 +57,9 @@ namespace heddle::relay {
 namespace {
 
 namespace pb = ::heddle::relay::peer::v1;
+
+// The HTTP/2 stream window a WAN gateway offers its peers (see the server set-up).
+constexpr int kWanWindowBytes = 64 << 20;
 using wan_internal::FramePtr;
 
 // A gateway holds frames for the next kRoundWindow rounds after the last one it published
@@ -140,6 +143,10 @@ struct Link {
   std::condition_variable cv;
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
+  // One channel — one TCP connection, one HTTP/2 flow-control window — per stripe for the
+  // frames: a single connection's window over a long fat link caps it at window / RTT, and
+  // separate connections also grow their congestion windows independently.
+  std::vector<std::shared_ptr<grpc::Channel>> stripe_channels;
   uint64_t generation = 0;  // bumped when the address changes
   bool ready = false;
   bool hello_in_progress = false;
@@ -196,7 +203,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       auto l = std::make_unique<Link>();
       l->region_id = p.region_id;
       l->backoff = opt_.backoff_min;
-      l->queues.resize(opt_.streams_per_peer);
+      // The frame stripes, then one for summaries: a summary must not wait behind a stripe's
+      // frames and their acknowledgement (a round trip) on its way to the coordinator.
+      l->queues.resize(opt_.streams_per_peer + 1);
       SetAddressLocked(*l, p.address);
       links_[p.region_id] = std::move(l);
     }
@@ -210,6 +219,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // GOAWAY "too_many_pings".
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
     b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // A long fat link needs a receive window of a bandwidth-delay product from the first byte
+    // of every push (1 Gbit/s x 140 ms is 17.5 MB); HTTP/2's default 64 KiB start, grown by
+    // BDP probing, costs several round trips per push.
+    b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWanWindowBytes);
     server_ = b.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrFormat(
@@ -217,7 +230,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           opt_.listen_address));
     }
     for (auto& [id, l] : links_) {
-      for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
+      for (uint32_t k = 0; k <= opt_.streams_per_peer; ++k) {
         l->threads.emplace_back([this, link = l.get(), k] { SendLoop(*link, k); });
       }
     }
@@ -284,7 +297,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       cv_.notify_all();
     }
     if (!is_coordinator_) {
-      Enqueue(*links_.at(coordinator_), 0, Link::Item{.round_id = r, .finish = fin});
+      Enqueue(*links_.at(coordinator_), opt_.streams_per_peer,
+              Link::Item{.round_id = r, .finish = fin});
     }
     return absl::OkStatus();
   }
@@ -817,6 +831,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     l.next_attempt = absl::InfinitePast();
     l.backoff = opt_.backoff_min;
     l.channel.reset();
+    l.stripe_channels.clear();
     if (address.empty()) return;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (1 << 20)));
@@ -832,8 +847,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // Parallel streams to one peer share a channel; a private subchannel per link keeps a
     // restarted peer from being reached through another link's stale connection.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWanWindowBytes);
     if (!opt_.tls.server_name.empty()) args.SetSslTargetNameOverride(opt_.tls.server_name);
     l.channel = grpc::CreateCustomChannel(address, client_creds_, args);
+    for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
+      grpc::ChannelArguments sa = args;
+      sa.SetInt("heddle.wan_stripe", static_cast<int>(k));  // a distinct channel per stripe
+      l.stripe_channels.push_back(grpc::CreateCustomChannel(address, client_creds_, sa));
+    }
   }
 
   // Blocks until the link's handshake succeeded; null when stopping.
@@ -962,6 +983,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       {
         std::lock_guard<std::mutex> lk(l.mu);
         if (q.empty()) continue;
+        // Frames go on the stripe's own connection (the handshake above ran on the link's).
+        if (stripe < l.stripe_channels.size() && !q.front().finish) ch = l.stripe_channels[stripe];
         uint64_t bytes = 0;
         for (const Link::Item& it : q) {
           if (!batch.empty() &&
@@ -1341,6 +1364,41 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         return absl::DataLossError(absl::StrFormat(
             "round %u region %u: the decision's weight %.17g differs from this gateway's %.17g", r,
             g->parts[p].region_id, g->parts[p].weight, w[p]));
+      }
+    }
+    // Frames still on their way from their own region come faster from there than again from
+    // the coordinator (over what may be the longest link): wait while they keep arriving, and
+    // fetch only what stops coming for fetch_grace (a cut link, a peer that died).
+    {
+      auto in_flight = [&]() -> uint64_t {  // bytes received so far from the missing regions
+        uint64_t bytes = 0;
+        for (const RegionPart& part : g->parts) {
+          auto lk = links_.find(part.region_id);
+          if (lk != links_.end()) bytes += lk->second->bytes_received.load(std::memory_order_relaxed);
+        }
+        return bytes;
+      };
+      std::unique_lock<std::mutex> l(mu_);
+      auto have_all = [&] {
+        auto it = rounds_.find(r);
+        if (it == rounds_.end()) return true;
+        for (const RegionPart& part : g->parts) {
+          auto rr = it->second.regions.find(part.region_id);
+          if (rr == it->second.regions.end() || rr->second.have != nslices_) return false;
+        }
+        return true;
+      };
+      uint64_t seen = in_flight();
+      absl::Time progress_at = absl::Now();
+      while (!stopping_ && !have_all()) {
+        const absl::Time now = absl::Now();
+        if (const uint64_t b = in_flight(); b != seen) {
+          seen = b;
+          progress_at = now;
+        } else if (now - progress_at >= opt_.fetch_grace) {
+          break;
+        }
+        cv_.wait_until(l, absl::ToChronoTime(now + absl::Milliseconds(20)));
       }
     }
     // Provisional frames held here, patched; the rest fetched.

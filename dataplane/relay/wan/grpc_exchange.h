@@ -77,6 +77,9 @@ struct WanOptions {
   absl::Duration rpc_timeout = absl::Seconds(30);    // unary calls, and a chunk's progress
   absl::Duration push_timeout = absl::Seconds(600);  // one push or fetch stream
   absl::Duration decision_poll = absl::Seconds(10);  // how long the coordinator holds a poll
+  // After a decision, frames still arriving from their own region are awaited; those that make
+  // no progress for this long are fetched from the coordinator instead.
+  absl::Duration fetch_grace = absl::Milliseconds(500);
   absl::Duration backoff_min = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(5);
 };
