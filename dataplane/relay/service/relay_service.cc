@@ -144,6 +144,25 @@ grpc::Status RelayService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1:
   const uint64_t round = m.round_id();
   // Fail fast, before the frames stream in: membership, the round, duplicates.
   if (absl::Status s = engine_->CheckPush(sender, round); !s.ok()) return ToGrpc(s);
+  // One stream per (sender, round) at a time: each holds up to a whole round of frames, so a
+  // retrying or hostile worker must not be able to open many at once.
+  {
+    absl::MutexLock l(&inflight_mu_);
+    if (!inflight_.insert({sender, round}).second) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrFormat("push for round %u from sender %u: another push of the "
+                                          "same round is still streaming",
+                                          round, sender));
+    }
+  }
+  struct InflightGuard {
+    RelayService* s;
+    std::pair<uint32_t, uint64_t> key;
+    ~InflightGuard() {
+      absl::MutexLock l(&s->inflight_mu_);
+      s->inflight_.erase(key);
+    }
+  } inflight_guard{this, {sender, round}};
 
   const std::vector<SliceRef> slices = Slices(engine_->spec());
   std::vector<std::vector<uint8_t>> frames(slices.size());
@@ -376,6 +395,11 @@ grpc::Status RelayService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
 
 absl::StatusOr<std::unique_ptr<RelayServer>> RelayServer::Start(RoundEngine* engine,
                                                                 RelayServerOptions options) {
+  if (options.service.max_chunk_bytes < 4096 || options.service.max_chunk_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("relay: max_chunk_bytes %u must be within 4 KiB..64 MiB",
+                        options.service.max_chunk_bytes));
+  }
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
     if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {

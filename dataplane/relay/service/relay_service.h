@@ -28,10 +28,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
+#include <utility>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "dataplane/relay/round/engine.h"
@@ -84,6 +87,9 @@ class RelayService final : public v1::Relay::Service {
   const RelayServiceOptions options_;
   // Counted with relaxed order: a statistic, read by Status and the metrics scrape.
   std::atomic<uint64_t> auth_failures_{0};
+  // (sender, round) of the push streams in progress.
+  absl::Mutex inflight_mu_;
+  std::set<std::pair<uint32_t, uint64_t>> inflight_ ABSL_GUARDED_BY(inflight_mu_);
 };
 
 struct RelayServerOptions {

@@ -341,6 +341,62 @@ TEST_F(ServiceTest, WorkerKilledMidPushRoundCompletesWithTheRest) {
   EXPECT_EQ(b->next_round(), 2u);
 }
 
+TEST_F(ServiceTest, OnlyOnePushStreamPerWorkerAndRoundAtATime) {
+  Start({});
+  auto a = ConnectOk("gpu-a");
+  auto b = ConnectOk("gpu-b");
+  ASSERT_TRUE(a && b);
+  auto stub = RawStub();
+  // A first stream for (a, round 1) that stays open with part of a frame in it.
+  grpc::ClientContext ctx1;
+  Auth(ctx1);
+  v1::PushResponse resp1;
+  auto w1 = stub->Push(&ctx1, &resp1);
+  v1::PushChunk h;
+  h.set_sender_id(a->sender_id());
+  h.set_round_id(1);
+  ASSERT_TRUE(w1->Write(h));
+  v1::PushChunk c;
+  c.set_slice(0);
+  c.set_frame_bytes(FrameBytes(65536, spec_.chunk_size));
+  c.set_data(std::string(4096, '\0'));
+  ASSERT_TRUE(w1->Write(c));
+  // A second one for the same worker and round is refused while the first streams (retried until
+  // the server has seen the first one's header).
+  grpc::Status second;
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext ctx2;
+    Auth(ctx2);
+    v1::PushResponse resp2;
+    auto w2 = stub->Push(&ctx2, &resp2);
+    ASSERT_TRUE(w2->Write(h));
+    w2->WritesDone();
+    second = w2->Finish();
+    if (second.error_code() == grpc::StatusCode::ALREADY_EXISTS) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::ALREADY_EXISTS) << second.error_message();
+  EXPECT_THAT(second.error_message(), HasSubstr("still streaming"));
+  ctx1.TryCancel();
+  EXPECT_EQ(w1->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Once it ended, the worker pushes the round normally, and the round completes.
+  Worker wa, wb;
+  wa.Fill(1);
+  wb.Fill(2);
+  absl::StatusOr<PushStats> pa = a->PushRound(1, wa.In(), 100, 1);
+  // The cancelled stream's handler may still be unwinding.
+  for (int i = 0; i < 200 && !pa.ok() && pa.status().code() == absl::StatusCode::kAlreadyExists;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    pa = a->RetryPush(1);
+  }
+  ASSERT_TRUE(pa.ok()) << pa.status();
+  ASSERT_TRUE(b->PushRound(1, wb.In(), 100, 1).ok());
+  auto pull = a->PullRound(1, wa.Out());
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  EXPECT_TRUE(pull->included);
+}
+
 TEST_F(ServiceTest, LatePushIsRefusedNamingBothRoundsAndTheWorkerStillApplies) {
   Start({.push_timeout = absl::Milliseconds(200), .min_token_fraction = 0.1});
   auto a = ConnectOk("gpu-a");
