@@ -68,7 +68,8 @@ def fp32_bytes(elements, tensors=2):
 
 class Region:
     def __init__(self, rid, name, workdir, *, listen_host, wan_listen, peers, worker_token,
-                 wan_token, model, workers=2, wan_timeout_s=20, push_timeout_s=30, extra=""):
+                 wan_token, model, workers=2, wan_timeout_s=20, push_timeout_s=30, extra="",
+                 coordinator=0):
         self.rid, self.name, self.dir = rid, name, os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port_file = os.path.join(self.dir, "port")
@@ -83,7 +84,7 @@ class Region:
                     f"min_token_fraction: 0.3, min_workers: {workers}}}\n"
                     f"wan: {{region: {rid}, listen: '{wan_listen}', peers: [{peer_lines}], "
                     f"token: {wan_token}, wan_timeout: {wan_timeout_s}s, streams_per_peer: 4, "
-                    f"keep_rounds: 8}}\n" + extra)
+                    f"keep_rounds: 8, coordinator: {coordinator}}}\n" + extra)
         self.listen_host = listen_host
         self.proc = None
         self.workers = []
@@ -254,7 +255,7 @@ def scenario_loopback(binary, workdir, rounds=3, elements=2_000_000):
     build_regions(c, names, listen_host_of=lambda n: "127.0.0.1",
                   wan_listen_of=lambda n: f"127.0.0.1:{ports[n]}",
                   peer_addr=lambda src, dst: f"127.0.0.1:{ports[dst]}", worker_token="wt0ken",
-                  wan_token="g4teway", model=model)
+                  wan_token="g4teway", model=model, coordinator=2)  # not the lowest region id
     try:
         for reg in c.regions:
             c.start_relay(reg)
@@ -269,6 +270,9 @@ def scenario_loopback(binary, workdir, rounds=3, elements=2_000_000):
         for reg in c.regions:
             check(int(field(st[reg.name], "rounds_published")) == rounds,
                   f"{reg.name}: status {field(st[reg.name], 'rounds_published')} published")
+        check(bool(st["us"]["wan"].get("coordinator")) and
+              not st["eu"]["wan"].get("coordinator"),
+              "region 2 (us) was configured as the coordinator")
         check_wan_bytes(c, st, rounds, fp32_bytes(elements), label="loopback")
         print(f"loopback: 3 regions x 2 workers, {rounds} rounds, bit-identical: " +
               ", ".join(f"r{r} {seen[r][1]}/{seen[r][2]}" for r in sorted(seen)))

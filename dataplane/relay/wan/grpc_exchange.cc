@@ -173,7 +173,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     regions_.push_back(o.region_id);
     for (const WanPeer& p : o.peers) regions_.push_back(p.region_id);
     std::sort(regions_.begin(), regions_.end());
-    coordinator_ = regions_.front();
+    coordinator_ = o.coordinator != 0 ? o.coordinator : regions_.front();
     is_coordinator_ = coordinator_ == o.region_id;
   }
 
@@ -391,6 +391,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           absl::StrFormat("hello from region %u: it is configured with regions [%s], this "
                           "gateway with [%s]; every gateway must list the same regions",
                           caller, absl::StrJoin(theirs, ", "), absl::StrJoin(regions_, ", ")));
+    }
+    if (req->coordinator() != coordinator_) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrFormat("hello from region %u: its coordinator is region %u, this gateway's "
+                          "region %u; every gateway must name the same coordinator",
+                          caller, req->coordinator(), coordinator_));
     }
     reply->set_protocol_version(kPeerProtocolVersion);
     reply->set_region_id(opt_.region_id);
@@ -923,6 +931,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_region_id(opt_.region_id);
     req.set_spec_digest(spec_digest_);
     for (uint32_t r : regions_) req.add_regions(r);
+    req.set_coordinator(coordinator_);
     grpc::ClientContext ctx;
     Prepare(ctx, opt_.rpc_timeout);
     ScopedCall reg(this, &ctx);
@@ -1574,6 +1583,11 @@ absl::Status ValidateWanOptions(const WanOptions& o) {
           "wan.peers[%u].region: region %u appears twice (or is this gateway's own region)", i,
           o.peers[i].region_id));
     }
+  }
+  if (o.coordinator != 0 && seen.count(o.coordinator) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "wan.coordinator: region %u is neither this gateway's region nor one of its peers",
+        o.coordinator));
   }
   if (o.streams_per_peer < 1 || o.streams_per_peer > 64) {
     return absl::InvalidArgumentError(

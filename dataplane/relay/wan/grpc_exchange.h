@@ -65,6 +65,10 @@ struct WanOptions {
   uint32_t region_id = 0;
   std::string listen_address;  // e.g. "0.0.0.0:7443"; port 0 picks one (GrpcExchange::port())
   std::vector<WanPeer> peers;  // every other region
+  // The region that decides every round: 0 = the lowest region id. Pick the gateway with the
+  // shortest links to the others — its decision travels one more latency to each of them. Every
+  // gateway must name the same one (checked at the handshake).
+  uint32_t coordinator = 0;
   uint32_t streams_per_peer = 4;
   absl::Duration wan_timeout = absl::Seconds(60);
   WanQuorum quorum;
@@ -89,6 +93,7 @@ struct WanOptions {
 //     region: 2
 //     listen: 0.0.0.0:7443
 //     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
+//     coordinator: 1                # default: the lowest region id
 //     streams_per_peer: 4
 //     wan_timeout: 60s              # or a number of seconds
 //     quorum: {min_regions: 2, min_token_fraction: 0.5}

@@ -847,6 +847,7 @@ keep_rounds: 6
 weighting: tokens
 gateway_error_feedback: false
 rpc_timeout: 500ms
+coordinator: 3
 )",
                                             path));
   absl::StatusOr<WanOptions> o = WanOptionsFromYaml(n);
@@ -867,6 +868,7 @@ rpc_timeout: 500ms
   EXPECT_EQ(o->weighting, Weighting::kTokens);
   EXPECT_FALSE(o->gateway_error_feedback);
   EXPECT_EQ(o->rpc_timeout, absl::Milliseconds(500));
+  EXPECT_EQ(o->coordinator, 3u);
   std::filesystem::remove(path);
 
   auto error = [](const std::string& yaml) {
@@ -891,6 +893,8 @@ rpc_timeout: 500ms
   EXPECT_THAT(error("region: 1\nlisten: a:1\nweighting: mean"), HasSubstr("wan.weighting"));
   EXPECT_THAT(error("region: 1\nlisten: a:1\nchunk_bytes: 10"), HasSubstr("wan.chunk_bytes"));
   EXPECT_THAT(error("region: 1\nlisten: a:1\nbogus: 1"), HasSubstr("wan.bogus: unknown key"));
+  EXPECT_THAT(error("region: 1\nlisten: a:1\npeers: [{region: 2, address: b:1}]\ncoordinator: 5"),
+              HasSubstr("wan.coordinator: region 5"));
   EXPECT_THAT(error("region: x\nlisten: a:1"), HasSubstr("wan.region"));
   EXPECT_THAT(error("- 1"), HasSubstr("wan: expected a mapping"));
 }

@@ -83,7 +83,7 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       UnknownKeys(wan, "wan.",
                   {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum",
                    "token", "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting",
-                   "gateway_error_feedback", "rpc_timeout", "push_timeout"}));
+                   "gateway_error_feedback", "rpc_timeout", "push_timeout", "coordinator"}));
   WanOptions o;
   if (!wan["region"]) return Bad("region", "missing (this gateway's region id)");
   HEDDLE_ASSIGN_OR_RETURN(uint64_t region,
@@ -168,6 +168,11 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
   if (wan["chunk_bytes"]) {
     HEDDLE_ASSIGN_OR_RETURN(o.chunk_bytes,
                             U64(wan["chunk_bytes"], "chunk_bytes", uint64_t{1} << 40));
+  }
+  if (wan["coordinator"]) {
+    HEDDLE_ASSIGN_OR_RETURN(
+        uint64_t v, U64(wan["coordinator"], "coordinator", std::numeric_limits<uint32_t>::max()));
+    o.coordinator = static_cast<uint32_t>(v);
   }
   if (wan["keep_rounds"]) {
     HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(wan["keep_rounds"], "keep_rounds", 1024));
