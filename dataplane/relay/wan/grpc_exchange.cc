@@ -392,13 +392,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                           "gateway with [%s]; every gateway must list the same regions",
                           caller, absl::StrJoin(theirs, ", "), absl::StrJoin(regions_, ", ")));
     }
-    if (req->coordinator() != coordinator_) {
+    // 0: the default, the lowest region id (the region sets are equal, checked above).
+    const uint32_t their_coordinator =
+        req->coordinator() != 0 ? req->coordinator() : regions_.front();
+    if (their_coordinator != coordinator_) {
       handshake_failures_.fetch_add(1, std::memory_order_relaxed);
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
           absl::StrFormat("hello from region %u: its coordinator is region %u, this gateway's "
                           "region %u; every gateway must name the same coordinator",
-                          caller, req->coordinator(), coordinator_));
+                          caller, their_coordinator, coordinator_));
     }
     reply->set_protocol_version(kPeerProtocolVersion);
     reply->set_region_id(opt_.region_id);

@@ -665,7 +665,14 @@ TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   st = raw.Hello({.spec = spec}, other_regions);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(st.error_message(), HasSubstr("same regions"));
-  EXPECT_EQ(m.ex(1).Stats().handshake_failures, 3u);
+  pb::HelloRequest other_coordinator = hello;
+  other_coordinator.set_coordinator(3);  // this mesh's is region 1 (the lowest, the default)
+  st = raw.Hello({.spec = spec}, other_coordinator);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("same coordinator"));
+  other_coordinator.set_coordinator(1);  // named explicitly: the same one
+  EXPECT_TRUE(raw.Hello({.spec = spec}, other_coordinator).ok());
+  EXPECT_EQ(m.ex(1).Stats().handshake_failures, 4u);
   // Every RPC checks, not only the handshake.
   EXPECT_EQ(raw.Push({.token = "", .spec = spec}, {}).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
