@@ -10,7 +10,7 @@ PKGS=(
   libibverbs-dev rdma-core ibverbs-providers
   libabsl-dev prometheus-cpp-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libyaml-cpp-dev libcli11-dev
+  libyaml-cpp-dev libcli11-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev
   python3-matplotlib
