@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/xoshiro.h"
+
 namespace heddle::lb::internal {
 
 inline constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
@@ -65,36 +67,12 @@ inline uint32_t FastRange(uint64_t x, uint32_t n) {
   return static_cast<uint32_t>((static_cast<uint64_t>(static_cast<uint32_t>(x >> 32)) * n) >> 32);
 }
 
-// SplitMix64-seeded xoshiro256**: a small, fast, deterministic generator. Not for secrets.
-class Rng {
+// The balancers' deterministic generator (common/xoshiro.h) with their range draw.
+class Rng : public Xoshiro256 {
  public:
-  explicit Rng(uint64_t seed) { Seed(seed); }
-  void Seed(uint64_t seed) {
-    for (uint64_t& w : s_) {
-      seed += 0x9E3779B97F4A7C15ull;
-      uint64_t z = seed;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      w = z ^ (z >> 31);
-    }
-  }
-  uint64_t Next() {
-    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return result;
-  }
+  explicit Rng(uint64_t seed) : Xoshiro256(seed) {}
   // Uniform in [0, n), n >= 1.
   uint32_t Below(uint32_t n) { return FastRange(Next(), n); }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
 };
 
 }  // namespace heddle::lb::internal

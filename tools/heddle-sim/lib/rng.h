@@ -1,38 +1,20 @@
 // File: tools/heddle-sim/lib/rng.h
 //
-// The simulator's random numbers: xoshiro256** seeded through SplitMix64, with the few draws the
-// model needs. Implemented here rather than with <random>'s distributions so that a seed gives the
-// same run with any standard library.
+// The simulator's random numbers: xoshiro256** seeded through SplitMix64 (common/xoshiro.h),
+// with the few draws the model needs. Not <random>'s distributions, so that a seed gives the same
+// run with any standard library.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "common/xoshiro.h"
+
 namespace heddle::sim {
 
-class Rng {
+class Rng : public Xoshiro256 {
  public:
-  explicit Rng(uint64_t seed = 1) { Seed(seed); }
-  void Seed(uint64_t seed) {
-    for (uint64_t& w : s_) {
-      seed += 0x9E3779B97F4A7C15ull;
-      uint64_t z = seed;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      w = z ^ (z >> 31);
-    }
-  }
-  uint64_t Next() {
-    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return result;
-  }
+  explicit Rng(uint64_t seed = 1) : Xoshiro256(seed) {}
   // Uniform in [0, 1).
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // Uniform in [0, n); n >= 1.
@@ -41,10 +23,6 @@ class Rng {
   }
   // Exponential with the given mean.
   double Exponential(double mean) { return -mean * std::log1p(-Uniform()); }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
 };
 
 // A per-purpose stream: the same seed and stream id always give the same sequence.
