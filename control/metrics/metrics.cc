@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "control/metrics/family.h"
 #include "dataplane/pkt/parse.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_type.h"
@@ -30,24 +31,6 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-MetricFamily NewFamily(const char* name, const char* help, MetricType type) {
-  MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  return f;
-}
-
-void AddSample(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(std::move(m));
-}
 
 PortLabel LabelOf(const std::vector<PortLabel>& ports, size_t i) {
   if (i < ports.size()) return ports[i];

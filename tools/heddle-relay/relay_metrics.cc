@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "control/metrics/family.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/metric_family.h"
@@ -12,42 +13,25 @@
 namespace heddle::relay::tool {
 namespace {
 
-using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-MetricFamily Family(const char* name, const char* help, MetricType type) {
-  MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = type;
-  return f;
-}
-
-void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double v) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter) {
-    m.counter.value = v;
-  } else {
-    m.gauge.value = v;
-  }
-  f.metric.push_back(std::move(m));
-}
+using ::heddle::metrics::AddSample;
+using ::heddle::metrics::NewFamily;
 
 std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   std::vector<MetricFamily> out;
   MetricFamily rounds =
-      Family("heddle_relay_rounds_total", "Rounds resolved, by outcome", MetricType::Counter);
-  Add(rounds, {{"outcome", "published"}}, s.rounds_published());
-  Add(rounds, {{"outcome", "aborted"}}, s.rounds_aborted());
+      NewFamily("heddle_relay_rounds_total", "Rounds resolved, by outcome", MetricType::Counter);
+  AddSample(rounds, {{"outcome", "published"}}, s.rounds_published());
+  AddSample(rounds, {{"outcome", "aborted"}}, s.rounds_aborted());
   out.push_back(std::move(rounds));
-  MetricFamily round = Family("heddle_relay_round",
+  MetricFamily round = NewFamily("heddle_relay_round",
                               "Round ids: the one collecting pushes, the "
                               "last resolved",
                               MetricType::Gauge);
-  Add(round, {{"state", "collecting"}}, s.collecting_round());
-  Add(round, {{"state", "resolved"}}, s.last_resolved_round());
+  AddSample(round, {{"state", "collecting"}}, s.collecting_round());
+  AddSample(round, {{"state", "resolved"}}, s.last_resolved_round());
   out.push_back(std::move(round));
 
   const v1::RoundRow* last = nullptr;
@@ -55,113 +39,113 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     if (r.round_id() == s.last_resolved_round()) last = &r;
   }
   if (last != nullptr) {
-    MetricFamily t = Family("heddle_relay_last_round_seconds",
+    MetricFamily t = NewFamily("heddle_relay_last_round_seconds",
                             "Time split of the last resolved round: waiting for workers, "
                             "aggregation and submission, WAN exchange",
                             MetricType::Gauge);
-    Add(t, {{"phase", "wait"}}, last->wait_s());
-    Add(t, {{"phase", "aggregate"}}, last->aggregate_s());
-    Add(t, {{"phase", "wan"}}, last->wan_s());
+    AddSample(t, {{"phase", "wait"}}, last->wait_s());
+    AddSample(t, {{"phase", "aggregate"}}, last->aggregate_s());
+    AddSample(t, {{"phase", "wan"}}, last->wan_s());
     out.push_back(std::move(t));
     MetricFamily tok =
-        Family("heddle_relay_last_round_tokens",
+        NewFamily("heddle_relay_last_round_tokens",
                "Tokens the region contributed to the last resolved round", MetricType::Gauge);
-    Add(tok, {}, last->tokens());
+    AddSample(tok, {}, last->tokens());
     out.push_back(std::move(tok));
     MetricFamily w =
-        Family("heddle_relay_last_round_workers",
+        NewFamily("heddle_relay_last_round_workers",
                "Workers expected in and included in the last resolved round", MetricType::Gauge);
-    Add(w, {{"set", "expected"}}, last->expected());
-    Add(w, {{"set", "included"}}, last->included());
+    AddSample(w, {{"set", "expected"}}, last->expected());
+    AddSample(w, {{"set", "included"}}, last->included());
     out.push_back(std::move(w));
-    MetricFamily cr = Family("heddle_relay_compression_ratio",
+    MetricFamily cr = NewFamily("heddle_relay_compression_ratio",
                              "fp32 bytes of the included workers' model copies over the frame "
                              "bytes they pushed, last resolved round",
                              MetricType::Gauge);
-    Add(cr, {}, last->compression_ratio());
+    AddSample(cr, {}, last->compression_ratio());
     out.push_back(std::move(cr));
   }
   MetricFamily bytes =
-      Family("heddle_relay_lan_bytes_total",
+      NewFamily("heddle_relay_lan_bytes_total",
              "Bytes from workers (accepted pushes) and to workers (pulls)", MetricType::Counter);
-  Add(bytes, {{"direction", "in"}}, s.bytes_in_total());
-  Add(bytes, {{"direction", "out"}}, s.bytes_out_total());
+  AddSample(bytes, {{"direction", "in"}}, s.bytes_in_total());
+  AddSample(bytes, {{"direction", "out"}}, s.bytes_out_total());
   out.push_back(std::move(bytes));
   if (s.has_wan()) {
     const v1::WanStatus& w = s.wan();
     // Per peer region: a handful of gateways, a bounded label set.
-    MetricFamily wb = Family("heddle_relay_wan_bytes_total",
+    MetricFamily wb = NewFamily("heddle_relay_wan_bytes_total",
                              "Bytes exchanged with each peer gateway", MetricType::Counter);
-    MetricFamily wu = Family("heddle_relay_wan_peer_up",
+    MetricFamily wu = NewFamily("heddle_relay_wan_peer_up",
                              "1 when the link to the peer gateway is up", MetricType::Gauge);
-    MetricFamily wr = Family("heddle_relay_wan_reconnects_total",
+    MetricFamily wr = NewFamily("heddle_relay_wan_reconnects_total",
                              "Calls to the peer gateway that failed and reconnected",
                              MetricType::Counter);
     for (const v1::WanPeerRow& p : w.peers()) {
       std::string peer = std::to_string(p.region_id());
-      Add(wb, {{"peer", peer}, {"direction", "out"}}, p.bytes_sent());
-      Add(wb, {{"peer", peer}, {"direction", "in"}}, p.bytes_received());
-      Add(wu, {{"peer", peer}}, p.connected() ? 1 : 0);
-      Add(wr, {{"peer", peer}}, p.reconnects());
+      AddSample(wb, {{"peer", peer}, {"direction", "out"}}, p.bytes_sent());
+      AddSample(wb, {{"peer", peer}, {"direction", "in"}}, p.bytes_received());
+      AddSample(wu, {{"peer", peer}}, p.connected() ? 1 : 0);
+      AddSample(wr, {{"peer", peer}}, p.reconnects());
     }
     out.push_back(std::move(wb));
     out.push_back(std::move(wu));
     out.push_back(std::move(wr));
-    MetricFamily wt = Family("heddle_relay_wan_publish_seconds",
+    MetricFamily wt = NewFamily("heddle_relay_wan_publish_seconds",
                              "This region's aggregate handed to the WAN -> the round published",
                              MetricType::Gauge);
-    Add(wt, {{"stat", "last"}}, w.last_publish_s());
-    Add(wt, {{"stat", "mean"}}, w.mean_publish_s());
+    AddSample(wt, {{"stat", "last"}}, w.last_publish_s());
+    AddSample(wt, {{"stat", "mean"}}, w.mean_publish_s());
     out.push_back(std::move(wt));
-    MetricFamily wf = Family("heddle_relay_wan_refused_total",
+    MetricFamily wf = NewFamily("heddle_relay_wan_refused_total",
                              "WAN calls and messages refused, by reason", MetricType::Counter);
-    Add(wf, {{"reason", "auth"}}, w.auth_failures());
-    Add(wf, {{"reason", "handshake"}}, w.handshake_failures());
-    Add(wf, {{"reason", "malformed"}}, w.malformed_messages());
-    Add(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
+    AddSample(wf, {{"reason", "auth"}}, w.auth_failures());
+    AddSample(wf, {{"reason", "handshake"}}, w.handshake_failures());
+    AddSample(wf, {{"reason", "malformed"}}, w.malformed_messages());
+    AddSample(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
     out.push_back(std::move(wf));
   }
   MetricFamily refused =
-      Family("heddle_relay_pushes_refused_total", "Pushes refused, by reason", MetricType::Counter);
+      NewFamily("heddle_relay_pushes_refused_total", "Pushes refused, by reason", MetricType::Counter);
   for (const char* r :
        {"malformed", "wrong_round", "duplicate", "not_member", "not_expected", "inconsistent"}) {
     auto it = s.refused().find(r);
-    Add(refused, {{"reason", r}}, it == s.refused().end() ? 0 : it->second);
+    AddSample(refused, {{"reason", r}}, it == s.refused().end() ? 0 : it->second);
   }
   out.push_back(std::move(refused));
   MetricFamily auth =
-      Family("heddle_relay_auth_failures_total",
+      NewFamily("heddle_relay_auth_failures_total",
              "Calls refused for a missing or wrong bearer token", MetricType::Counter);
-  Add(auth, {}, s.auth_failures());
+  AddSample(auth, {}, s.auth_failures());
   out.push_back(std::move(auth));
   MetricFamily workers =
-      Family("heddle_relay_workers", "Workers known to the relay", MetricType::Gauge);
+      NewFamily("heddle_relay_workers", "Workers known to the relay", MetricType::Gauge);
   int members = 0;
   for (const v1::MemberRow& m : s.members()) members += m.member();
-  Add(workers, {{"state", "member"}}, members);
-  Add(workers, {{"state", "gone"}}, s.members_size() - members);
+  AddSample(workers, {{"state", "member"}}, members);
+  AddSample(workers, {{"state", "gone"}}, s.members_size() - members);
   out.push_back(std::move(workers));
   if (s.idle_size() > 0) {
     const v1::IdleRow& i = s.idle(s.idle_size() - 1);
-    MetricFamily idle = Family("heddle_relay_straggler_idle_seconds",
+    MetricFamily idle = NewFamily("heddle_relay_straggler_idle_seconds",
                                "GPU-seconds the workers waited for the slowest, last planner "
                                "round",
                                MetricType::Gauge);
-    Add(idle, {}, i.idle_s());
+    AddSample(idle, {}, i.idle_s());
     out.push_back(std::move(idle));
-    MetricFamily frac = Family("heddle_relay_straggler_idle_fraction",
+    MetricFamily frac = NewFamily("heddle_relay_straggler_idle_fraction",
                                "Idle share of the GPU time, last planner round", MetricType::Gauge);
-    Add(frac, {}, i.idle_fraction());
+    AddSample(frac, {}, i.idle_fraction());
     out.push_back(std::move(frac));
   }
   MetricFamily batch =
-      Family("heddle_relay_plan_batch_size", "Planned batch size per worker", MetricType::Gauge);
+      NewFamily("heddle_relay_plan_batch_size", "Planned batch size per worker", MetricType::Gauge);
   MetricFamily steps =
-      Family("heddle_relay_plan_inner_steps", "Planned inner steps per worker", MetricType::Gauge);
+      NewFamily("heddle_relay_plan_inner_steps", "Planned inner steps per worker", MetricType::Gauge);
   for (const v1::MemberRow& m : s.members()) {
     if (!m.member() || !m.plan().valid()) continue;
-    Add(batch, {{"worker", m.name()}}, m.plan().batch_size());
-    Add(steps, {{"worker", m.name()}}, m.plan().inner_steps());
+    AddSample(batch, {{"worker", m.name()}}, m.plan().batch_size());
+    AddSample(steps, {{"worker", m.name()}}, m.plan().inner_steps());
   }
   out.push_back(std::move(batch));
   out.push_back(std::move(steps));
