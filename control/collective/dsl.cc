@@ -1538,30 +1538,51 @@ void AppendJsonString(std::string* out, std::string_view s) {
 
 }  // namespace
 
+namespace {
+
+absl::Status Failed(const Failure& f, std::vector<Diagnostic>* diags) {
+  diags->push_back({f.line, f.column, f.code, f.message, true});
+  return absl::InvalidArgumentError(
+      absl::StrFormat("intent:%u:%u: %s", f.line, f.column, f.message));
+}
+
+absl::Status ParseProgram(std::string_view text, Program* program, std::vector<Diagnostic>* diags) {
+  if (text.size() > kMaxIntentTextBytes) {
+    return Failed({1, 1, "too-large",
+                   absl::StrFormat("the intent is %u bytes; at most %u are accepted", text.size(),
+                                   kMaxIntentTextBytes)},
+                  diags);
+  }
+  Failure failure;
+  std::vector<Token> tokens;
+  if (!Lex(text, &tokens, &failure)) return Failed(failure, diags);
+  Parser parser(std::move(tokens), diags);
+  if (!parser.Parse(program, &failure)) return Failed(failure, diags);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Intent> ParseIntent(std::string_view text, const ExpandOptions& options,
                                    std::vector<Diagnostic>* diagnostics) {
   std::vector<Diagnostic> local;
   std::vector<Diagnostic>* diags = diagnostics != nullptr ? diagnostics : &local;
-  Failure failure;
-  auto fail = [&](const Failure& f) {
-    diags->push_back({f.line, f.column, f.code, f.message, true});
-    return absl::InvalidArgumentError(
-        absl::StrFormat("intent:%u:%u: %s", f.line, f.column, f.message));
-  };
-  if (text.size() > kMaxIntentTextBytes) {
-    return fail({1, 1, "too-large",
-                 absl::StrFormat("the intent is %u bytes; at most %u are accepted", text.size(),
-                                 kMaxIntentTextBytes)});
-  }
-  std::vector<Token> tokens;
-  if (!Lex(text, &tokens, &failure)) return fail(failure);
   Program program;
-  Parser parser(std::move(tokens), diags);
-  if (!parser.Parse(&program, &failure)) return fail(failure);
+  if (absl::Status s = ParseProgram(text, &program, diags); !s.ok()) return s;
   Intent intent;
+  Failure failure;
   Expander expander(program, options, diags);
-  if (!expander.Run(&intent, &failure)) return fail(failure);
+  if (!expander.Run(&intent, &failure)) return Failed(failure, diags);
   return intent;
+}
+
+absl::StatusOr<IntentInfo> InspectIntent(std::string_view text,
+                                         std::vector<Diagnostic>* diagnostics) {
+  std::vector<Diagnostic> local;
+  std::vector<Diagnostic>* diags = diagnostics != nullptr ? diagnostics : &local;
+  Program program;
+  if (absl::Status s = ParseProgram(text, &program, diags); !s.ok()) return s;
+  return IntentInfo{program.name, program.kind, program.declared_chunks, program.params};
 }
 
 std::string DiagnosticsJson(const std::vector<Diagnostic>& diagnostics) {

@@ -68,6 +68,18 @@ inline constexpr uint32_t kMaxIntentNesting = 64;  // nested blocks and parenthe
 absl::StatusOr<Intent> ParseIntent(std::string_view text, const ExpandOptions& options,
                                    std::vector<Diagnostic>* diagnostics = nullptr);
 
+// What a program declares, without expanding it: for tools and for synthesize (synthesize.h),
+// which varies the parameters of candidate programs.
+struct IntentInfo {
+  std::string name;                 // the `intent` line
+  Kind kind = Kind::kAllGather;     // the `collective` line
+  uint32_t chunks_per_rank = 0;     // declared with `chunks K`; 0 = not declared (1)
+  std::vector<std::string> params;  // declared parameters, in order (root is implicit)
+};
+// Lexes and parses only; errors (and warnings) as ParseIntent's.
+absl::StatusOr<IntentInfo> InspectIntent(std::string_view text,
+                                         std::vector<Diagnostic>* diagnostics = nullptr);
+
 // A JSON array of {"severity": "error"|"warning", "line", "column", "code", "message"}, in the
 // order given; strings escaped (control characters as \u00XX, invalid UTF-8 as U+FFFD).
 std::string DiagnosticsJson(const std::vector<Diagnostic>& diagnostics);

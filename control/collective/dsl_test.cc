@@ -483,6 +483,20 @@ TEST(Dsl, RandomMutationsOfTheBuiltinsNeverCrash) {
   EXPECT_GT(rejected, 0u);
 }
 
+TEST(Dsl, InspectReportsTheDeclarationsWithoutExpanding) {
+  absl::StatusOr<IntentInfo> info =
+      InspectIntent(Prog("alltoall chunks 3", "param G = 4\nparam H = G\nrequire G > 0 \"\"\n"));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->name, "t");
+  EXPECT_EQ(info->kind, Kind::kAllToAll);
+  EXPECT_EQ(info->chunks_per_rank, 3u);
+  EXPECT_THAT(info->params, ElementsAre("G", "H"));
+  std::vector<Diagnostic> diags;
+  EXPECT_FALSE(InspectIntent("intent t\ncollective x\n", &diags).ok());
+  ASSERT_EQ(diags.size(), 1u);
+  EXPECT_EQ(diags[0].code, "unknown-collective");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Diagnostics JSON
 
