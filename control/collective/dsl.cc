@@ -368,7 +368,8 @@ struct Expr {
   Op op = Op::kConst;
   int64_t value = 0;  // kConst: the value; kVar: the variable's index
   std::vector<std::unique_ptr<Expr>> args;
-  uint32_t line = 0, column = 0;
+  uint32_t line = 0, column = 0;              // the operator, function or value
+  uint32_t start_line = 0, start_column = 0;  // where the whole expression starts
   uint32_t depth = 1;
 };
 using ExprPtr = std::unique_ptr<Expr>;
@@ -817,8 +818,8 @@ class Parser {
   ExprPtr Make(Op op, const Token& at, std::vector<ExprPtr> args) {
     auto e = std::make_unique<Expr>();
     e->op = op;
-    e->line = at.line;
-    e->column = at.column;
+    e->line = e->start_line = at.line;
+    e->column = e->start_column = at.column;
     uint32_t depth = 0;
     for (const ExprPtr& a : args) depth = std::max(depth, a->depth);
     e->depth = depth + 1;
@@ -831,9 +832,15 @@ class Parser {
   }
   ExprPtr Binary(Op op, const Token& at, ExprPtr a, ExprPtr b) {
     std::vector<ExprPtr> args;
+    const uint32_t start_line = a->start_line, start_column = a->start_column;
     args.push_back(std::move(a));
     args.push_back(std::move(b));
-    return Make(op, at, std::move(args));
+    ExprPtr e = Make(op, at, std::move(args));
+    if (e) {
+      e->start_line = start_line;
+      e->start_column = start_column;
+    }
+    return e;
   }
 
   ExprPtr ParseExpr() { return ParseLevel(0); }
@@ -1125,8 +1132,12 @@ class Expander {
     *failure_ = {line, column, std::move(code), std::move(message)};
     return false;
   }
+  // Arithmetic errors point at the operator; errors about a value at the expression's start.
   bool Fail(const Expr& e, std::string code, std::string message) {
     return Fail(e.line, e.column, std::move(code), std::move(message));
+  }
+  bool FailAt(const Expr& e, std::string code, std::string message) {
+    return Fail(e.start_line, e.start_column, std::move(code), std::move(message));
   }
   bool Step(uint32_t line, uint32_t column) {
     if (++steps_ > max_steps_) {
@@ -1170,7 +1181,7 @@ class Expander {
           int64_t lo, hi, step = 1;
           if (!Eval(*s.e1, &lo) || !Eval(*s.e2, &hi)) return false;
           if (s.e3 && !Eval(*s.e3, &step)) return false;
-          if (step == 0) return Fail(*s.e3, "zero-step", "a loop's step must not be 0");
+          if (step == 0) return FailAt(*s.e3, "zero-step", "a loop's step must not be 0");
           // Counted with 128-bit arithmetic so no bound overflows.
           for (__int128 v = lo; step > 0 ? v < hi : v > hi; v += step) {
             if (!Step(s.line, s.column)) return false;
@@ -1194,8 +1205,8 @@ class Expander {
     int64_t v;
     if (!Eval(e, &v)) return false;
     if (v < 0 || v >= int64_t{n_}) {
-      return Fail(e, "rank-out-of-range",
-                  absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
+      return FailAt(e, "rank-out-of-range",
+                    absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
     }
     *physical = order_[static_cast<size_t>(v)];
     return true;
@@ -1210,7 +1221,7 @@ class Expander {
     int64_t hi, step = 1;
     if (!Eval(*r.hi, &hi)) return false;
     if (r.step && !Eval(*r.step, &step)) return false;
-    if (step == 0) return Fail(*r.step, "zero-step", "a range's step must not be 0");
+    if (step == 0) return FailAt(*r.step, "zero-step", "a range's step must not be 0");
     for (__int128 v = lo; step > 0 ? v < hi : v > hi; v += step) {
       if (!Step(r.lo->line, r.lo->column)) return false;
       if (!visit(static_cast<int64_t>(v), *r.lo)) return false;
@@ -1220,8 +1231,8 @@ class Expander {
 
   bool CheckRank(int64_t v, const Expr& at) {
     if (v < 0 || v >= int64_t{n_}) {
-      return Fail(at, "rank-out-of-range",
-                  absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
+      return FailAt(at, "rank-out-of-range",
+                    absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
     }
     return true;
   }
@@ -1238,9 +1249,9 @@ class Expander {
     }
     auto emit = [&](uint64_t slot, const Expr& at) {
       if (slot >= slots_) {
-        return Fail(at, "slot-out-of-range",
-                    absl::StrFormat("slot %u is not one of the %u slots of %s (N = %u, K = %u)",
-                                    slot, slots_, KindName(program_.kind), n_, k_));
+        return FailAt(at, "slot-out-of-range",
+                      absl::StrFormat("slot %u is not one of the %u slots of %s (N = %u, K = %u)",
+                                      slot, slots_, KindName(program_.kind), n_, k_));
       }
       if (self) return Step(s.line, s.column);
       if (intent_->moves.size() >= options_.max_moves) {
@@ -1261,14 +1272,14 @@ class Expander {
         int64_t v;
         if (!Eval(*set.one, &v)) return false;
         if (v < 0) {
-          return Fail(*set.one, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
+          return FailAt(*set.one, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
         }
         return emit(static_cast<uint64_t>(v), *set.one);
       }
       case SlotForm::kSlots:
         return ForRange(set.a, [&](int64_t v, const Expr& at) {
           if (v < 0)
-            return Fail(at, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
+            return FailAt(at, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
           return emit(static_cast<uint64_t>(v), at);
         });
       case SlotForm::kChunks:
@@ -1449,8 +1460,8 @@ class Expander {
           if (!CheckRank(v[i], *e.args[i])) return false;
         }
         if (j < 0 || j >= int64_t{k_}) {
-          return Fail(*e.args[argc - 1], "slot-out-of-range",
-                      absl::StrFormat("chunk index %d is not one of 0..K-1 (K = %u)", j, k_));
+          return FailAt(*e.args[argc - 1], "slot-out-of-range",
+                        absl::StrFormat("chunk index %d is not one of 0..K-1 (K = %u)", j, k_));
         }
         uint64_t base = order_[static_cast<size_t>(v[0])];
         if (argc == 3) base = base * n_ + order_[static_cast<size_t>(v[1])];

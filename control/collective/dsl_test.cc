@@ -272,6 +272,9 @@ TEST(Dsl, EveryErrorClassHasItsCodeAndPlace) {
        "root exists for broadcast and reduce only"},
       {"intent t\ncollective allgather\ncopy chunks(0) from 0 to N\n", "rank-out-of-range", 3, 26,
        "rank 4 is not one of the 4 ranks (0..3)"},
+      // A value error points at the start of the expression, not at its operator.
+      {"intent t\ncollective allgather\nfor r in 0..N {\n  copy chunks(r) from r to r + 1\n}\n",
+       "rank-out-of-range", 4, 28, "rank 4 is not one of the 4 ranks"},
       {"intent t\ncollective allgather\ncopy chunks(-1) from 0 to 1\n", "rank-out-of-range", 3, 13,
        "rank -1"},
       {"intent t\ncollective allgather\ncopy chunk(1, K) from 1 to 0\n", "slot-out-of-range", 3, 15,
@@ -289,7 +292,7 @@ TEST(Dsl, EveryErrorClassHasItsCodeAndPlace) {
       {"intent t\ncollective allgather\nlet x = 1 << 63\n", "bad-argument", 3, 11, "shift by 63"},
       {"intent t\ncollective allgather\nlet x = log2(0)\n", "bad-argument", 3, 9, "log2(0)"},
       {"intent t\ncollective allgather\nlet x = pow2(63)\n", "bad-argument", 3, 9, "pow2(63)"},
-      {"intent t\ncollective allgather\nfor i in 0..4 step N - 4 { }\n", "zero-step", 3, 22,
+      {"intent t\ncollective allgather\nfor i in 0..4 step N - 4 { }\n", "zero-step", 3, 20,
        "step must not be 0"},
       {"intent t\ncollective allgather\nfor i in 0..1000 {\n  copy chunks(0) from 0 to 1\n}\n",
        "too-many-moves",
