@@ -630,9 +630,10 @@ class Parser {
   }
 
   bool ParseBlock(std::vector<Stmt>* body) {
+    const Token brace = Peek();
     if (!Expect(Tok::kLBrace, "'{'")) return false;
-    if (scopes_.size() > kMaxIntentNesting) {
-      return Fail(Peek(), "too-deep",
+    if (++block_depth_ > kMaxIntentNesting) {
+      return Fail(brace, "too-deep",
                   absl::StrFormat("blocks nested deeper than %u", kMaxIntentNesting));
     }
     scopes_.emplace_back();
@@ -654,6 +655,7 @@ class Parser {
       if (!ExpectEnd()) return false;
     }
     scopes_.pop_back();
+    --block_depth_;
     return true;
   }
 
@@ -1051,6 +1053,7 @@ class Parser {
   std::vector<std::vector<Binding>> scopes_;
   std::vector<ParamUse> param_uses_;
   int next_var_ = 0;
+  uint32_t block_depth_ = 0;
   uint32_t paren_depth_ = 0;
   uint32_t unary_depth_ = 0;
   uint32_t if_chain_ = 0;

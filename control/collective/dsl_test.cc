@@ -372,6 +372,18 @@ TEST(Dsl, HostileInputNeverCrashesOrHangs) {
   std::string blocks;
   for (int i = 0; i < 10000; ++i) blocks += "if 1 {\n";
   EXPECT_EQ(Fail(Prog("allgather", blocks), o).error.code, "too-deep");
+  // 64 nested blocks are fine, the 65th is not (loops count once each).
+  auto nested = [](int depth) {
+    std::string t;
+    for (int i = 0; i < depth; ++i) t += absl::StrCat("for v", i, " in 0..1 {\n");
+    for (int i = 0; i < depth; ++i) t += "}\n";
+    return t;
+  };
+  EXPECT_TRUE(ParseIntent(Prog("allgather", nested(64)), o).ok());
+  Failed deep = Fail(Prog("allgather", nested(65)), o);
+  EXPECT_EQ(deep.error.code, "too-deep");
+  EXPECT_EQ(deep.error.line, 67u);
+  EXPECT_EQ(deep.error.column, 17u);
   std::string elifs = "if 0 { }";
   for (int i = 0; i < 10000; ++i) elifs += " else if 0 { }";
   EXPECT_EQ(Fail(Prog("allgather", elifs + "\n"), o).error.code, "too-deep");
