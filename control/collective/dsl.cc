@@ -233,91 +233,36 @@ bool Lex(std::string_view text, std::vector<Token>* out, Failure* failure) {
       i = j + 1;
       continue;
     }
-    const char n1 = i + 1 < text.size() ? text[i + 1] : '\0';
-    struct Two {
-      char a, b;
+    // Operators: two characters before one, so "<=" is not "<" then "=".
+    struct Punct {
+      std::string_view chars;
       Tok kind;
     };
-    static constexpr Two kTwo[] = {
-        {'.', '.', Tok::kDotDot}, {'<', '<', Tok::kShl},    {'>', '>', Tok::kShr},
-        {'<', '=', Tok::kLe},     {'>', '=', Tok::kGe},     {'=', '=', Tok::kEq},
-        {'!', '=', Tok::kNe},     {'&', '&', Tok::kAndAnd}, {'|', '|', Tok::kOrOr},
+    static constexpr Punct kPunct[] = {
+        {"..", Tok::kDotDot}, {"<<", Tok::kShl},   {">>", Tok::kShr},      {"<=", Tok::kLe},
+        {">=", Tok::kGe},     {"==", Tok::kEq},    {"!=", Tok::kNe},       {"&&", Tok::kAndAnd},
+        {"||", Tok::kOrOr},   {"(", Tok::kLParen}, {")", Tok::kRParen},    {"{", Tok::kLBrace},
+        {"}", Tok::kRBrace},  {",", Tok::kComma},  {";", Tok::kSemicolon}, {"=", Tok::kAssign},
+        {"+", Tok::kPlus},    {"-", Tok::kMinus},  {"*", Tok::kStar},      {"/", Tok::kSlash},
+        {"%", Tok::kPercent}, {"^", Tok::kCaret},  {"&", Tok::kAmp},       {"|", Tok::kPipe},
+        {"<", Tok::kLt},      {">", Tok::kGt},     {"!", Tok::kBang},
     };
-    bool matched = false;
-    for (const Two& t : kTwo) {
-      if (c == t.a && n1 == t.b) {
-        push(t.kind, 2, l, col);
-        matched = true;
+    const Punct* punct = nullptr;
+    for (const Punct& p : kPunct) {
+      if (text.substr(i, p.chars.size()) == p.chars) {
+        punct = &p;
         break;
       }
     }
-    if (matched) continue;
-    Tok kind;
-    switch (c) {
-      case '(':
-        kind = Tok::kLParen;
-        ++paren_depth;
-        break;
-      case ')':
-        kind = Tok::kRParen;
-        if (paren_depth > 0) --paren_depth;
-        break;
-      case '{':
-        kind = Tok::kLBrace;
-        break;
-      case '}':
-        kind = Tok::kRBrace;
-        break;
-      case ',':
-        kind = Tok::kComma;
-        break;
-      case ';':
-        kind = Tok::kSemicolon;
-        break;
-      case '=':
-        kind = Tok::kAssign;
-        break;
-      case '+':
-        kind = Tok::kPlus;
-        break;
-      case '-':
-        kind = Tok::kMinus;
-        break;
-      case '*':
-        kind = Tok::kStar;
-        break;
-      case '/':
-        kind = Tok::kSlash;
-        break;
-      case '%':
-        kind = Tok::kPercent;
-        break;
-      case '^':
-        kind = Tok::kCaret;
-        break;
-      case '&':
-        kind = Tok::kAmp;
-        break;
-      case '|':
-        kind = Tok::kPipe;
-        break;
-      case '<':
-        kind = Tok::kLt;
-        break;
-      case '>':
-        kind = Tok::kGt;
-        break;
-      case '!':
-        kind = Tok::kBang;
-        break;
-      default: {
-        const unsigned char u = static_cast<unsigned char>(c);
-        std::string shown = (u >= 0x21 && u < 0x7f) ? absl::StrCat("'", std::string(1, c), "'")
-                                                    : absl::StrFormat("byte 0x%02x", u);
-        return fail(l, col, "bad-character", absl::StrCat("unexpected character ", shown));
-      }
+    if (punct == nullptr) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      std::string shown = (u >= 0x21 && u < 0x7f) ? absl::StrCat("'", std::string(1, c), "'")
+                                                  : absl::StrFormat("byte 0x%02x", u);
+      return fail(l, col, "bad-character", absl::StrCat("unexpected character ", shown));
     }
-    push(kind, 1, l, col);
+    if (punct->kind == Tok::kLParen) ++paren_depth;
+    if (punct->kind == Tok::kRParen && paren_depth > 0) --paren_depth;
+    push(punct->kind, punct->chars.size(), l, col);
   }
   Token eof;
   eof.kind = Tok::kEof;
