@@ -531,6 +531,24 @@ TEST(Dsl, DiagnosticsJsonEscapes) {
             "]");
 }
 
+// The example of docs/optiflow-dsl.md §4: a warning, then the error.
+TEST(Dsl, TheDocumentedDiagnosticsExample) {
+  std::vector<Diagnostic> diags;
+  absl::StatusOr<Intent> i = ParseIntent(
+      "intent shifted\ncollective allgather\nparam H = 2\nfor r in 0..N {\n"
+      "  copy chunks(r) from r to r + 1\n}\n",
+      {.ranks = 4}, &diags);
+  ASSERT_FALSE(i.ok());
+  EXPECT_EQ(i.status().message(), "intent:5:28: rank 4 is not one of the 4 ranks (0..3)");
+  EXPECT_EQ(DiagnosticsJson(diags),
+            "[\n"
+            "  {\"severity\": \"warning\", \"line\": 3, \"column\": 7, \"code\": \"unused-param\", "
+            "\"message\": \"parameter H is never used\"},\n"
+            "  {\"severity\": \"error\", \"line\": 5, \"column\": 28, \"code\": "
+            "\"rank-out-of-range\", \"message\": \"rank 4 is not one of the 4 ranks (0..3)\"}\n"
+            "]");
+}
+
 TEST(Dsl, DiagnosticsOfAFailedExpansionRenderAsJson) {
   std::vector<Diagnostic> diags;
   absl::StatusOr<Intent> i = ParseIntent(
