@@ -408,6 +408,23 @@ TEST(Verifier, LargeSchedulesVerify) {
   EXPECT_TRUE(VerifySchedule(DirectAllReduce(128, 2, /*via_scratch=*/true)).ok());
 }
 
+TEST(Verifier, UntouchedSlotsAreCheckedOncePerSlotNotPerPiece) {
+  // One rank, 2^20 slots of 65536 pieces each and no ops: what it starts with is what it owes.
+  Schedule s;
+  s.collective = Collective{Kind::kAllReduce, 1, 1u << 20};
+  s.pieces = kMaxPieces;
+  s.per_rank.resize(1);
+  EXPECT_TRUE(VerifySchedule(s).ok());
+  // 4096 ranks owing everything and doing nothing: the problem cap ends the check.
+  s.collective = Collective{Kind::kAllGather, kMaxRanks, 4096};
+  s.per_rank.resize(kMaxRanks);
+  VerifyReport report;
+  EXPECT_FALSE(VerifySchedule(s, &report).ok());
+  EXPECT_THAT(report.problems, SizeIs(kMaxProblems));
+  EXPECT_EQ(report.problems.front(),
+            "rank 0 data[4096] pieces 0-65535 ends with nothing; the allgather promises {1}");
+}
+
 TEST(Verifier, DescribeOpNamesRankAndOp) {
   Schedule s = RingAllGather(2, 1);
   EXPECT_EQ(DescribeOp(s, 1, 1), "rank 1 (r1) op 1 (recv from 0 ch 0 piece 0 chunk 0 -> data[0])");
