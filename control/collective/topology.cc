@@ -57,7 +57,11 @@ absl::StatusOr<double> ParseWithUnit(absl::string_view text, const char* what,
     return absl::InvalidArgumentError(absl::StrFormat("%s '%s' has no unit; %s", what, text, hint));
   }
   for (const auto& [name, scale] : units) {
-    if (unit == name) return value * scale;
+    if (unit != name) continue;
+    if (!std::isfinite(value * scale)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s '%s' is out of range", what, text));
+    }
+    return value * scale;
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("%s '%s': unknown unit '%s'; %s", what, text, unit, hint));
