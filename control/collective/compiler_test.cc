@@ -281,6 +281,9 @@ TEST(Compiler, RejectsBadInput) {
               HasSubstr("outside the collective"));
   EXPECT_THAT(err(testing::RingAllGather(4), {}), HasSubstr("topology has 3"));
   EXPECT_THAT(err(testing::RingAllGather(3), Pieces(5000)), HasSubstr("pieces"));
+  Intent big{"big", {Kind::kAllGather, 3, 1}, {}};
+  big.moves.assign(4097, Copy(0, 0, 1));
+  EXPECT_THAT(err(big, Pieces(1024)), HasSubstr("4097 moves × 1024 pieces"));
   CompileOptions zero;
   zero.slot_bytes = 0;
   EXPECT_THAT(err(testing::RingAllGather(3), zero), HasSubstr("slot_bytes"));
