@@ -453,7 +453,8 @@ void Verifier::CheckRacesOfRank(uint32_t rank) {
     if (Reads(o.kind) && !(Writes(o.kind) && o.src == o.dst)) acc[n++] = {o.src, false};
     if (Writes(o.kind)) acc[n++] = {o.dst, true};
     for (int a = 0; a < n; ++a) {
-      const auto& [buf, write] = acc[a];
+      const BufRef& buf = acc[a].first;
+      const bool write = acc[a].second;
       History& h = hist[SlotKey(buf, o.piece)];
       auto conflict = [&](uint32_t other) {
         if (other == i || Reaches(rank, other, i)) return;
