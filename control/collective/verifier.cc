@@ -297,8 +297,8 @@ void Verifier::CheckStructure() {
     Problem("%u op lists for a collective of %u ranks", s_.per_rank.size(), n_);
     return;
   }
-  if (s_.pieces < 1 || s_.pieces > kMaxPieces) {
-    Problem("%u pieces per slot; use 1..%u", s_.pieces, kMaxPieces);
+  if (s_.pieces < 1 || s_.pieces > kMaxSchedulePieces) {
+    Problem("%u pieces per slot; use 1..%u", s_.pieces, kMaxSchedulePieces);
     return;
   }
   if (!s_.ranks.empty() && s_.ranks.size() != n_) {

@@ -412,7 +412,7 @@ TEST(Verifier, UntouchedSlotsAreCheckedOncePerSlotNotPerPiece) {
   // One rank, 2^20 slots of 65536 pieces each and no ops: what it starts with is what it owes.
   Schedule s;
   s.collective = Collective{Kind::kAllReduce, 1, 1u << 20};
-  s.pieces = kMaxPieces;
+  s.pieces = kMaxSchedulePieces;
   s.per_rank.resize(1);
   EXPECT_TRUE(VerifySchedule(s).ok());
   // 4096 ranks owing everything and doing nothing: the problem cap ends the check.
