@@ -780,9 +780,10 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
                         intent.collective.ranks, topology.ranks));
   }
   if (options.slot_bytes < 1) return absl::InvalidArgumentError("compile: slot_bytes must be ≥ 1");
-  if (options.pieces > kMaxPieces || options.max_pieces < 1 || options.max_pieces > kMaxPieces) {
+  if (options.pieces > kMaxCompilePieces || options.max_pieces < 1 ||
+      options.max_pieces > kMaxCompilePieces) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("compile: pieces and max_pieces must be in 1..%u", kMaxPieces));
+        absl::StrFormat("compile: pieces and max_pieces must be in 1..%u", kMaxCompilePieces));
   }
   if (!(options.per_op_overhead_s >= 0) || !std::isfinite(options.per_op_overhead_s)) {
     return absl::InvalidArgumentError("compile: per_op_overhead_s must be finite and ≥ 0");

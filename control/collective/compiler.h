@@ -45,7 +45,7 @@ struct CompileOptions {
 };
 
 // Upper bound on pieces (explicit or searched) and on moves × pieces.
-inline constexpr uint32_t kMaxPieces = 1024;
+inline constexpr uint32_t kMaxCompilePieces = 1024;
 inline constexpr uint64_t kMaxMovePieces = uint64_t{1} << 24;
 // When the compiler picks the piece count it keeps moves × pieces under this many.
 inline constexpr uint64_t kAutoMovePieces = uint64_t{1} << 20;
