@@ -28,6 +28,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // how many relay ranks a pair of ranks is offered. Small caps keep each evaluation O(1).
 constexpr size_t kMaxSubstitutes = 4;
 constexpr size_t kMaxRelays = 3;
+// What doubling the piece count must gain (relative) for the piece search to keep it.
+constexpr double kMinPieceGain = 0.02;
 
 uint64_t PairKey(uint32_t a, uint32_t b) { return uint64_t{a} << 32 | b; }
 
@@ -616,9 +618,10 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
   auto gid = [&](uint32_t r, uint32_t i) { return static_cast<uint32_t>(base[r] + i); };
 
   // Match sends and receives per (src, dst, channel), in list order.
-  std::map<std::tuple<uint32_t, uint32_t, uint32_t>,
-           std::pair<std::vector<uint32_t>, std::vector<uint32_t>>>
-      chans;
+  struct Chan {
+    std::vector<uint32_t> sends, recvs;
+  };
+  absl::flat_hash_map<std::tuple<uint32_t, uint32_t, uint32_t>, Chan> chans;
   std::vector<uint32_t> seg_of(total, kNone), match(total, kNone);
   for (uint32_t r = 0; r < n; ++r) {
     const auto& ops = s.per_rank[r].ops;
@@ -637,7 +640,7 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
         }
       }
       if (op.kind == OpKind::kSend) {
-        chans[{r, op.peer, op.channel}].first.push_back(gid(r, i));
+        chans[{r, op.peer, op.channel}].sends.push_back(gid(r, i));
         const uint32_t sid = net.Seg(r, op.peer);
         if (sid == kNone) {
           return absl::FailedPreconditionError(absl::StrFormat(
@@ -647,20 +650,27 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
         }
         seg_of[gid(r, i)] = sid;
       } else if (op.kind == OpKind::kRecv || op.kind == OpKind::kRecvReduce) {
-        chans[{op.peer, r, op.channel}].second.push_back(gid(r, i));
+        chans[{op.peer, r, op.channel}].recvs.push_back(gid(r, i));
       }
     }
   }
+  // (The first mismatched channel in key order is reported, whatever the hash order.)
+  std::optional<std::tuple<uint32_t, uint32_t, uint32_t>> bad;
   for (const auto& [k, v] : chans) {
-    if (v.first.size() != v.second.size()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "schedule: rank %u sends %u pieces to rank %u on channel %u, which receives %u",
-          std::get<0>(k), v.first.size(), std::get<1>(k), std::get<2>(k), v.second.size()));
+    if (v.sends.size() != v.recvs.size()) {
+      if (!bad || k < *bad) bad = k;
+      continue;
     }
-    for (size_t i = 0; i < v.first.size(); ++i) {
-      match[v.first[i]] = v.second[i];
-      match[v.second[i]] = v.first[i];
+    for (size_t i = 0; i < v.sends.size(); ++i) {
+      match[v.sends[i]] = v.recvs[i];
+      match[v.recvs[i]] = v.sends[i];
     }
+  }
+  if (bad) {
+    const Chan& v = chans[*bad];
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "schedule: rank %u sends %u pieces to rank %u on channel %u, which receives %u",
+        std::get<0>(*bad), v.sends.size(), std::get<1>(*bad), std::get<2>(*bad), v.recvs.size()));
   }
   // Every link carries its sends in planned order: (start_s, rank, op index).
   std::vector<std::vector<uint32_t>> on_link(net.link_count());
@@ -675,29 +685,40 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
     if (seg_of[g] == kNone) continue;
     for (uint32_t li : net.segment(seg_of[g]).links) on_link[li].push_back(g);
   }
-  // Edges: deps, the previous send on each link, and the matching send of a receive.
+  // Edges (CSR): deps, the previous send on each link, and the matching send of a receive.
   enum EdgeKind : uint8_t { kDep, kLinkOrder, kMatch };
-  std::vector<uint32_t> indeg(total, 0);
-  std::vector<std::vector<std::pair<uint32_t, EdgeKind>>> succ(total);
-  auto edge = [&](uint32_t from, uint32_t to, EdgeKind kind) {
-    succ[from].emplace_back(to, kind);
-    ++indeg[to];
-  };
   for (auto& list : on_link) {
     std::sort(list.begin(), list.end(), [&](uint32_t x, uint32_t y) {
       const double a = op_at(x).start_s, b = op_at(y).start_s;
       return a < b || (a == b && x < y);
     });
-    for (size_t i = 1; i < list.size(); ++i) edge(list[i - 1], list[i], kLinkOrder);
   }
-  for (uint32_t r = 0; r < n; ++r) {
-    const auto& ops = s.per_rank[r].ops;
-    for (uint32_t i = 0; i < ops.size(); ++i) {
-      for (uint32_t d : ops[i].deps) edge(gid(r, d), gid(r, i), kDep);
-      if (ops[i].kind == OpKind::kRecv || ops[i].kind == OpKind::kRecvReduce) {
-        edge(match[gid(r, i)], gid(r, i), kMatch);
+  std::vector<uint32_t> indeg(total, 0), out_start(total + 1, 0);
+  auto for_each_edge = [&](auto&& fn) {
+    for (const auto& list : on_link) {
+      for (size_t i = 1; i < list.size(); ++i) fn(list[i - 1], list[i], kLinkOrder);
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+      const auto& ops = s.per_rank[r].ops;
+      for (uint32_t i = 0; i < ops.size(); ++i) {
+        for (uint32_t d : ops[i].deps) fn(gid(r, d), gid(r, i), kDep);
+        if (ops[i].kind == OpKind::kRecv || ops[i].kind == OpKind::kRecvReduce) {
+          fn(match[gid(r, i)], gid(r, i), kMatch);
+        }
       }
     }
+  };
+  for_each_edge([&](uint32_t from, uint32_t to, EdgeKind) {
+    ++out_start[from + 1];
+    ++indeg[to];
+  });
+  for (uint64_t g = 0; g < total; ++g) out_start[g + 1] += out_start[g];
+  std::vector<std::pair<uint32_t, EdgeKind>> succ(out_start[total]);
+  {
+    std::vector<uint32_t> fill(out_start.begin(), out_start.end() - 1);
+    for_each_edge([&](uint32_t from, uint32_t to, EdgeKind kind) {
+      succ[fill[from]++] = {to, kind};
+    });
   }
   // Kahn's algorithm; times are maxima, so the visiting order does not change them.
   std::vector<double> start(total, 0), end(total, 0), dep_end(total, 0), link_end(total, 0);
@@ -730,7 +751,8 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
         break;
     }
     makespan = std::max(makespan, end[g]);
-    for (auto [x, kind] : succ[g]) {
+    for (uint32_t e = out_start[g]; e < out_start[g + 1]; ++e) {
+      const auto [x, kind] = succ[e];
       if (kind == kDep) dep_end[x] = std::max(dep_end[x], end[g]);
       if (kind == kLinkOrder) link_end[x] = std::max(link_end[x], end[g]);
       if (--indeg[x] == 0) ready.push_back(x);
@@ -791,9 +813,17 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
   const uint64_t moves = std::max<uint64_t>(intent.moves.size(), 1);
 
+  // The scheduler's own times are the replay's by construction (the tests hold them equal);
+  // the piece search ranks candidates by them and replays only the schedule it returns.
   auto one = [&](uint32_t pieces) -> absl::StatusOr<Schedule> {
     Scheduler scheduler(intent, topology, dag, pieces, options);
     HEDDLE_ASSIGN_OR_RETURN(Schedule s, scheduler.Run());
+    for (const RankSchedule& r : s.per_rank) {
+      for (const Op& op : r.ops) s.predicted_s = std::max(s.predicted_s, op.end_s);
+    }
+    return s;
+  };
+  auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
     HEDDLE_RETURN_IF_ERROR(
         Replay(s, topology, options.slot_bytes, options.per_op_overhead_s, &s).status());
@@ -805,23 +835,25 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
           absl::StrFormat("compile: %u moves × %u pieces is more than %u; use fewer pieces",
                           intent.moves.size(), options.pieces, kMaxMovePieces));
     }
-    return one(options.pieces);
+    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(options.pieces));
+    return replayed(std::move(s));
   }
-  // Powers of two up to max_pieces (and the slot size, and the move-piece budget); keep the
-  // fastest, stop after two that do not improve on it.
+  // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
+  // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
+  // executor, and the model's α is often 0. Stop after two that are not kept.
   std::optional<Schedule> best;
   int worse = 0;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
     HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(p));
-    if (!best || s.predicted_s < best->predicted_s) {
+    if (!best || s.predicted_s < best->predicted_s * (1 - kMinPieceGain)) {
       best = std::move(s);
       worse = 0;
     } else if (++worse == 2) {
       break;
     }
   }
-  return std::move(*best);
+  return replayed(std::move(*best));
 }
 
 }  // namespace heddle::collective
