@@ -38,7 +38,7 @@
 namespace heddle::collective {
 
 // Schedules the verifier accepts at most (also the file reader's caps, schedule_io.h).
-inline constexpr uint32_t kMaxPieces = 1u << 16;
+inline constexpr uint32_t kMaxSchedulePieces = 1u << 16;
 inline constexpr uint64_t kMaxScratchSlots = uint64_t{1} << 24;
 
 struct VerifyReport {
