@@ -273,8 +273,8 @@ class PinSelector {
   [[gnu::always_inline]] bool TryChooseFast(const pkt::PacketDesc& desc, const uint8_t* frame,
                                             size_t len, uint64_t now_ns, BurstTally& tally,
                                             PathChoice* out) {
-    return Fast<false>(desc, const_cast<uint8_t*>(frame), len, now_ns, tally, out, nullptr,
-                       EntropyField::kUdpSourcePort, nullptr);
+    return Fast<false, false>(desc, const_cast<uint8_t*>(frame), len, now_ns, tally, out, nullptr,
+                              EntropyField::kUdpSourcePort, nullptr);
   }
   // TryChooseFast(), and the path written into the frame as Rewrite(frame, len, desc, *out->path,
   // field, &icrc) writes it (*rewrite: its result): the pin-select stage's whole per-packet work
@@ -283,7 +283,19 @@ class PinSelector {
                                                    size_t len, uint64_t now_ns, EntropyField field,
                                                    IcrcDeltaCache& icrc, BurstTally& tally,
                                                    PathChoice* out, RewriteResult* rewrite) {
-    return Fast<true>(desc, frame, len, now_ns, tally, out, rewrite, field, &icrc);
+    return Fast<true, false>(desc, frame, len, now_ns, tally, out, rewrite, field, &icrc);
+  }
+  // TryChooseRewriteFast() for a desc that pkt::Parse(frame, len, frame_len) returned kOk for, as
+  // the pipeline's burst carries: Parse() has checked the geometry the fast path needs (IPv4 or
+  // IPv6, UDP after the IP header, BTH right after UDP, the ICRC after BTH and within the frame,
+  // every header within `len`), so only the opcode class and whether the ICRC lies within `len`
+  // (not in a later segment) are checked again. Any other desc: TryChooseRewriteFast().
+  [[gnu::always_inline]] bool TryChooseRewriteParsed(const pkt::PacketDesc& desc, uint8_t* frame,
+                                                     size_t len, uint64_t now_ns,
+                                                     EntropyField field, IcrcDeltaCache& icrc,
+                                                     BurstTally& tally, PathChoice* out,
+                                                     RewriteResult* rewrite) {
+    return Fast<true, true>(desc, frame, len, now_ns, tally, out, rewrite, field, &icrc);
   }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
@@ -397,7 +409,13 @@ class PinSelector {
   // nullptr: the flow has no entry, or its entry is not bound to a set of the current table.
   [[gnu::always_inline]] inline const RecentFlow* FindRecent(const uint8_t* ip, bool v6,
                                                              uint32_t qpn);
+  // The fast path's checks of a desc it cannot trust (not from Parse() of this frame): Choose()'s,
+  // and with the rewrite Rewrite()'s.
   template <bool kRewrite>
+  [[gnu::always_inline]] static bool FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                                  size_t len);
+  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()).
+  template <bool kRewrite, bool kParsed>
   [[gnu::always_inline]] inline bool Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
                                           uint64_t now_ns, BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, EntropyField field,
@@ -437,6 +455,16 @@ class PinSelector {
     a.fill(0xffff);
     a[static_cast<uint8_t>(pkt::L3::kIpv4)] = pkt::kIpv4MinHeaderLen;
     a[static_cast<uint8_t>(pkt::L3::kIpv6)] = pkt::kIpv6HeaderLen;
+    return a;
+  }();
+  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE).
+  static constexpr std::array<bool, 256> kFastClass = [] {
+    std::array<bool, 256> a{};
+    for (pkt::RoceClass c :
+         {pkt::RoceClass::kSend, pkt::RoceClass::kWrite, pkt::RoceClass::kReadRequest,
+          pkt::RoceClass::kReadResponse, pkt::RoceClass::kAtomic}) {
+      a[static_cast<uint8_t>(c)] = true;
+    }
     return a;
   }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
@@ -596,22 +624,17 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip,
 }
 
 template <bool kRewrite>
-inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
-                              uint64_t now_ns, BurstTally& tally, PathChoice* out,
-                              RewriteResult* rewrite, EntropyField field, IcrcDeltaCache* icrc) {
-  // Choose()'s checks (and with the rewrite, Rewrite()'s): whatever would not be placed on a
-  // flow's state, or not rewritten inline, goes to the general path.
+inline bool PinSelector::FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                      size_t len) {
   // The IP header's least length by L3; not IP: more than any offset.
-  const auto l3 = static_cast<uint8_t>(desc.l3);
-  const uint32_t min_ip = kMinIpHeader[l3];
+  const uint32_t min_ip = kMinIpHeader[static_cast<uint8_t>(desc.l3)];
   // Control opcodes (IsControlClass()) by bit. A class beyond the mask may alias one of them: it
   // then merely takes the general path.
   constexpr uint32_t kControl = 1u << static_cast<int>(pkt::RoceClass::kAck) |
                                 1u << static_cast<int>(pkt::RoceClass::kAtomicAck) |
                                 1u << static_cast<int>(pkt::RoceClass::kCnp) |
                                 1u << static_cast<int>(pkt::RoceClass::kOther);
-  const uint16_t flags = desc.flags;
-  if ((flags & pkt::kFlagRoce) == 0 ||
+  if ((desc.flags & pkt::kFlagRoce) == 0 ||
       ((kControl >> (static_cast<uint32_t>(desc.roce_class) & 31)) & 1) || frame == nullptr) {
     return false;
   }
@@ -619,12 +642,31 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     return false;
   }
   if constexpr (kRewrite) {
-    if (desc.icrc_off < desc.bth_off + pkt::kBthLen || size_t{desc.icrc_off} + pkt::kIcrcLen > len)
-      return false;
+    return desc.icrc_off >= desc.bth_off + pkt::kBthLen &&
+           size_t{desc.icrc_off} + pkt::kIcrcLen <= len;
   } else {
-    if (size_t{desc.bth_off} + pkt::kBthLen > len) return false;
+    return size_t{desc.bth_off} + pkt::kBthLen <= len;
   }
-  const bool v6 = l3 == 6;
+}
+
+template <bool kRewrite, bool kParsed>
+inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
+                              uint64_t now_ns, BurstTally& tally, PathChoice* out,
+                              RewriteResult* rewrite, EntropyField field, IcrcDeltaCache* icrc) {
+  // Choose()'s checks (and with the rewrite, Rewrite()'s): whatever would not be placed on a
+  // flow's state, or not rewritten inline, goes to the general path.
+  const auto l3 = static_cast<uint8_t>(desc.l3);
+  const uint16_t flags = desc.flags;
+  if constexpr (kParsed) {
+    // Parse() checked the rest: a class the fast path places implies kFlagRoce and its geometry.
+    if (!kFastClass[static_cast<uint8_t>(desc.roce_class)] ||
+        size_t{desc.icrc_off} + pkt::kIcrcLen > len) {
+      return false;
+    }
+  } else if (!FastGeometry<kRewrite>(desc, frame, len)) {
+    return false;
+  }
+  const bool v6 = l3 == static_cast<uint8_t>(pkt::L3::kIpv6);
   const RecentFlow* const r = FindRecent(frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;

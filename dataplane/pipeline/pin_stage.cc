@@ -116,7 +116,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     lb::PathChoice c;
     lb::RewriteResult r;
     int verdict;  // index into verdict_bytes
-    if (sel.TryChooseRewriteFast(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
+    // The burst's descs are Parse()'s of these frames (stage.h).
+    if (sel.TryChooseRewriteParsed(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
         [[likely]] {
       verdict = static_cast<int>(c.verdict);  // pinned or sprayed
     } else {
