@@ -149,6 +149,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   sel.Commit(tally_);
+  // Every packet has its path's uplink: "port-fwd" has nothing left to do.
+  b.all_routed = untouched == 0 && refused == 0;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
   if (unchanged) Add(PinStageCounter::kUnchanged, unchanged);
   if (refused) Add(PinStageCounter::kRewriteRefused, refused);
