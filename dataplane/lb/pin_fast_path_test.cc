@@ -142,6 +142,7 @@ class Differential {
       if (--burst_left == 0) {
         EndBurst();
         Between();
+        params_ = fast_->Params(field_);
         burst_left = 1 + static_cast<int>(rng_() % 64);
       }
       Step();
@@ -301,7 +302,8 @@ class Differential {
     bool fast;
     if (how == 2 && parsed) {
       ++parsed_offered_;
-      fast = fast_->TryChooseRewriteParsed(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);
+      // The burst's parameters, as the stage takes them (at the start of the burst).
+      fast = fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got, &got_r);
       if (fast) ++parsed_packets_;
     } else if (with_rewrite) {
       fast = fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);
@@ -404,6 +406,7 @@ class Differential {
   std::unique_ptr<PinSelector> ref_;
   std::unique_ptr<PinSelector> fast_;
   PinSelector::BurstTally tally_;
+  PinSelector::FastParams params_{};
   EntropyField field_;
   IcrcDeltaCache icrc_;
   std::vector<Qp> qps_;

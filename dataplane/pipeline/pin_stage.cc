@@ -95,6 +95,12 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
 
   lb::PinSelector& sel = *sel_;
   const lb::EntropyField field = sel.config().entropy_field;
+  // What the fast path reads of the selector, once for the burst (nothing reconfigures it within).
+  const lb::PinSelector::FastParams params = sel.Params(field);
+  // Locals, not members: a store into a frame may alias any member, which would then be loaded
+  // again for every packet.
+  lb::PinSelector::BurstTally tally;
+  lb::IcrcDeltaCache& icrc = icrc_cache_;
   uint64_t rewritten = 0, unchanged = 0, refused = 0, untouched = 0;
   // Bytes by verdict: pinned, sprayed, stateless (control packets and table-full fallbacks).
   uint64_t verdict_bytes[3] = {0, 0, 0};
@@ -117,8 +123,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     lb::RewriteResult r;
     int verdict;  // index into verdict_bytes
     // The burst's descs are Parse()'s of these frames (stage.h).
-    if (sel.TryChooseRewriteParsed(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
-        [[likely]] {
+    if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
       verdict = static_cast<int>(c.verdict);  // pinned or sprayed
     } else {
       c = sel.Choose(d, frame, len, now_ns);
@@ -148,7 +153,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     std::atomic<uint64_t>& pp = path_packets[slot];
     pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  sel.Commit(tally_);
+  sel.Commit(tally);
   // Every packet has its path's uplink: "port-fwd" has nothing left to do.
   b.all_routed = untouched == 0 && refused == 0;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);

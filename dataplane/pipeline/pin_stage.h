@@ -95,8 +95,6 @@ class PinSelectStage final : public Stage {
   Options o_;
   std::unique_ptr<lb::PinSelector> sel_;
   lb::IcrcDeltaCache icrc_cache_;  // this worker's memo of ICRC deltas
-  // The selector's counts of a burst's fast-path packets, added to its counters after the burst.
-  lb::PinSelector::BurstTally tally_;
   uint64_t applied_generation_ = 0;
   double ns_per_tsc_ = 1.0;
   std::atomic<uint64_t>* stage_;         // LbControl's block for this worker
