@@ -49,7 +49,8 @@ PinSelectStage::PinSelectStage(const Options& options)
       stage_(options.control->stage_counters(options.worker)),
       selector_out_(options.control->selector_counters(options.worker)),
       path_bytes_(options.control->path_bytes(options.worker)),
-      path_packets_(options.control->path_packets(options.worker)) {
+      path_packets_(options.control->path_packets(options.worker)),
+      path_counts_(new uint64_t[(kLbReportedSets + 1) * lb::kMaxPaths]()) {
   if (!o_.clock) ns_per_tsc_ = 1e9 / static_cast<double>(std::max<uint64_t>(rte_get_tsc_hz(), 1));
   if (o_.housekeep_every == 0) o_.housekeep_every = 1;
   lb::LbConfig c = o_.config;
@@ -58,6 +59,7 @@ PinSelectStage::PinSelectStage(const Options& options)
   // come from the control object (this is the control thread, before the worker runs).
   const LbParams& p = o_.control->params();
   sel_ = std::make_unique<lb::PinSelector>(c, p.table.get());
+  SetFoldRows(p.table.get());
   sel_->SetFeedbackExpected(o_.control->has_host_backlog());
   Apply(p);
   Publish();
@@ -69,7 +71,12 @@ uint64_t PinSelectStage::NowNs() const {
 }
 
 void PinSelectStage::Apply(const LbParams& p) {
-  if (p.table.get() != sel_->table()) sel_->SetPathTable(p.table.get());
+  if (p.table.get() != sel_->table()) {
+    // The counts so far belong to the old table's (set, path) slots.
+    FoldPathCounts();
+    sel_->SetPathTable(p.table.get());
+    SetFoldRows(p.table.get());
+  }
   sel_->Reconfigure(p.config);
   applied_generation_ = p.generation;
   Set(PinStageCounter::kGeneration, p.generation);
@@ -106,9 +113,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   uint64_t verdict_bytes[3] = {0, 0, 0};
   static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
                 static_cast<int>(lb::Verdict::kSprayed) == 1);
-  // Locals: the rewrite's byte stores may alias any member, so they would be loaded per packet.
-  std::atomic<uint64_t>* const path_bytes = path_bytes_;
-  std::atomic<uint64_t>* const path_packets = path_packets_;
+  // A local: the rewrite's byte stores may alias any member, so it would be loaded per packet.
+  uint64_t* const path_counts = path_counts_.get();
   const uint16_t n = b.n;
   for (uint16_t i = 0; i < n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
@@ -148,12 +154,13 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const size_t slot =
         static_cast<size_t>(std::min<uint32_t>(c.set_id, kLbReportedSets)) * lb::kMaxPaths +
         c.index;
-    std::atomic<uint64_t>& pb = path_bytes[slot];
-    pb.store(pb.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    std::atomic<uint64_t>& pp = path_packets[slot];
-    pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    path_counts[slot] += kOnePathPacket + bytes;
   }
   sel.Commit(tally);
+  // The packed counts hold fewer than 2^24 packets per slot between two folds.
+  unfolded_packets_ += n;
+  if (unfolded_packets_ >= kFoldPackets) [[unlikely]]
+    FoldPathCounts();
   // Every packet has its path's uplink: "port-fwd" has nothing left to do.
   b.all_routed = untouched == 0 && refused == 0;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
@@ -290,7 +297,36 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
   Publish();
 }
 
+void PinSelectStage::SetFoldRows(const lb::PathTable* table) {
+  fold_row_paths_.fill(0);
+  const size_t sets = table != nullptr ? table->num_sets() : 0;
+  for (size_t id = 0; id < sets; ++id) {
+    uint32_t& row = fold_row_paths_[std::min<size_t>(id, kLbReportedSets)];
+    row = std::max(row, table->set(static_cast<uint32_t>(id)).size);
+  }
+}
+
+void PinSelectStage::FoldPathCounts() {
+  uint64_t* const counts = path_counts_.get();
+  for (size_t row = 0; row < fold_row_paths_.size(); ++row) {
+    for (size_t slot = row * lb::kMaxPaths; slot < row * lb::kMaxPaths + fold_row_paths_[row];
+         ++slot) {
+      const uint64_t v = counts[slot];
+      if (v == 0) continue;
+      counts[slot] = 0;
+      std::atomic<uint64_t>& pb = path_bytes_[slot];
+      pb.store(pb.load(std::memory_order_relaxed) + (v & (kOnePathPacket - 1)),
+               std::memory_order_relaxed);
+      std::atomic<uint64_t>& pp = path_packets_[slot];
+      pp.store(pp.load(std::memory_order_relaxed) + (v >> kPathPacketShift),
+               std::memory_order_relaxed);
+    }
+  }
+  unfolded_packets_ = 0;
+}
+
 void PinSelectStage::Publish() {
+  FoldPathCounts();
   for (int i = 0; i < lb::kNumLbCounters; ++i) {
     selector_out_[i].store(sel_->counter(static_cast<lb::LbCounter>(i)), std::memory_order_relaxed);
   }

@@ -32,6 +32,7 @@
 // feedback rings, sweeps idle flows a slice at a time and publishes the counters.
 #pragma once
 
+#include <array>
 #include <bitset>
 #include <cstdint>
 #include <functional>
@@ -84,6 +85,10 @@ class PinSelectStage final : public Stage {
   void FlushFeedback();
   void DrainFeedback();
   void Publish();
+  // Adds path_counts_ to the published per-path counters and clears it.
+  void FoldPathCounts();
+  // The slots `table` counts in: per row (set id, the last row every later set) its largest set.
+  void SetFoldRows(const lb::PathTable* table);
   void Add(PinStageCounter c, uint64_t n) {
     std::atomic<uint64_t>& v = stage_[static_cast<size_t>(c)];
     v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -101,6 +106,16 @@ class PinSelectStage final : public Stage {
   std::atomic<uint64_t>* selector_out_;  // ditto, the selector's counters as last published
   std::atomic<uint64_t>* path_bytes_;
   std::atomic<uint64_t>* path_packets_;
+  // Per (path set, path) slot as path_bytes_: packets << kPathPacketShift | bytes, one add per
+  // packet, folded into path_bytes_ and path_packets_ when published (Publish(), every
+  // housekeep_every polls), before a new path table, and before a slot's packet count could
+  // overflow its 24 bits (kFoldPackets packets since the last fold).
+  static constexpr int kPathPacketShift = 40;
+  static constexpr uint64_t kOnePathPacket = uint64_t{1} << kPathPacketShift;
+  static constexpr uint64_t kFoldPackets = uint64_t{1} << 23;
+  std::unique_ptr<uint64_t[]> path_counts_;
+  std::array<uint32_t, kLbReportedSets + 1> fold_row_paths_{};  // SetFoldRows()
+  uint64_t unfolded_packets_ = 0;
   uint32_t polls_ = 0;
   size_t sweep_cursor_ = 0;
   // Feedback for flows other workers may hold, gathered over a burst and posted at its end.
