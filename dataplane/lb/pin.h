@@ -417,7 +417,7 @@ class PinSelector {
     if (config_.pin_policy != PinPolicy::kHash) return PickPinned(e, set, hash, now_ns, gap_ns);
     // Request mode: each message is placed on its own; QP mode: the QP keeps one place.
     const uint64_t h =
-        config_.flow_unit == FlowUnit::kRequest ? internal::Remix(hash, e.messages) : hash;
+        config_.flow_unit == FlowUnit::kRequest ? internal::MessageHash(hash, e.messages) : hash;
     const auto i = static_cast<uint8_t>(internal::FastRange(h, set.size));
     SetPinned(e, set, i);
     return i;
@@ -727,7 +727,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     e->size = size;
     e->flow_threshold = p.threshold32;
     e->flow_bytes = size;
-    i = static_cast<uint8_t>(internal::FastRange(internal::Remix(hash, messages), set.size));
+    i = static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set.size));
     e->pinned_path = i;
     e->pinned_entropy = set[i].entropy;
     e->pinned_port = set[i].port;
