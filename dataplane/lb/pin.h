@@ -239,6 +239,9 @@ class PinSelector {
     uint64_t sprayed_packets = 0;
     uint64_t pinned_flows = 0;
     uint64_t sprayed_flows = 0;
+    // One-packet messages: a flow and a packet each.
+    uint64_t pinned_single = 0;
+    uint64_t sprayed_single = 0;
     bool other = false;                        // a count below is non-zero
     std::array<uint64_t, kNumLbCounters> n{};  // the other counters, by LbCounter
     void Add(LbCounter c, uint64_t k = 1) {
@@ -333,6 +336,11 @@ class PinSelector {
   }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
+    t.pinned_packets += t.pinned_single;
+    t.pinned_flows += t.pinned_single;
+    t.sprayed_packets += t.sprayed_single;
+    t.sprayed_flows += t.sprayed_single;
+    t.pinned_single = t.sprayed_single = 0;
     const uint64_t packets = t.pinned_packets + t.sprayed_packets;
     if (packets != 0) {
       Bump(LbCounter::kPackets, packets);
@@ -647,9 +655,8 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
     tag = HashFlowV6(ip, qpn);
     key = kRecentValid | 1u << 24 | qpn;
   }
-  const size_t slot =
-      (static_cast<uint32_t>(tag) ^ static_cast<uint32_t>(tag >> 32) ^ key) * 0x9E3779B1u >>
-      (32 - kRecentBits);
+  // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
+  const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
   const RecentFlow& r = recent[slot];
   if (r.tag == tag && r.key == key) [[likely]] {
     const FlowEntry* e = r.entry;
@@ -733,8 +740,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     e->pinned_port = set[i].port;
     e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
     verdict = Verdict::kPinned;
-    ++tally.pinned_flows;
-    ++tally.pinned_packets;
+    ++tally.pinned_single;
     if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else if (only && desc.payload_len >= p.spray_from) {
@@ -752,8 +758,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     e->flags = kFlowSizeKnown;
     i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
     verdict = Verdict::kSprayed;
-    ++tally.sprayed_flows;
-    ++tally.sprayed_packets;
+    ++tally.sprayed_single;
     if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {

@@ -118,20 +118,20 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   const uint16_t n = b.n;
   for (uint16_t i = 0; i < n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
-    if (!(d.flags & pkt::kFlagRoce)) [[unlikely]] {
-      ++untouched;
-      continue;
-    }
     rte_mbuf* m = b.pkts[i];
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const size_t len = m->data_len;  // the headers are in the first segment
     lb::PathChoice c;
     lb::RewriteResult r;
     int verdict;  // index into verdict_bytes
-    // The burst's descs are Parse()'s of these frames (stage.h).
+    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE.
     if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
       verdict = static_cast<int>(c.verdict);  // pinned or sprayed
     } else {
+      if (!(d.flags & pkt::kFlagRoce)) {
+        ++untouched;
+        continue;
+      }
       c = sel.Choose(d, frame, len, now_ns);
       if (c.path == nullptr) {
         ++untouched;
