@@ -289,7 +289,8 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
   const bool expected = o_.control->has_host_backlog();
   if (expected != sel_->feedback_expected()) sel_->SetFeedbackExpected(expected);
   if (o_.control->num_workers() > 1) DrainFeedback();
-  if (++polls_ % o_.housekeep_every != 0) return;
+  if (++polls_ < o_.housekeep_every) return;  // a count, not a division per poll
+  polls_ = 0;
   const lb::FlowTable& flows = sel_->flows();
   sel_->SweepIdle(sweep_cursor_, o_.sweep_slice, NowNs());
   sweep_cursor_ += o_.sweep_slice;
@@ -298,19 +299,24 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
 }
 
 void PinSelectStage::SetFoldRows(const lb::PathTable* table) {
-  fold_row_paths_.fill(0);
+  std::array<uint32_t, kLbReportedSets + 1> paths{};  // per row, its largest set
   const size_t sets = table != nullptr ? table->num_sets() : 0;
   for (size_t id = 0; id < sets; ++id) {
-    uint32_t& row = fold_row_paths_[std::min<size_t>(id, kLbReportedSets)];
+    uint32_t& row = paths[std::min<size_t>(id, kLbReportedSets)];
     row = std::max(row, table->set(static_cast<uint32_t>(id)).size);
+  }
+  num_fold_ranges_ = 0;
+  for (size_t row = 0; row < paths.size(); ++row) {
+    if (paths[row] == 0) continue;
+    const auto begin = static_cast<uint16_t>(row * lb::kMaxPaths);
+    fold_ranges_[num_fold_ranges_++] = {begin, static_cast<uint16_t>(begin + paths[row])};
   }
 }
 
 void PinSelectStage::FoldPathCounts() {
   uint64_t* const counts = path_counts_.get();
-  for (size_t row = 0; row < fold_row_paths_.size(); ++row) {
-    for (size_t slot = row * lb::kMaxPaths; slot < row * lb::kMaxPaths + fold_row_paths_[row];
-         ++slot) {
+  for (size_t k = 0; k < num_fold_ranges_; ++k) {
+    for (size_t slot = fold_ranges_[k].first; slot < fold_ranges_[k].second; ++slot) {
       const uint64_t v = counts[slot];
       if (v == 0) continue;
       counts[slot] = 0;

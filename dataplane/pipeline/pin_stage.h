@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/pin.h"
@@ -114,7 +115,9 @@ class PinSelectStage final : public Stage {
   static constexpr uint64_t kOnePathPacket = uint64_t{1} << kPathPacketShift;
   static constexpr uint64_t kFoldPackets = uint64_t{1} << 23;
   std::unique_ptr<uint64_t[]> path_counts_;
-  std::array<uint32_t, kLbReportedSets + 1> fold_row_paths_{};  // SetFoldRows()
+  // SetFoldRows(): [begin, end) slot ranges of the rows the current table counts in.
+  std::array<std::pair<uint16_t, uint16_t>, kLbReportedSets + 1> fold_ranges_{};
+  size_t num_fold_ranges_ = 0;
   uint64_t unfolded_packets_ = 0;
   uint32_t polls_ = 0;
   size_t sweep_cursor_ = 0;
