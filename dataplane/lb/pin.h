@@ -12,8 +12,9 @@
 //     egress = c.path->port;
 //   }                                                      // else: forward untouched
 //   // or, per packet of a burst, the inline fast path with its counts summed per burst
-//   // (pin-select does this; Choose() where it declines):
-//   //   if (!pin.TryChooseRewriteFast(desc, frame, len, now_ns, field, icrc, tally, &c, &r))
+//   // (pin-select does this, with the parsed variant; Choose() where it declines):
+//   //   const PinSelector::FastParams p = pin.Params(field);     // once per burst
+//   //   if (!pin.TryChooseRewriteParsed(p, desc, frame, len, now_ns, icrc, tally, &c, &r))
 //   //     c = pin.Choose(desc, frame, len, now_ns), ...;
 //   //   ... after the burst: pin.Commit(tally);
 //   // uplink -> host, once joined to the request's destination QPN (the verbs shim's QPN pairs):
