@@ -57,8 +57,9 @@ class IcrcDeltaCache {
 
  private:
   static constexpr int kBits = 8;
-  static constexpr uint32_t kNoTail = 0xffffffffu;  // no hot table yet
-  static constexpr uint32_t kWindow = 256;          // cold calls between two votes
+  static constexpr uint32_t kNoTail = 0xffffffffu;           // no candidate
+  static constexpr uint64_t kNoHotTail = uint64_t{1} << 32;  // no hot table yet: equals no tail
+  static constexpr uint32_t kWindow = 256;                   // cold calls between two votes
   // Not the hot tail: the memo, and the vote for the next hot tail.
   uint32_t Cold(uint32_t d, uint32_t tail_len) noexcept;
   void Adopt(uint32_t tail_len) noexcept;
@@ -70,7 +71,7 @@ class IcrcDeltaCache {
   struct Set {
     Way way[2];
   };
-  uint32_t hot_tail_ = kNoTail;
+  uint64_t hot_tail_ = kNoHotTail;
   uint64_t hot_hits_ = 0;  // in this window
   // The most frequent cold tail of this window (Boyer-Moore majority vote) and its net count.
   uint32_t candidate_ = kNoTail;

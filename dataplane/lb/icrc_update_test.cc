@@ -109,6 +109,14 @@ TEST(IcrcUpdate, CacheFollowsTheHotTail) {
   }
 }
 
+// Before any tail is hot, and for tails past 16 bits, the answers are still IcrcDelta16()'s.
+TEST(IcrcUpdate, CacheAnswersEveryTailLength) {
+  IcrcDeltaCache cache;
+  for (const uint32_t tail : {0xffffffffu, 0u, 0x10000u, 0xffffu, 0xffffffffu}) {
+    EXPECT_EQ(cache.Delta16(0xc000, 0x1234, tail), IcrcDelta16(0xc000, 0x1234, tail)) << tail;
+  }
+}
+
 TEST(IcrcUpdate, NoChangeNoDelta) { EXPECT_EQ(IcrcDelta16(0xc000, 0xc000, 1000), 0u); }
 
 }  // namespace
