@@ -68,6 +68,35 @@ TEST(FlowTable, SweepEmptiesIdleEntries) {
   EXPECT_NE(t.Find(H(60), 1), nullptr);
 }
 
+// Sweeps of any slice (aligned to the 8-entry buckets or not, the sweep skips empty buckets
+// whole) empty exactly the idle live entries in it.
+TEST(FlowTable, SweepSlicesMatchAnEntryByEntrySweep) {
+  std::mt19937_64 rng(5);
+  FlowTable t({.capacity = 1024, .idle_ns = 1000});
+  std::vector<uint64_t> last(100);  // key i's last_ns; a sparse table with empty buckets
+  for (uint64_t i = 0; i < last.size(); ++i) {
+    FlowEntry* e = t.FindOrInsert(H(i), 1, 0, nullptr);
+    ASSERT_NE(e, nullptr);
+    e->last_ns = last[i] = rng() % 3000;
+  }
+  const uint64_t now = 2500;
+  size_t cursor = 0;
+  while (cursor < t.capacity()) {
+    const size_t count = 1 + rng() % 40;
+    // What an entry-by-entry sweep of [cursor, cursor + count) empties.
+    size_t want = 0;
+    for (size_t s = cursor; s < std::min(t.capacity(), cursor + count); ++s) {
+      const FlowEntry& e = t.entry(s);
+      if (e.key_hash != 0 && now - e.last_ns > 1000) ++want;
+    }
+    EXPECT_EQ(t.SweepIdle(cursor, count, now), want) << cursor << " +" << count;
+    cursor += count;
+  }
+  for (uint64_t i = 0; i < last.size(); ++i) {
+    EXPECT_EQ(t.Find(H(i), 1) != nullptr, now - last[i] <= 1000) << i;
+  }
+}
+
 // Two choices of 8: nothing refused at 75 % load, a fraction of a percent at 85 %.
 TEST(FlowTable, TwoChoiceLoad) {
   for (auto [percent, max_refused_per_mille] : {std::pair{75, 0}, std::pair{85, 3}}) {

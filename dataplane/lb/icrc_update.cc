@@ -2,6 +2,7 @@
 #include "dataplane/lb/icrc_update.h"
 
 #include <array>
+#include <bit>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -126,6 +127,55 @@ uint32_t IcrcDelta16(uint16_t old_value, uint16_t new_value, uint32_t tail_len) 
   uint32_t s = kByteTable[d >> 8];
   s = (s >> 8) ^ kByteTable[(s ^ d) & 0xff];
   return icrc_internal::MulMod(s, icrc_internal::XPow8n(tail_len));
+}
+
+uint32_t IcrcDeltaCache::Cold(uint32_t d, uint32_t tail_len) noexcept {
+  if (tail_len > 0xffff) return IcrcDelta16(0, static_cast<uint16_t>(d), tail_len);
+  // Boyer-Moore majority vote over the window's cold tails; at the end of the window its winner
+  // replaces the hot tail if it came a quarter more often (votes_ counts it at most).
+  if (tail_len == candidate_) {
+    ++votes_;
+  } else if (votes_ == 0) {
+    candidate_ = tail_len;
+    votes_ = 1;
+  } else {
+    --votes_;
+  }
+  if (++cold_calls_ == kWindow) {
+    const bool adopt = votes_ > hot_hits_ + hot_hits_ / 4;
+    const uint32_t winner = candidate_;
+    hot_hits_ = 0;
+    candidate_ = kNoTail;
+    votes_ = 0;
+    cold_calls_ = 0;
+    if (adopt) {
+      Adopt(winner);
+      if (winner == tail_len) return hot_lo_[d & 0xff] ^ hot_hi_[d >> 8];
+    }
+  }
+  if (d == 0) return 0;
+  const uint32_t key = d | tail_len << 16;  // never 0: d != 0
+  Way* w = sets_[(key * 0x9E3779B1u) >> (32 - kBits)].way;
+  if (w[0].key == key) return w[0].delta;
+  if (w[1].key == key) return w[1].delta;
+  // Miss: the older way makes room (a few keys that share a set, e.g. a few QPs' source ports
+  // against the path entropies, all stay).
+  w[1] = w[0];
+  w[0] = Way{key, IcrcDelta16(0, static_cast<uint16_t>(d), tail_len)};
+  return w[0].delta;
+}
+
+void IcrcDeltaCache::Adopt(uint32_t tail_len) noexcept {
+  // Linear in d: each table entry is the XOR of the deltas of its set bits.
+  uint32_t basis[16];
+  for (int k = 0; k < 16; ++k) basis[k] = IcrcDelta16(0, static_cast<uint16_t>(1u << k), tail_len);
+  hot_lo_[0] = hot_hi_[0] = 0;
+  for (uint32_t b = 1; b < 256; ++b) {
+    const int low = std::countr_zero(b);
+    hot_lo_[b] = hot_lo_[b & (b - 1)] ^ basis[low];
+    hot_hi_[b] = hot_hi_[b & (b - 1)] ^ basis[8 + low];
+  }
+  hot_tail_ = tail_len;
 }
 
 }  // namespace heddle::lb

@@ -34,29 +34,36 @@ namespace heddle::lb {
 // the end of the field and the start of the ICRC. Any tail_len < 65536 (every frame heddle sees).
 uint32_t IcrcDelta16(uint16_t old_value, uint16_t new_value, uint32_t tail_len) noexcept;
 
-// A memo of IcrcDelta16() for one thread (a worker owns one): the delta depends only on
-// old ^ new and the tail length, and traffic repeats both (a flow's original source port against a
-// few path entropies, a few frame sizes), so most packets find theirs in a 4 KiB two-way
-// table instead of a carry-less multiply and its reduction. Not thread-safe.
+// A memo of IcrcDelta16() for one thread (a worker owns one). The delta depends only on d =
+// old ^ new and the tail length, and is linear in d (CRC-32 is linear over GF(2)): for one tail,
+// delta(d) = lo[d & 0xff] ^ hi[d >> 8]. The cache keeps those two 256-entry tables for one hot
+// tail length (traffic repeats frame sizes: every 60-byte SEND, every MTU-sized middle packet),
+// so most packets take two loads and no compare of d. Other tails go to a 4 KiB two-way memo of
+// (d, tail) -> delta, and to IcrcDelta16() when that misses. Every kWindow calls with another
+// tail, the most frequent of them (a majority vote) becomes the hot tail if it came a quarter
+// more often than the hot tail in the meantime: a tail that takes over the traffic gets the table
+// within a window, two of similar frequency do not swap it back and forth (a rebuild costs a few
+// thousand instructions). Not thread-safe.
 class IcrcDeltaCache {
  public:
   uint32_t Delta16(uint16_t old_value, uint16_t new_value, uint32_t tail_len) noexcept {
     const uint32_t d = static_cast<uint32_t>(old_value ^ new_value);
-    if (d == 0 || tail_len > 0xffff) return IcrcDelta16(old_value, new_value, tail_len);
-    const uint32_t key = d | tail_len << 16;  // never 0: d != 0
-    Way* w = sets_[(key * 0x9E3779B1u) >> (32 - kBits)].way;
-    if (w[0].key == key) [[likely]]
-      return w[0].delta;
-    if (w[1].key == key) return w[1].delta;
-    // Miss: the older way makes room (a few keys that share a set, e.g. a few QPs' source ports
-    // against the path entropies, all stay).
-    w[1] = w[0];
-    w[0] = Way{key, IcrcDelta16(old_value, new_value, tail_len)};
-    return w[0].delta;
+    if (tail_len == hot_tail_) [[likely]] {
+      ++hot_hits_;
+      return hot_lo_[d & 0xff] ^ hot_hi_[d >> 8];
+    }
+    return Cold(d, tail_len);
   }
 
  private:
   static constexpr int kBits = 8;
+  static constexpr uint32_t kNoTail = 0xffffffffu;           // no candidate
+  static constexpr uint64_t kNoHotTail = uint64_t{1} << 32;  // no hot table yet: equals no tail
+  static constexpr uint32_t kWindow = 256;                   // cold calls between two votes
+  // Not the hot tail: the memo, and the vote for the next hot tail.
+  uint32_t Cold(uint32_t d, uint32_t tail_len) noexcept;
+  void Adopt(uint32_t tail_len) noexcept;
+
   struct Way {
     uint32_t key = 0;  // 0: empty
     uint32_t delta = 0;
@@ -64,6 +71,14 @@ class IcrcDeltaCache {
   struct Set {
     Way way[2];
   };
+  uint64_t hot_tail_ = kNoHotTail;
+  uint64_t hot_hits_ = 0;  // in this window
+  // The most frequent cold tail of this window (Boyer-Moore majority vote) and its net count.
+  uint32_t candidate_ = kNoTail;
+  uint32_t votes_ = 0;
+  uint32_t cold_calls_ = 0;  // in this window
+  std::array<uint32_t, 256> hot_lo_{};
+  std::array<uint32_t, 256> hot_hi_{};
   std::array<Set, 1u << kBits> sets_{};
 };
 

@@ -83,6 +83,40 @@ TEST(IcrcUpdate, CacheAgreesWithTheComputationUnderCollisions) {
   EXPECT_EQ(cache.Delta16(0xc000, 0xc000, 1000), 0u);
 }
 
+// The hot tail's tables answer what IcrcDelta16 answers, through changes of the dominant frame
+// size (the table follows it), mixed sizes and two sizes of equal frequency.
+TEST(IcrcUpdate, CacheFollowsTheHotTail) {
+  std::mt19937_64 rng(9);
+  IcrcDeltaCache cache;
+  auto check = [&](uint32_t tail) {
+    const auto old_v = static_cast<uint16_t>(rng());
+    const auto new_v = static_cast<uint16_t>(rng());
+    ASSERT_EQ(cache.Delta16(old_v, new_v, tail), IcrcDelta16(old_v, new_v, tail))
+        << std::hex << old_v << " " << new_v << std::dec << " tail " << tail;
+  };
+  for (const uint32_t dominant : {54u, 1046u, 4110u}) {
+    for (int i = 0; i < 20000; ++i) {
+      const uint32_t kind = static_cast<uint32_t>(rng() % 10);
+      check(kind < 7   ? dominant
+            : kind < 9 ? static_cast<uint32_t>(rng() % 9000)
+                       : (dominant == 54 ? 1046u : 54u));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  for (int i = 0; i < 20000; ++i) {
+    check(i % 2 ? 100u : 200u);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// Before any tail is hot, and for tails past 16 bits, the answers are still IcrcDelta16()'s.
+TEST(IcrcUpdate, CacheAnswersEveryTailLength) {
+  IcrcDeltaCache cache;
+  for (const uint32_t tail : {0xffffffffu, 0u, 0x10000u, 0xffffu, 0xffffffffu}) {
+    EXPECT_EQ(cache.Delta16(0xc000, 0x1234, tail), IcrcDelta16(0xc000, 0x1234, tail)) << tail;
+  }
+}
+
 TEST(IcrcUpdate, NoChangeNoDelta) { EXPECT_EQ(IcrcDelta16(0xc000, 0xc000, 1000), 0u); }
 
 }  // namespace

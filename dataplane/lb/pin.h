@@ -12,8 +12,9 @@
 //     egress = c.path->port;
 //   }                                                      // else: forward untouched
 //   // or, per packet of a burst, the inline fast path with its counts summed per burst
-//   // (pin-select does this; Choose() where it declines):
-//   //   if (!pin.TryChooseRewriteFast(desc, frame, len, now_ns, field, icrc, tally, &c, &r))
+//   // (pin-select does this, with the parsed variant; Choose() where it declines):
+//   //   const PinSelector::FastParams p = pin.Params(field);     // once per burst
+//   //   if (!pin.TryChooseRewriteParsed(p, desc, frame, len, now_ns, icrc, tally, &c, &r))
 //   //     c = pin.Choose(desc, frame, len, now_ns), ...;
 //   //   ... after the burst: pin.Commit(tally);
 //   // uplink -> host, once joined to the request's destination QPN (the verbs shim's QPN pairs):
@@ -59,6 +60,7 @@
 // SetThresholdBytes() and the counters may be used from other threads.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -238,6 +240,9 @@ class PinSelector {
     uint64_t sprayed_packets = 0;
     uint64_t pinned_flows = 0;
     uint64_t sprayed_flows = 0;
+    // One-packet messages: a flow and a packet each.
+    uint64_t pinned_single = 0;
+    uint64_t sprayed_single = 0;
     bool other = false;                        // a count below is non-zero
     std::array<uint64_t, kNumLbCounters> n{};  // the other counters, by LbCounter
     void Add(LbCounter c, uint64_t k = 1) {
@@ -273,8 +278,9 @@ class PinSelector {
   [[gnu::always_inline]] bool TryChooseFast(const pkt::PacketDesc& desc, const uint8_t* frame,
                                             size_t len, uint64_t now_ns, BurstTally& tally,
                                             PathChoice* out) {
-    return Fast<false>(desc, const_cast<uint8_t*>(frame), len, now_ns, tally, out, nullptr,
-                       EntropyField::kUdpSourcePort, nullptr);
+    return Fast<false, false>(Params(EntropyField::kUdpSourcePort), desc,
+                              const_cast<uint8_t*>(frame), len, now_ns, tally, out, nullptr,
+                              nullptr);
   }
   // TryChooseFast(), and the path written into the frame as Rewrite(frame, len, desc, *out->path,
   // field, &icrc) writes it (*rewrite: its result): the pin-select stage's whole per-packet work
@@ -283,10 +289,59 @@ class PinSelector {
                                                    size_t len, uint64_t now_ns, EntropyField field,
                                                    IcrcDeltaCache& icrc, BurstTally& tally,
                                                    PathChoice* out, RewriteResult* rewrite) {
-    return Fast<true>(desc, frame, len, now_ns, tally, out, rewrite, field, &icrc);
+    return Fast<true, false>(Params(field), desc, frame, len, now_ns, tally, out, rewrite, &icrc);
+  }
+  // What the fast path reads of the selector per packet, read once per burst instead: every store
+  // into a frame or a flow entry may alias any member (the build has -fno-strict-aliasing), so
+  // members would be loaded again for every packet, where a local copy stays in a register.
+  // Valid until the selector is reconfigured (Reconfigure(), SetPathTable(),
+  // SetFeedbackExpected(), SetThresholdBytes()): take it again at the start of every burst.
+  struct FastParams {
+    const void* recent;    // the recent-flow cache (RecentFlow[])
+    uint32_t threshold32;  // threshold_bytes() saturated, as FlowEntry::flow_threshold holds it
+    // A one-packet message (payload_len < 2^16) is pinned at once when its payload is below
+    // pin_below (pin on, request mode, the hash policy, payload <= threshold; else 0), and
+    // sprayed at once when it is at least spray_from (request mode, and pin off or payload >
+    // threshold; else 2^16, never).
+    uint32_t pin_below;
+    uint32_t spray_from;
+    bool record_or_track;  // PSN history or path loads
+    bool sport_always;     // the entropy is the UDP source port for IPv6 frames too
+  };
+  FastParams Params(EntropyField field) const {
+    const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
+    const uint32_t over = static_cast<uint32_t>(std::min<uint64_t>(threshold, 0xffff)) + 1;
+    const bool request = config_.flow_unit == FlowUnit::kRequest;
+    return FastParams{
+        .recent = recent_.get(),
+        .threshold32 = threshold > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(threshold),
+        .pin_below = one_packet_pin_ ? over : 0,
+        .spray_from = !request      ? 0x10000u
+                      : config_.pin ? over
+                                    : 0,
+        .record_or_track = record_or_track_,
+        .sport_always = field == EntropyField::kUdpSourcePort};
+  }
+  // TryChooseRewriteFast() with the burst's Params(field) for a desc that
+  // pkt::Parse(frame, len, frame_len) returned kOk for, as the pipeline's burst carries: Parse()
+  // has checked the geometry the fast path needs (IPv4 or IPv6, UDP after the IP header, BTH right
+  // after UDP, the ICRC after BTH and within the frame, every header within `len`), so only the
+  // opcode class and whether the ICRC lies within `len` (not in a later segment) are checked
+  // again. Any other desc: TryChooseRewriteFast().
+  [[gnu::always_inline]] bool TryChooseRewriteParsed(const FastParams& params,
+                                                     const pkt::PacketDesc& desc, uint8_t* frame,
+                                                     size_t len, uint64_t now_ns,
+                                                     IcrcDeltaCache& icrc, BurstTally& tally,
+                                                     PathChoice* out, RewriteResult* rewrite) {
+    return Fast<true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
   }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
+    t.pinned_packets += t.pinned_single;
+    t.pinned_flows += t.pinned_single;
+    t.sprayed_packets += t.sprayed_single;
+    t.sprayed_flows += t.sprayed_single;
+    t.pinned_single = t.sprayed_single = 0;
     const uint64_t packets = t.pinned_packets + t.sprayed_packets;
     if (packets != 0) {
       Bump(LbCounter::kPackets, packets);
@@ -371,7 +426,7 @@ class PinSelector {
     if (config_.pin_policy != PinPolicy::kHash) return PickPinned(e, set, hash, now_ns, gap_ns);
     // Request mode: each message is placed on its own; QP mode: the QP keeps one place.
     const uint64_t h =
-        config_.flow_unit == FlowUnit::kRequest ? internal::Remix(hash, e.messages) : hash;
+        config_.flow_unit == FlowUnit::kRequest ? internal::MessageHash(hash, e.messages) : hash;
     const auto i = static_cast<uint8_t>(internal::FastRange(h, set.size));
     SetPinned(e, set, i);
     return i;
@@ -395,13 +450,20 @@ class PinSelector {
   struct RecentFlow;
   // The fast path's flow lookup: the recent-flow cache, then the flow table without inserting.
   // nullptr: the flow has no entry, or its entry is not bound to a set of the current table.
-  [[gnu::always_inline]] inline const RecentFlow* FindRecent(const uint8_t* ip, bool v6,
+  [[gnu::always_inline]] inline const RecentFlow* FindRecent(const RecentFlow* recent,
+                                                             const uint8_t* ip, bool v6,
                                                              uint32_t qpn);
+  // The fast path's checks of a desc it cannot trust (not from Parse() of this frame): Choose()'s,
+  // and with the rewrite Rewrite()'s.
   template <bool kRewrite>
-  [[gnu::always_inline]] inline bool Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
-                                          uint64_t now_ns, BurstTally& tally, PathChoice* out,
-                                          RewriteResult* rewrite, EntropyField field,
-                                          IcrcDeltaCache* icrc);
+  [[gnu::always_inline]] static bool FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                                  size_t len);
+  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()).
+  template <bool kRewrite, bool kParsed>
+  [[gnu::always_inline]] inline bool Fast(const FastParams& p, const pkt::PacketDesc& desc,
+                                          uint8_t* frame, size_t len, uint64_t now_ns,
+                                          BurstTally& tally, PathChoice* out,
+                                          RewriteResult* rewrite, IcrcDeltaCache* icrc);
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
                                    uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
@@ -437,6 +499,16 @@ class PinSelector {
     a.fill(0xffff);
     a[static_cast<uint8_t>(pkt::L3::kIpv4)] = pkt::kIpv4MinHeaderLen;
     a[static_cast<uint8_t>(pkt::L3::kIpv6)] = pkt::kIpv6HeaderLen;
+    return a;
+  }();
+  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE).
+  static constexpr std::array<bool, 256> kFastClass = [] {
+    std::array<bool, 256> a{};
+    for (pkt::RoceClass c :
+         {pkt::RoceClass::kSend, pkt::RoceClass::kWrite, pkt::RoceClass::kReadRequest,
+          pkt::RoceClass::kReadResponse, pkt::RoceClass::kAtomic}) {
+      a[static_cast<uint8_t>(c)] = true;
+    }
     return a;
   }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
@@ -571,7 +643,8 @@ template <typename Count>
   if (desc.flags & pkt::kFlagLast) e.flags &= static_cast<uint8_t>(~kFlowInMessage);
 }
 
-inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip, bool v6,
+inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* recent,
+                                                              const uint8_t* ip, bool v6,
                                                               uint32_t qpn) {
   // IPv4: the addresses themselves (adjacent in the header) are the tag, no hash needed.
   uint64_t tag;
@@ -583,10 +656,9 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip,
     tag = HashFlowV6(ip, qpn);
     key = kRecentValid | 1u << 24 | qpn;
   }
-  const size_t slot =
-      (static_cast<uint32_t>(tag) ^ static_cast<uint32_t>(tag >> 32) ^ key) * 0x9E3779B1u >>
-      (32 - kRecentBits);
-  const RecentFlow& r = recent_[slot];
+  // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
+  const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
+  const RecentFlow& r = recent[slot];
   if (r.tag == tag && r.key == key) [[likely]] {
     const FlowEntry* e = r.entry;
     if (e->key_hash == r.hash && e->qpn == qpn && e->path_set == r.set_id) [[likely]]
@@ -596,22 +668,17 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const uint8_t* ip,
 }
 
 template <bool kRewrite>
-inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_t len,
-                              uint64_t now_ns, BurstTally& tally, PathChoice* out,
-                              RewriteResult* rewrite, EntropyField field, IcrcDeltaCache* icrc) {
-  // Choose()'s checks (and with the rewrite, Rewrite()'s): whatever would not be placed on a
-  // flow's state, or not rewritten inline, goes to the general path.
+inline bool PinSelector::FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
+                                      size_t len) {
   // The IP header's least length by L3; not IP: more than any offset.
-  const auto l3 = static_cast<uint8_t>(desc.l3);
-  const uint32_t min_ip = kMinIpHeader[l3];
+  const uint32_t min_ip = kMinIpHeader[static_cast<uint8_t>(desc.l3)];
   // Control opcodes (IsControlClass()) by bit. A class beyond the mask may alias one of them: it
   // then merely takes the general path.
   constexpr uint32_t kControl = 1u << static_cast<int>(pkt::RoceClass::kAck) |
                                 1u << static_cast<int>(pkt::RoceClass::kAtomicAck) |
                                 1u << static_cast<int>(pkt::RoceClass::kCnp) |
                                 1u << static_cast<int>(pkt::RoceClass::kOther);
-  const uint16_t flags = desc.flags;
-  if ((flags & pkt::kFlagRoce) == 0 ||
+  if ((desc.flags & pkt::kFlagRoce) == 0 ||
       ((kControl >> (static_cast<uint32_t>(desc.roce_class) & 31)) & 1) || frame == nullptr) {
     return false;
   }
@@ -619,13 +686,33 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     return false;
   }
   if constexpr (kRewrite) {
-    if (desc.icrc_off < desc.bth_off + pkt::kBthLen || size_t{desc.icrc_off} + pkt::kIcrcLen > len)
-      return false;
+    return desc.icrc_off >= desc.bth_off + pkt::kBthLen &&
+           size_t{desc.icrc_off} + pkt::kIcrcLen <= len;
   } else {
-    if (size_t{desc.bth_off} + pkt::kBthLen > len) return false;
+    return size_t{desc.bth_off} + pkt::kBthLen <= len;
   }
-  const bool v6 = l3 == 6;
-  const RecentFlow* const r = FindRecent(frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
+}
+
+template <bool kRewrite, bool kParsed>
+inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, uint8_t* frame,
+                              size_t len, uint64_t now_ns, BurstTally& tally, PathChoice* out,
+                              RewriteResult* rewrite, IcrcDeltaCache* icrc) {
+  // Choose()'s checks (and with the rewrite, Rewrite()'s): whatever would not be placed on a
+  // flow's state, or not rewritten inline, goes to the general path.
+  const auto l3 = static_cast<uint8_t>(desc.l3);
+  const uint16_t flags = desc.flags;
+  if constexpr (kParsed) {
+    // Parse() checked the rest: a class the fast path places implies kFlagRoce and its geometry.
+    if (!kFastClass[static_cast<uint8_t>(desc.roce_class)] ||
+        size_t{desc.icrc_off} + pkt::kIcrcLen > len) {
+      return false;
+    }
+  } else if (!FastGeometry<kRewrite>(desc, frame, len)) {
+    return false;
+  }
+  const bool v6 = l3 == static_cast<uint8_t>(pkt::L3::kIpv6);
+  const RecentFlow* const r = FindRecent(static_cast<const RecentFlow*>(p.recent),
+                                         frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
   const PathSetView set{r->paths, r->set_size, r->set_id};
@@ -634,8 +721,8 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
   uint8_t i;
   Verdict verdict;
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
-  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
-  if ((flags & kOnly) == kOnly && one_packet_pin_ && desc.payload_len <= threshold) [[likely]] {
+  const bool only = (flags & kOnly) == kOnly;
+  if (only && desc.payload_len < p.pin_below) [[likely]] {
     // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
     // Place() and Account() with what such a message already says. It is a flow of known size
     // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
@@ -646,20 +733,18 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     const uint32_t messages = e->messages + 1;
     e->messages = messages;
     e->size = size;
-    e->flow_threshold = Saturate32(threshold);
+    e->flow_threshold = p.threshold32;
     e->flow_bytes = size;
-    i = static_cast<uint8_t>(internal::FastRange(internal::Remix(hash, messages), set.size));
+    i = static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set.size));
     e->pinned_path = i;
     e->pinned_entropy = set[i].entropy;
     e->pinned_port = set[i].port;
     e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
     verdict = Verdict::kPinned;
-    ++tally.pinned_flows;
-    ++tally.pinned_packets;
-    if (record_or_track_) [[unlikely]]
+    ++tally.pinned_single;
+    if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
-  } else if ((flags & kOnly) == kOnly && config_.flow_unit == FlowUnit::kRequest &&
-             !(config_.pin && desc.payload_len <= threshold)) {
+  } else if (only && desc.payload_len >= p.spray_from) {
     // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
     // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
     const uint64_t gap_ns = now_ns - e->last_ns;
@@ -669,14 +754,13 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     const uint32_t size = desc.payload_len;
     ++e->messages;
     e->size = size;
-    e->flow_threshold = Saturate32(threshold);
+    e->flow_threshold = p.threshold32;
     e->flow_bytes = size;
     e->flags = kFlowSizeKnown;
     i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
     verdict = Verdict::kSprayed;
-    ++tally.sprayed_flows;
-    ++tally.sprayed_packets;
-    if (record_or_track_) [[unlikely]]
+    ++tally.sprayed_single;
+    if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
@@ -692,7 +776,11 @@ inline bool PinSelector::Fast(const pkt::PacketDesc& desc, uint8_t* frame, size_
     Account(*e, desc, set, i, now_ns, count);
   }
   *out = {&set[i], i, verdict, set.id};
-  if constexpr (kRewrite) *rewrite = RewriteFitting(frame, len, desc, set[i], field, *icrc);
+  if constexpr (kRewrite) {
+    *rewrite = RewriteFitting(
+        frame, len, desc, set[i],
+        p.sport_always ? EntropyField::kUdpSourcePort : EntropyField::kIpv6FlowLabel, *icrc);
+  }
   return true;
 }
 

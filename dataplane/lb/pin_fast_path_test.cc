@@ -142,6 +142,7 @@ class Differential {
       if (--burst_left == 0) {
         EndBurst();
         Between();
+        params_ = fast_->Params(field_);
         burst_left = 1 + static_cast<int>(rng_() % 64);
       }
       Step();
@@ -156,6 +157,9 @@ class Differential {
   uint64_t slow_packets() const { return slow_packets_; }
   // Pinned or sprayed by Choose() after the fast path declined (a new entry, a new table).
   uint64_t slow_stateful() const { return slow_stateful_; }
+  // Parse()'s descs offered to TryChooseRewriteParsed(), and those it placed.
+  uint64_t parsed_offered() const { return parsed_offered_; }
+  uint64_t parsed_packets() const { return parsed_packets_; }
 
  private:
   static bool HasFailure() { return ::testing::Test::HasFailure(); }
@@ -271,13 +275,15 @@ class Differential {
     } else if (what < 8) {
       frame = nullptr;
     }
-    Offer(d, frame, len);
+    // Otherwise `d` is Parse()'s of the frame, as in the pipeline (the checksum is not in it).
+    Offer(d, frame, len, what >= 8);
   }
 
   // One packet through both: the reference chooses with Choose() and rewrites with RewriteFull()
-  // (no ICRC memo); the other takes TryChooseFast() or TryChooseRewriteFast() (their rewrite
-  // with a memo), and Choose() and Rewrite() where they decline. Same choice, same bytes.
-  void Offer(const pkt::PacketDesc& d, uint8_t* frame, size_t len) {
+  // (no ICRC memo); the other takes TryChooseFast(), TryChooseRewriteFast() or, for a desc
+  // Parse() made of this frame (`parsed`), TryChooseRewriteParsed() (their rewrite with a memo),
+  // and Choose() and Rewrite() where they decline. Same choice, same bytes.
+  void Offer(const pkt::PacketDesc& d, uint8_t* frame, size_t len, bool parsed) {
     std::vector<uint8_t> a, b;
     if (frame != nullptr) {
       a.assign(frame, frame + len);
@@ -289,12 +295,21 @@ class Differential {
     RewriteResult want_r = RewriteResult::kNotRoce;
     if (want.path != nullptr) want_r = RewriteFull(fa, len, d, *want.path, field_, nullptr);
 
-    const bool with_rewrite = rng_() % 2 == 0;
+    const uint32_t how = static_cast<uint32_t>(rng_() % 3);
+    const bool with_rewrite = how != 0;
     PathChoice got;
     RewriteResult got_r = RewriteResult::kNotRoce;
-    const bool fast = with_rewrite ? fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_,
-                                                                 tally_, &got, &got_r)
-                                   : fast_->TryChooseFast(d, fb, len, now_, tally_, &got);
+    bool fast;
+    if (how == 2 && parsed) {
+      ++parsed_offered_;
+      // The burst's parameters, as the stage takes them (at the start of the burst).
+      fast = fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got, &got_r);
+      if (fast) ++parsed_packets_;
+    } else if (with_rewrite) {
+      fast = fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);
+    } else {
+      fast = fast_->TryChooseFast(d, fb, len, now_, tally_, &got);
+    }
     if (fast) {
       ++fast_packets_;
       EXPECT_NE(got.path, nullptr);
@@ -391,11 +406,13 @@ class Differential {
   std::unique_ptr<PinSelector> ref_;
   std::unique_ptr<PinSelector> fast_;
   PinSelector::BurstTally tally_;
+  PinSelector::FastParams params_{};
   EntropyField field_;
   IcrcDeltaCache icrc_;
   std::vector<Qp> qps_;
   uint64_t now_ = 1'000'000;
   uint64_t fast_packets_ = 0, slow_packets_ = 0, slow_stateful_ = 0;
+  uint64_t parsed_offered_ = 0, parsed_packets_ = 0;
 };
 
 struct Case {
@@ -416,8 +433,10 @@ TEST_P(PinFastPathTest, SameAsChoose) {
   const uint64_t stateful = d.fast_packets() + d.slow_stateful();
   if (c.qps * 4 <= c.capacity * 3) {
     EXPECT_GT(d.fast_packets(), stateful * 8 / 10);
+    EXPECT_GT(d.parsed_packets(), d.parsed_offered() / 4);
   } else {
     EXPECT_GT(d.fast_packets(), 0u);
+    EXPECT_GT(d.parsed_packets(), 0u);
   }
 }
 

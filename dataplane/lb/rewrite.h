@@ -94,7 +94,8 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
 
 // Rewrite() of a frame whose geometry Rewrite() accepts (RoCE; IPv4 or IPv6 with UDP at least 4
 // bytes in; BTH right after UDP; the ICRC after BTH and within `len`), `frame` not null. The
-// caller has checked that (PinSelector::TryChooseRewriteFast() does, for its own reasons).
+// caller has checked that (PinSelector::TryChooseRewriteFast() does; for
+// TryChooseRewriteParsed(), Parse() did).
 // Inline: the common frame (the UDP source port, a zero UDP checksum, no next-hop MAC).
 [[gnu::always_inline]] inline RewriteResult RewriteFitting(uint8_t* frame, size_t len,
                                                            const pkt::PacketDesc& desc,

@@ -49,7 +49,8 @@ PinSelectStage::PinSelectStage(const Options& options)
       stage_(options.control->stage_counters(options.worker)),
       selector_out_(options.control->selector_counters(options.worker)),
       path_bytes_(options.control->path_bytes(options.worker)),
-      path_packets_(options.control->path_packets(options.worker)) {
+      path_packets_(options.control->path_packets(options.worker)),
+      path_counts_(new uint64_t[(kLbReportedSets + 1) * lb::kMaxPaths]()) {
   if (!o_.clock) ns_per_tsc_ = 1e9 / static_cast<double>(std::max<uint64_t>(rte_get_tsc_hz(), 1));
   if (o_.housekeep_every == 0) o_.housekeep_every = 1;
   lb::LbConfig c = o_.config;
@@ -58,6 +59,7 @@ PinSelectStage::PinSelectStage(const Options& options)
   // come from the control object (this is the control thread, before the worker runs).
   const LbParams& p = o_.control->params();
   sel_ = std::make_unique<lb::PinSelector>(c, p.table.get());
+  SetFoldRows(p.table.get());
   sel_->SetFeedbackExpected(o_.control->has_host_backlog());
   Apply(p);
   Publish();
@@ -69,7 +71,12 @@ uint64_t PinSelectStage::NowNs() const {
 }
 
 void PinSelectStage::Apply(const LbParams& p) {
-  if (p.table.get() != sel_->table()) sel_->SetPathTable(p.table.get());
+  if (p.table.get() != sel_->table()) {
+    // The counts so far belong to the old table's (set, path) slots.
+    FoldPathCounts();
+    sel_->SetPathTable(p.table.get());
+    SetFoldRows(p.table.get());
+  }
   sel_->Reconfigure(p.config);
   applied_generation_ = p.generation;
   Set(PinStageCounter::kGeneration, p.generation);
@@ -95,31 +102,36 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
 
   lb::PinSelector& sel = *sel_;
   const lb::EntropyField field = sel.config().entropy_field;
+  // What the fast path reads of the selector, once for the burst (nothing reconfigures it within).
+  const lb::PinSelector::FastParams params = sel.Params(field);
+  // Locals, not members: a store into a frame may alias any member, which would then be loaded
+  // again for every packet.
+  lb::PinSelector::BurstTally tally;
+  lb::IcrcDeltaCache& icrc = icrc_cache_;
   uint64_t rewritten = 0, unchanged = 0, refused = 0, untouched = 0;
   // Bytes by verdict: pinned, sprayed, stateless (control packets and table-full fallbacks).
   uint64_t verdict_bytes[3] = {0, 0, 0};
   static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
                 static_cast<int>(lb::Verdict::kSprayed) == 1);
-  // Locals: the rewrite's byte stores may alias any member, so they would be loaded per packet.
-  std::atomic<uint64_t>* const path_bytes = path_bytes_;
-  std::atomic<uint64_t>* const path_packets = path_packets_;
+  // A local: the rewrite's byte stores may alias any member, so it would be loaded per packet.
+  uint64_t* const path_counts = path_counts_.get();
   const uint16_t n = b.n;
   for (uint16_t i = 0; i < n; ++i) {
     const pkt::PacketDesc& d = b.desc[i];
-    if (!(d.flags & pkt::kFlagRoce)) [[unlikely]] {
-      ++untouched;
-      continue;
-    }
     rte_mbuf* m = b.pkts[i];
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const size_t len = m->data_len;  // the headers are in the first segment
     lb::PathChoice c;
     lb::RewriteResult r;
     int verdict;  // index into verdict_bytes
-    if (sel.TryChooseRewriteFast(d, frame, len, now_ns, field, icrc_cache_, tally_, &c, &r))
-        [[likely]] {
+    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE.
+    if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
       verdict = static_cast<int>(c.verdict);  // pinned or sprayed
     } else {
+      if (!(d.flags & pkt::kFlagRoce)) {
+        ++untouched;
+        continue;
+      }
       c = sel.Choose(d, frame, len, now_ns);
       if (c.path == nullptr) {
         ++untouched;
@@ -142,12 +154,15 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const size_t slot =
         static_cast<size_t>(std::min<uint32_t>(c.set_id, kLbReportedSets)) * lb::kMaxPaths +
         c.index;
-    std::atomic<uint64_t>& pb = path_bytes[slot];
-    pb.store(pb.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    std::atomic<uint64_t>& pp = path_packets[slot];
-    pp.store(pp.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    path_counts[slot] += kOnePathPacket + bytes;
   }
-  sel.Commit(tally_);
+  sel.Commit(tally);
+  // The packed counts hold fewer than 2^24 packets per slot between two folds.
+  unfolded_packets_ += n;
+  if (unfolded_packets_ >= kFoldPackets) [[unlikely]]
+    FoldPathCounts();
+  // Every packet has its path's uplink: "port-fwd" has nothing left to do.
+  b.all_routed = untouched == 0 && refused == 0;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
   if (unchanged) Add(PinStageCounter::kUnchanged, unchanged);
   if (refused) Add(PinStageCounter::kRewriteRefused, refused);
@@ -274,7 +289,8 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
   const bool expected = o_.control->has_host_backlog();
   if (expected != sel_->feedback_expected()) sel_->SetFeedbackExpected(expected);
   if (o_.control->num_workers() > 1) DrainFeedback();
-  if (++polls_ % o_.housekeep_every != 0) return;
+  if (++polls_ < o_.housekeep_every) return;  // a count, not a division per poll
+  polls_ = 0;
   const lb::FlowTable& flows = sel_->flows();
   sel_->SweepIdle(sweep_cursor_, o_.sweep_slice, NowNs());
   sweep_cursor_ += o_.sweep_slice;
@@ -282,7 +298,41 @@ void PinSelectStage::Poll(WorkerContext& ctx) {
   Publish();
 }
 
+void PinSelectStage::SetFoldRows(const lb::PathTable* table) {
+  std::array<uint32_t, kLbReportedSets + 1> paths{};  // per row, its largest set
+  const size_t sets = table != nullptr ? table->num_sets() : 0;
+  for (size_t id = 0; id < sets; ++id) {
+    uint32_t& row = paths[std::min<size_t>(id, kLbReportedSets)];
+    row = std::max(row, table->set(static_cast<uint32_t>(id)).size);
+  }
+  num_fold_ranges_ = 0;
+  for (size_t row = 0; row < paths.size(); ++row) {
+    if (paths[row] == 0) continue;
+    const auto begin = static_cast<uint16_t>(row * lb::kMaxPaths);
+    fold_ranges_[num_fold_ranges_++] = {begin, static_cast<uint16_t>(begin + paths[row])};
+  }
+}
+
+void PinSelectStage::FoldPathCounts() {
+  uint64_t* const counts = path_counts_.get();
+  for (size_t k = 0; k < num_fold_ranges_; ++k) {
+    for (size_t slot = fold_ranges_[k].first; slot < fold_ranges_[k].second; ++slot) {
+      const uint64_t v = counts[slot];
+      if (v == 0) continue;
+      counts[slot] = 0;
+      std::atomic<uint64_t>& pb = path_bytes_[slot];
+      pb.store(pb.load(std::memory_order_relaxed) + (v & (kOnePathPacket - 1)),
+               std::memory_order_relaxed);
+      std::atomic<uint64_t>& pp = path_packets_[slot];
+      pp.store(pp.load(std::memory_order_relaxed) + (v >> kPathPacketShift),
+               std::memory_order_relaxed);
+    }
+  }
+  unfolded_packets_ = 0;
+}
+
 void PinSelectStage::Publish() {
+  FoldPathCounts();
   for (int i = 0; i < lb::kNumLbCounters; ++i) {
     selector_out_[i].store(sel_->counter(static_cast<lb::LbCounter>(i)), std::memory_order_relaxed);
   }

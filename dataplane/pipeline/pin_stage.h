@@ -32,10 +32,12 @@
 // feedback rings, sweeps idle flows a slice at a time and publishes the counters.
 #pragma once
 
+#include <array>
 #include <bitset>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "dataplane/lb/icrc_update.h"
 #include "dataplane/lb/pin.h"
@@ -84,6 +86,10 @@ class PinSelectStage final : public Stage {
   void FlushFeedback();
   void DrainFeedback();
   void Publish();
+  // Adds path_counts_ to the published per-path counters and clears it.
+  void FoldPathCounts();
+  // The slots `table` counts in: per row (set id, the last row every later set) its largest set.
+  void SetFoldRows(const lb::PathTable* table);
   void Add(PinStageCounter c, uint64_t n) {
     std::atomic<uint64_t>& v = stage_[static_cast<size_t>(c)];
     v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -95,14 +101,24 @@ class PinSelectStage final : public Stage {
   Options o_;
   std::unique_ptr<lb::PinSelector> sel_;
   lb::IcrcDeltaCache icrc_cache_;  // this worker's memo of ICRC deltas
-  // The selector's counts of a burst's fast-path packets, added to its counters after the burst.
-  lb::PinSelector::BurstTally tally_;
   uint64_t applied_generation_ = 0;
   double ns_per_tsc_ = 1.0;
   std::atomic<uint64_t>* stage_;         // LbControl's block for this worker
   std::atomic<uint64_t>* selector_out_;  // ditto, the selector's counters as last published
   std::atomic<uint64_t>* path_bytes_;
   std::atomic<uint64_t>* path_packets_;
+  // Per (path set, path) slot as path_bytes_: packets << kPathPacketShift | bytes, one add per
+  // packet, folded into path_bytes_ and path_packets_ when published (Publish(), every
+  // housekeep_every polls), before a new path table, and before a slot's packet count could
+  // overflow its 24 bits (kFoldPackets packets since the last fold).
+  static constexpr int kPathPacketShift = 40;
+  static constexpr uint64_t kOnePathPacket = uint64_t{1} << kPathPacketShift;
+  static constexpr uint64_t kFoldPackets = uint64_t{1} << 23;
+  std::unique_ptr<uint64_t[]> path_counts_;
+  // SetFoldRows(): [begin, end) slot ranges of the rows the current table counts in.
+  std::array<std::pair<uint16_t, uint16_t>, kLbReportedSets + 1> fold_ranges_{};
+  size_t num_fold_ranges_ = 0;
+  uint64_t unfolded_packets_ = 0;
   uint32_t polls_ = 0;
   size_t sweep_cursor_ = 0;
   // Feedback for flows other workers may hold, gathered over a burst and posted at its end.

@@ -251,6 +251,7 @@ TEST_F(PinStageTest, WhatIsNotBalancedIsLeftToPortForward) {
   EXPECT_EQ(b.egress[0], kUplinkA);
   EXPECT_EQ(b.egress[1], kNoEgress);
   EXPECT_EQ(b.egress[2], kNoEgress);
+  EXPECT_FALSE(b.all_routed);
   // port-fwd keeps the chosen egress and sends the rest to the host port's peer.
   std::array<uint16_t, kMaxPorts> peer;
   peer.fill(kNoEgress);
@@ -265,6 +266,45 @@ TEST_F(PinStageTest, WhatIsNotBalancedIsLeftToPortForward) {
   EXPECT_EQ(Stage(PinStageCounter::kUntouchedPackets), 2u);
   EXPECT_EQ(Sel(lb::LbCounter::kNoPathSet), 1u);
   EXPECT_EQ(Sel(lb::LbCounter::kNotRoce), 0u);  // not offered: the stage skips non-RoCE itself
+}
+
+// A burst pin-select routed whole is marked so, and port-fwd leaves it as it is.
+TEST_F(PinStageTest, AWhollyRoutedBurstIsLeftAloneByPortForward) {
+  Make({.balancer = lb::BalancerKind::kRps}, 1, /*with_default=*/false);  // the /24 on uplink A
+  TestWorker& t = *w_[0];
+  std::array<uint16_t, kMaxPorts> peer;
+  peer.fill(kNoEgress);
+  peer[kHost] = kUplinkB;
+  PortForwardStage fwd(peer);
+  // Two bursts through the same Burst: RoCE only (routed whole), then one with a UDP frame.
+  lb::testing::Packet udp;
+  pkt::FrameSpec plain = Hosts(1, 2);
+  plain.udp_dport = 9999;  // not RoCEv2
+  udp.bytes = pkt::BuildUdp(plain, std::vector<uint8_t>(64, 1));
+  ASSERT_EQ(pkt::Parse(udp.data(), udp.size(), &udp.desc), pkt::ParseError::kOk);
+  for (const bool with_udp : {false, true}) {
+    std::vector<Packet> pkts = Message(Hosts(1, 2), true, kQp, 0, 4096);
+    if (with_udp) pkts.insert(pkts.begin() + 1, udp);
+    Burst& b = t.b;
+    b.n = 0;
+    b.ingress = kHost;
+    for (const Packet& p : pkts) {
+      rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
+      memcpy(rte_pktmbuf_append(m, p.size()), p.data(), p.size());
+      b.desc[b.n] = p.desc;
+      b.pkts[b.n] = m;
+      b.egress[b.n] = kNoEgress;
+      b.held[b.n] = nullptr;
+      ++b.n;
+    }
+    ASSERT_EQ(t.stage->Process(t.ctx, b), pkts.size());
+    EXPECT_EQ(b.all_routed, !with_udp);
+    ASSERT_EQ(fwd.Process(t.ctx, b), pkts.size());
+    for (uint16_t i = 0; i < b.n; ++i) {
+      EXPECT_EQ(b.egress[i], with_udp && i == 1 ? kUplinkB : kUplinkA) << i;
+      rte_pktmbuf_free(b.pkts[i]);
+    }
+  }
 }
 
 TEST_F(PinStageTest, ReverseDirectionIsNeitherRewrittenNorRouted) {

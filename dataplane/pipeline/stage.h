@@ -33,6 +33,11 @@ struct Burst {
   // or kUnknownBacklog. 0 tells a stage that no flow has packets held from earlier bursts.
   static constexpr uint32_t kUnknownBacklog = ~uint32_t{0};
   uint32_t egress_backlog = kUnknownBacklog;
+  // True when a stage has chosen every packet's egress (none is kNoEgress): "pin-select" sets it
+  // for a burst it routed whole, and "port-fwd" then has nothing to fill. Stages after the one
+  // that set it may drop packets (the rest stay routed) but must not clear an egress. The worker
+  // clears it for every burst.
+  bool all_routed = false;
   rte_mbuf* pkts[kMaxBurst];
   uint16_t egress[kMaxBurst];  // port index each packet leaves on; kNoEgress until chosen
   // Egress priority level (0 = lowest, served last); 0 unless a stage ("storm-tag") sets it. The

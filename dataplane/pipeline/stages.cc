@@ -9,6 +9,7 @@
 namespace heddle::pipeline {
 
 uint16_t PortForwardStage::Process(WorkerContext& ctx, Burst& b) {
+  if (b.all_routed) return b.n;  // "pin-select" chose every egress: nothing to fill or drop
   const uint16_t out = b.ingress < kMaxPorts ? peer_[b.ingress] : kNoEgress;
   // An egress an earlier stage chose ("pin-select": the path's uplink) stands.
   uint16_t kept = 0;

@@ -62,6 +62,7 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
   burst_.ingress = port_index;
   burst_.egress_backlog = egress_ ? egress_->queued() : Burst::kUnknownBacklog;
   burst_.n = 0;
+  burst_.all_routed = false;
   uint64_t bytes = 0;
   // Per-class counts stay in registers/stack for the burst and are added once per class.
   uint16_t per_class[kNumRoceClasses] = {};

@@ -57,10 +57,12 @@ inline uint64_t HashFlow(const uint8_t* src, const uint8_t* dst, bool v6, uint32
   return h == 0 ? 1 : h;
 }
 
-// A well-mixed 64-bit value from a hash and a salt (e.g. a message number).
-inline uint64_t Remix(uint64_t h, uint64_t salt) {
-  return Avalanche(Mum(h ^ kPrime4, salt ^ kPrime1));
-}
+// The hash that places a flow's message number `m` (request mode's pinned path): the flow hash
+// (already avalanched: HashFlow()) times the number spread over 64 bits, folded. Its high half, all
+// FastRange() reads, is uniform over the paths for each flow and independent across flows (chi-
+// square over thousands of messages per flow and path-set sizes 2..64 as for xxHash's avalanche
+// of the same pair), in a third of the instructions: one multiply on the per-packet path.
+inline uint64_t MessageHash(uint64_t h, uint64_t m) { return Mum(h, (m * kPrime1) ^ kPrime4); }
 
 // Lemire's multiply-shift: a value in [0, n) from 32 well-mixed bits.
 inline uint32_t FastRange(uint64_t x, uint32_t n) {
