@@ -629,6 +629,175 @@ std::vector<pb::FrameChunk> Chunks(uint64_t round, uint32_t region, uint32_t sli
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
+// ---- compiled schedules (docs/relay-wan.md §10) ----
+
+collective::Op SchedSend(uint32_t peer, uint32_t chunk, uint32_t piece) {
+  return {.kind = collective::OpKind::kSend,
+          .peer = peer,
+          .chunk = chunk,
+          .piece = piece,
+          .src = {.slot = chunk}};
+}
+collective::Op SchedRecv(uint32_t peer, uint32_t chunk, uint32_t piece) {
+  return {.kind = collective::OpKind::kRecv,
+          .peer = peer,
+          .chunk = chunk,
+          .piece = piece,
+          .dst = {.slot = chunk}};
+}
+
+// An all-gather over ranks 0, 1, 2 where rank 1 is the hub: ranks 0 and 2 never talk; rank 1
+// forwards each one's frames to the other. In two pieces, each routed the same way.
+std::shared_ptr<const collective::Schedule> HubSchedule() {
+  auto s = std::make_shared<collective::Schedule>();
+  s->collective = {.kind = collective::Kind::kAllGather, .ranks = 3, .chunks_per_rank = 1};
+  s->pieces = 2;
+  s->intent = "hub";
+  s->ranks = {"1", "2", "3"};
+  s->per_rank.resize(3);
+  for (uint32_t p = 0; p < 2; ++p) {
+    for (uint32_t edge : {0u, 2u}) {
+      const uint32_t other = 2 - edge;
+      s->per_rank[edge].ops.push_back(SchedSend(1, edge, p));
+      s->per_rank[edge].ops.push_back(SchedRecv(1, 1, p));
+      s->per_rank[edge].ops.push_back(SchedRecv(1, other, p));
+      s->per_rank[1].ops.push_back(SchedRecv(edge, edge, p));
+      s->per_rank[1].ops.push_back(SchedSend(edge, 1, p));
+    }
+    const uint32_t recv0 = static_cast<uint32_t>(s->per_rank[1].ops.size() - 4);
+    s->per_rank[1].ops.push_back(SchedSend(2, 0, p));
+    s->per_rank[1].ops.back().deps = {recv0};
+    s->per_rank[1].ops.push_back(SchedSend(0, 2, p));
+    s->per_rank[1].ops.back().deps = {recv0 + 2};
+  }
+  return s;
+}
+
+const WanPeerStats& Peer(const WanStats& s, uint32_t region) {
+  for (const WanPeerStats& p : s.peers) {
+    if (p.region_id == region) return p;
+  }
+  ADD_FAILURE() << "no peer " << region;
+  return s.peers.front();
+}
+
+TEST(GrpcExchangeScheduleTest, RelayedScheduleReachesTheFarRegionOnlyThroughTheHub) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.compiled = HubSchedule();
+    // Every frame comes through the hub: the follower never has to fetch (it would only after
+    // frames stopped coming for this long).
+    o.fetch_grace = absl::Seconds(600);
+  });
+  const uint64_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  for (uint64_t r = 1; r <= 2; ++r) {
+    std::map<uint32_t, std::vector<FramePtr>> frames;
+    for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, r, true);
+    std::vector<std::thread> t;
+    for (uint32_t region : {3u, 1u, 2u}) {
+      t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, r); });
+    }
+    for (std::thread& x : t) x.join();
+    GlobalAggregate want = ref.Aggregate(r, frames);
+    ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
+  }
+  const WanStats s1 = m.ex(1).Stats(), s2 = m.ex(2).Stats(), s3 = m.ex(3).Stats();
+  for (const WanStats* s : {&s1, &s2, &s3}) {
+    EXPECT_EQ(s->schedule_name, "hub");
+    EXPECT_EQ(s->schedule_digest, s1.schedule_digest);
+    EXPECT_EQ(s->schedule_pieces, 2u);
+    EXPECT_EQ(s->frames_fetched, 0u);
+    EXPECT_EQ(s->malformed_messages, 0u);
+    EXPECT_EQ(s->digest_mismatches, 0u);
+  }
+  // Regions 1 and 3 never exchange a frame; the hub forwards each one's to the other.
+  EXPECT_EQ(Peer(s1, 3).frames_sent, 0u);
+  EXPECT_EQ(Peer(s3, 1).frames_sent, 0u);
+  EXPECT_EQ(Peer(s1, 3).frames_received, 0u);
+  EXPECT_EQ(Peer(s3, 1).frames_received, 0u);
+  EXPECT_EQ(Peer(s2, 3).frames_sent, 2 * 2 * nslices);  // its own and region 1's, two rounds
+  EXPECT_EQ(Peer(s2, 3).frames_forwarded, 2 * nslices);
+  EXPECT_EQ(Peer(s2, 1).frames_forwarded, 2 * nslices);
+  EXPECT_EQ(Peer(s3, 2).frames_received, 2 * 2 * nslices);
+  EXPECT_EQ(Peer(s1, 2).frames_forwarded, 0u);
+}
+
+// Killed in the middle of a round, the hub costs time, never correctness: the coordinator leaves
+// out what it could not get and the far region fetches the rest from it.
+TEST(GrpcExchangeScheduleTest, ForwarderKilledMidRoundStillPublishesTheSameBitsEverywhere) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.compiled = HubSchedule();
+    o.fetch_grace = absl::Milliseconds(50);
+    if (o.region_id == 1) o.wan_timeout = absl::Seconds(1);
+  });
+  const size_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  // Round 1: the hub holds region 1's frames (some maybe forwarded, some not) when it dies.
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  WaitUntil([&] { return Peer(m.ex(2).Stats(), 1).frames_received >= nslices; });
+  m.Kill(2);
+  SubmitRegion(m.ex(3), m.spec(), 3, 1);
+  // Region 3's frames never reach the coordinator (only through the hub): after wan_timeout
+  // the round includes region 1 alone, and region 3 fetches what the hub did not forward.
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  frames[1] = ref.Feed(1, 1, true);
+  ref.Feed(3, 1, false);
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 3}, &want);
+  EXPECT_FALSE(m.outcomes(3).Wait(1).includes_this_region);
+  EXPECT_TRUE(m.outcomes(3).Wait(1).retained_by_gateway);
+  const WanStats s3 = m.ex(3).Stats();
+  EXPECT_EQ(s3.frames_fetched + Peer(s3, 2).frames_received, nslices);
+  EXPECT_EQ(s3.digest_mismatches, 0u);
+}
+
+TEST(GrpcExchangeScheduleTest, GatewaysRunningDifferentSchedulesDoNotLinkUp) {
+  Mesh m(TestSpec(), {1, 2});
+  m.StartAll([](WanOptions& o) {
+    if (o.region_id == 2) o.schedule.name = "ring";  // with 2 regions the same routing, but
+    o.schedule.pieces = o.region_id == 2 ? 2 : 1;    // another schedule all the same
+  });
+  // The follower (region 2) says hello to the coordinator at once, and is refused.
+  WaitUntil([&] { return m.ex(1).Stats().handshake_failures > 0; });
+  EXPECT_FALSE(m.ex(2).Stats().peers[0].connected);
+  EXPECT_NE(m.ex(1).Stats().schedule_digest, m.ex(2).Stats().schedule_digest);
+
+  RawPeer raw(m.ex(1).port());
+  pb::HelloRequest hello;
+  hello.set_protocol_version(1);
+  hello.set_region_id(2);
+  hello.set_spec_digest(SpecDigest(m.spec()));
+  hello.add_regions(1);
+  hello.add_regions(2);
+  hello.set_schedule_name("ring");
+  hello.set_schedule_digest(m.ex(2).Stats().schedule_digest);
+  grpc::Status st = raw.Hello({.spec = Hex(SpecDigest(m.spec()))}, hello);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("it runs exchange schedule 'ring'"));
+  EXPECT_THAT(st.error_message(), HasSubstr("runs 'direct'"));
+  EXPECT_THAT(st.error_message(), HasSubstr("same schedule"));
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
+  EXPECT_TRUE(raw.Hello({.spec = Hex(SpecDigest(m.spec()))}, hello).ok());
+}
+
+TEST(GrpcExchangeScheduleTest, ScheduleTheRelayCannotRunFailsAtStart) {
+  WanOptions o;
+  o.region_id = 1;
+  o.listen_address = "127.0.0.1:0";
+  o.peers = {{.region_id = 2}, {.region_id = 3}};
+  auto s = std::make_shared<collective::Schedule>(*HubSchedule());
+  s->per_rank[1].ops.pop_back();  // the hub no longer forwards region 3's last piece to region 1
+  o.schedule.compiled = s;
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(TestSpec(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.schedule"));
+  EXPECT_THAT(ex.status().message(), HasSubstr("piece 1 of chunk 2"));
+  o.schedule = {.name = "no-such-schedule"};
+  EXPECT_FALSE(StartGrpcExchange(TestSpec(), o).ok());
+}
+
 TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   Mesh m(TestSpec());
   m.StartAll();
@@ -639,6 +808,7 @@ TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   hello.set_region_id(2);
   hello.set_spec_digest(SpecDigest(m.spec()));
   for (uint32_t r : {1, 2, 3}) hello.add_regions(r);
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
   EXPECT_TRUE(raw.Hello({.spec = spec}, hello).ok());
 
   grpc::Status st = raw.Hello({.token = "", .spec = spec}, hello);
@@ -724,9 +894,15 @@ TEST(GrpcExchangeTest, MalformedPeerMessagesAreRefusedWithClearErrorsAndCounted)
                  "bytes announced");
   expect_refused(raw.Push(md, Chunks(1, 2, 99, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
                  "slice 99");
-  // Another region's frame, a round far ahead, a past round.
+  // A frame passed off as another region's (a forwarder relays frames, but the sender id must
+  // be the region it claims), the callee's own region, an unknown region; a round far ahead, a
+  // past round.
   expect_refused(raw.Push(md, Chunks(1, 3, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
-                 "only its own region's frames");
+                 "sender id is 2, expected 3");
+  expect_refused(raw.Push(md, Chunks(1, 1, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
+                 "never the receiver's own");
+  expect_refused(raw.Push(md, Chunks(1, 9, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
+                 "carries a frame of region 9");
   expect_refused(raw.Push(md, Chunks(9, 2, 0, frames[0])), grpc::StatusCode::OUT_OF_RANGE,
                  "too far ahead");
   expect_refused(raw.Push(md, Chunks(0, 2, 0, frames[0])), grpc::StatusCode::FAILED_PRECONDITION,
@@ -813,6 +989,7 @@ TEST(GrpcExchangeTest, MutualTls) {
   hello.set_spec_digest(SpecDigest(m.spec()));
   hello.add_regions(1);
   hello.add_regions(2);
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
   // With the right client certificate: accepted.
   RawPeer good(m.ex(1).port(),
                grpc::SslCredentials({read("ca.pem"), read("peer.key"), read("peer.pem")}),
