@@ -1,0 +1,859 @@
+// The OptiFlow schedule compiler: move DAG, routing, earliest-finish-time list scheduling of
+// pieces, op emission and the α–β replay that prices a schedule (compiler.h,
+// docs/optiflow-compiler.md).
+#include "control/collective/compiler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "control/collective/topology_io.h"
+
+namespace heddle::collective {
+namespace {
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// How many holders of a value a move may take its source from besides the intent's source, and
+// how many relay ranks a pair of ranks is offered. Small caps keep each evaluation O(1).
+constexpr size_t kMaxSubstitutes = 4;
+constexpr size_t kMaxRelays = 3;
+// What doubling the piece count must gain (relative) for the piece search to keep it.
+constexpr double kMinPieceGain = 0.02;
+
+uint64_t PairKey(uint32_t a, uint32_t b) { return uint64_t{a} << 32 | b; }
+
+// ---- The network as the scheduler sees it ------------------------------------------------------
+
+// A transfer between two ranks over one path: a direct link, or links through switches only.
+struct Segment {
+  uint32_t from = 0, to = 0;
+  std::vector<uint32_t> links;  // topology link indexes, in path order
+  double latency = 0;           // Σ l_i
+  double bandwidth = 0;         // min_i w_i
+  double busy = 0;              // d = α + b / bandwidth
+  double Cost() const { return busy + latency; }
+};
+
+// Arrival of a transfer that starts at `start` (shared by the scheduler and the replay so that
+// both compute bit-identical times).
+inline double Arrival(const Segment& s, double start) { return start + s.busy + s.latency; }
+
+class Network {
+ public:
+  Network(const Topology& t, double piece_bytes, double alpha)
+      : t_(t), piece_bytes_(piece_bytes), alpha_(alpha), out_(t.nodes.size()) {
+    for (uint32_t i = 0; i < t.links.size(); ++i) {
+      const Link& l = t.links[i];
+      out_[l.src].push_back(i);
+      link_index_.emplace(PairKey(l.src, l.dst), i);
+      if (l.src < t.ranks && l.dst < t.ranks) rank_links_ = true;
+    }
+    has_switches_ = t.nodes.size() > t.ranks;
+    // Rank-to-rank direct links: the relays' lower bounds.
+    min_out_.assign(t.ranks, kInf);
+    min_in_.assign(t.ranks, kInf);
+    max_out_bw_.assign(t.ranks, 0);
+    max_in_bw_.assign(t.ranks, 0);
+    for (const Link& l : t.links) {
+      if (l.src >= t.ranks || l.dst >= t.ranks) continue;
+      const double c = alpha_ + piece_bytes_ / l.bytes_per_second + l.latency_s;
+      min_out_[l.src] = std::min(min_out_[l.src], c);
+      min_in_[l.dst] = std::min(min_in_[l.dst], c);
+      max_out_bw_[l.src] = std::max(max_out_bw_[l.src], l.bytes_per_second);
+      max_in_bw_[l.dst] = std::max(max_in_bw_[l.dst], l.bytes_per_second);
+    }
+  }
+
+  uint32_t link_count() const { return static_cast<uint32_t>(t_.links.size()); }
+  const Segment& segment(uint32_t id) const { return segments_[id]; }
+
+  // The segment a→b: the direct link, else the shortest path through switches only. kNone if
+  // neither exists.
+  uint32_t Seg(uint32_t a, uint32_t b) {
+    auto [it, inserted] = seg_index_.emplace(PairKey(a, b), kNone);
+    if (!inserted) return it->second;
+    std::vector<uint32_t> links;
+    if (auto l = link_index_.find(PairKey(a, b)); l != link_index_.end()) {
+      links.push_back(l->second);
+    } else if (has_switches_) {
+      links = SwitchPath(a, b);
+    }
+    if (links.empty()) return kNone;
+    it->second = AddSegment(a, b, std::move(links));
+    return it->second;
+  }
+
+  // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
+  // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
+  // a wider bottleneck), and — when neither exists — the statically shortest path over any
+  // nodes, split at the ranks it passes.
+  const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
+    auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
+    if (!inserted) return it->second;
+    std::vector<std::vector<uint32_t>>& routes = it->second;
+    const uint32_t direct = Seg(a, b);
+    if (direct != kNone) routes.push_back({direct});
+    if (!multi_hop) return routes;
+    bool relays = true;
+    if (direct != kNone) {
+      const Segment& d = segments_[direct];
+      if (d.Cost() <= min_out_[a] + min_in_[b] &&
+          d.bandwidth >= std::min(max_out_bw_[a], max_in_bw_[b])) {
+        relays = false;  // no relay over a rank can be cheaper or wider
+      }
+    }
+    if (relays && rank_links_) {
+      std::vector<std::tuple<double, uint32_t, uint32_t, uint32_t>> found;  // cost, k, seg, seg
+      for (uint32_t k = 0; k < t_.ranks; ++k) {
+        if (k == a || k == b) continue;
+        auto x = link_index_.find(PairKey(a, k));
+        auto y = link_index_.find(PairKey(k, b));
+        if (x == link_index_.end() || y == link_index_.end()) continue;
+        const uint32_t s1 = Seg(a, k), s2 = Seg(k, b);
+        const double cost = segments_[s1].Cost() + segments_[s2].Cost();
+        const double bw = std::min(segments_[s1].bandwidth, segments_[s2].bandwidth);
+        if (direct == kNone || cost < segments_[direct].Cost() ||
+            bw > segments_[direct].bandwidth) {
+          found.emplace_back(cost, k, s1, s2);
+        }
+      }
+      std::sort(found.begin(), found.end());
+      for (size_t i = 0; i < found.size() && i < kMaxRelays; ++i) {
+        routes.push_back({std::get<2>(found[i]), std::get<3>(found[i])});
+      }
+    }
+    if (routes.empty()) {
+      std::vector<uint32_t> path = ShortestPath(a, b, /*through_ranks=*/true);
+      // Split at ranks: each piece between two ranks is a segment.
+      std::vector<uint32_t> route;
+      std::vector<uint32_t> links;
+      uint32_t from = a;
+      for (uint32_t li : path) {
+        links.push_back(li);
+        const uint32_t v = t_.links[li].dst;
+        if (v < t_.ranks) {
+          uint32_t id;
+          auto [sit, fresh] = seg_index_.emplace(PairKey(from, v), kNone);
+          if (!fresh && sit->second != kNone) {
+            id = sit->second;
+          } else {
+            id = AddSegment(from, v, links);
+            sit->second = id;
+          }
+          route.push_back(id);
+          links.clear();
+          from = v;
+        }
+      }
+      if (!route.empty()) routes.push_back(std::move(route));
+    }
+    return routes;
+  }
+
+ private:
+  uint32_t AddSegment(uint32_t a, uint32_t b, std::vector<uint32_t> links) {
+    Segment s;
+    s.from = a;
+    s.to = b;
+    s.bandwidth = kInf;
+    for (uint32_t li : links) {
+      s.latency += t_.links[li].latency_s;
+      s.bandwidth = std::min(s.bandwidth, t_.links[li].bytes_per_second);
+    }
+    s.busy = alpha_ + piece_bytes_ / s.bandwidth;
+    s.links = std::move(links);
+    segments_.push_back(std::move(s));
+    return static_cast<uint32_t>(segments_.size() - 1);
+  }
+
+  // Links of the path a→b through switches only (the per-source tree is cached).
+  std::vector<uint32_t> SwitchPath(uint32_t a, uint32_t b) {
+    auto [it, inserted] = switch_trees_.emplace(a, std::vector<uint32_t>{});
+    if (inserted) it->second = Dijkstra(a, /*through_ranks=*/false);
+    return Unwind(it->second, a, b);
+  }
+  std::vector<uint32_t> ShortestPath(uint32_t a, uint32_t b, bool through_ranks) {
+    return Unwind(Dijkstra(a, through_ranks), a, b);
+  }
+  std::vector<uint32_t> Unwind(const std::vector<uint32_t>& parent_link, uint32_t a,
+                               uint32_t b) const {
+    std::vector<uint32_t> links;
+    if (parent_link[b] == kNone) return links;
+    for (uint32_t v = b; v != a;) {
+      const uint32_t li = parent_link[v];
+      links.push_back(li);
+      v = t_.links[li].src;
+    }
+    std::reverse(links.begin(), links.end());
+    return links;
+  }
+  // Per node, the link that reaches it on a shortest path from `a` (weights: α + b/w + l per
+  // link); ranks other than `a` are only expanded when through_ranks. Ties: lower node index.
+  std::vector<uint32_t> Dijkstra(uint32_t a, bool through_ranks) const {
+    const size_t n = t_.nodes.size();
+    std::vector<double> dist(n, kInf);
+    std::vector<uint32_t> parent(n, kNone);
+    using Item = std::pair<double, uint32_t>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+    dist[a] = 0;
+    heap.emplace(0, a);
+    while (!heap.empty()) {
+      auto [d, v] = heap.top();
+      heap.pop();
+      if (d > dist[v]) continue;
+      if (v != a && v < t_.ranks && !through_ranks) continue;
+      for (uint32_t li : out_[v]) {
+        const Link& l = t_.links[li];
+        const double nd = d + alpha_ + piece_bytes_ / l.bytes_per_second + l.latency_s;
+        if (nd < dist[l.dst]) {
+          dist[l.dst] = nd;
+          parent[l.dst] = li;
+          heap.emplace(nd, l.dst);
+        }
+      }
+    }
+    return parent;
+  }
+
+  const Topology& t_;
+  double piece_bytes_, alpha_;
+  std::vector<std::vector<uint32_t>> out_;
+  absl::flat_hash_map<uint64_t, uint32_t> link_index_;
+  bool has_switches_ = false, rank_links_ = false;
+  std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
+  std::vector<Segment> segments_;
+  absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
+  absl::flat_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
+  absl::flat_hash_map<uint32_t, std::vector<uint32_t>> switch_trees_;
+};
+
+// ---- The move DAG ------------------------------------------------------------------------------
+
+struct Source {
+  uint32_t rank = 0;
+  uint32_t writer = kNone;  // the move that put the value there; kNone = it started there
+};
+
+struct Dag {
+  std::vector<uint32_t> pred_start, preds;  // CSR, deduplicated, increasing
+  std::vector<uint32_t> succ_start, succs;
+  std::vector<uint32_t> src_start;  // CSR into sources: [0] is the intent's source
+  std::vector<Source> sources;
+};
+
+absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
+  const Collective& c = intent.collective;
+  const uint64_t slots = SlotCount(c);
+  const uint32_t m_count = static_cast<uint32_t>(intent.moves.size());
+  struct SlotState {
+    uint32_t writer = kNone;
+    uint64_t value = 0;
+    std::vector<uint32_t> readers;  // moves that read the slot since its last write
+  };
+  absl::flat_hash_map<uint64_t, SlotState> state;
+  absl::flat_hash_map<uint64_t, std::vector<Source>> holders;  // value → ranks that got it
+  uint64_t next_value = uint64_t{1} << 62;
+  auto key = [&](uint32_t rank, uint64_t slot) { return uint64_t{rank} * slots + slot; };
+  auto slot_state = [&](uint32_t rank, uint64_t slot) -> SlotState& {
+    auto [it, inserted] = state.try_emplace(key(rank, slot));
+    if (inserted) it->second.value = StartsWith(c, rank, slot) ? key(rank, slot) + 1 : 0;
+    return it->second;
+  };
+
+  Dag dag;
+  std::vector<uint32_t> preds;
+  dag.pred_start.push_back(0);
+  dag.src_start.push_back(0);
+  for (uint32_t m = 0; m < m_count; ++m) {
+    const Move& mv = intent.moves[m];
+    if (mv.src >= c.ranks || mv.dst >= c.ranks || mv.slot >= slots) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "intent %s: move %u (line %u:%u): rank %u → %u slot %u is outside the collective "
+          "(%u ranks, %u slots)",
+          intent.name, m, mv.line, mv.column, mv.src, mv.dst, mv.slot, c.ranks, slots));
+    }
+    if (mv.src == mv.dst) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("intent %s: move %u (line %u:%u): from rank %u to itself", intent.name, m,
+                          mv.line, mv.column, mv.src));
+    }
+    preds.clear();
+    SlotState& src = slot_state(mv.src, mv.slot);
+    const uint32_t src_writer = src.writer;
+    const uint64_t value = src.value;
+    if (src_writer != kNone) preds.push_back(src_writer);
+    dag.sources.push_back(Source{mv.src, src_writer});
+    src.readers.push_back(m);
+    if (substitute && value != 0) {
+      auto h = holders.find(value);
+      if (h != holders.end()) {
+        size_t taken = 0;
+        for (const Source& s : h->second) {
+          if (taken == kMaxSubstitutes) break;
+          if (s.rank == mv.src || s.rank == mv.dst) continue;
+          SlotState& hs = slot_state(s.rank, mv.slot);
+          if (hs.value != value || hs.writer != s.writer) continue;  // overwritten since
+          dag.sources.push_back(s);
+          hs.readers.push_back(m);
+          ++taken;
+        }
+      }
+    }
+    dag.src_start.push_back(static_cast<uint32_t>(dag.sources.size()));
+    SlotState& dst = slot_state(mv.dst, mv.slot);
+    if (dst.writer != kNone) preds.push_back(dst.writer);
+    for (uint32_t r : dst.readers) {
+      if (r != m) preds.push_back(r);
+    }
+    dst.readers.clear();
+    dst.writer = m;
+    dst.value = mv.kind == MoveKind::kCopy ? value : next_value++;
+    if (dst.value != 0) holders[dst.value].push_back(Source{mv.dst, m});
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    dag.preds.insert(dag.preds.end(), preds.begin(), preds.end());
+    dag.pred_start.push_back(static_cast<uint32_t>(dag.preds.size()));
+  }
+  // Successors (CSR), in increasing order.
+  std::vector<uint32_t> count(m_count + 1, 0);
+  for (uint32_t q : dag.preds) ++count[q + 1];
+  dag.succ_start.assign(m_count + 1, 0);
+  for (uint32_t m = 0; m < m_count; ++m) dag.succ_start[m + 1] = dag.succ_start[m] + count[m + 1];
+  dag.succs.resize(dag.preds.size());
+  std::vector<uint32_t> fill(dag.succ_start.begin(), dag.succ_start.end() - 1);
+  for (uint32_t m = 0; m < m_count; ++m) {
+    for (uint32_t i = dag.pred_start[m]; i < dag.pred_start[m + 1]; ++i) {
+      dag.succs[fill[dag.preds[i]]++] = m;
+    }
+  }
+  return dag;
+}
+
+// ---- The list scheduler ------------------------------------------------------------------------
+
+class Scheduler {
+ public:
+  Scheduler(const Intent& intent, const Topology& t, const Dag& dag, uint32_t pieces,
+            const CompileOptions& o)
+      : intent_(intent),
+        t_(t),
+        dag_(dag),
+        pieces_(pieces),
+        options_(o),
+        net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
+
+  absl::StatusOr<Schedule> Run() {
+    const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
+    const uint32_t n = intent_.collective.ranks;
+    const size_t mp = size_t{m_count} * pieces_;
+    fin_op_.assign(mp, kNone);
+    fin_end_.assign(mp, 0);
+    rd_rank_.assign(mp, kNone);
+    rd_op_.assign(mp, kNone);
+    rd_end_.assign(mp, 0);
+    cur_.assign(m_count, 0);
+    pending_.assign(m_count, 0);
+    link_free_.assign(net_.link_count(), 0);
+    scratch_.assign(size_t{n} * pieces_, {});
+    ops_.assign(n, {});
+
+    for (uint32_t m = 0; m < m_count; ++m) {
+      pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
+      if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
+    }
+    while (!heap_.empty()) {
+      const Entry top = heap_.top();
+      heap_.pop();
+      const uint32_t m = top.move;
+      HEDDLE_ASSIGN_OR_RETURN(Choice choice, Evaluate(m, cur_[m]));
+      const Entry now{choice.finish, m};
+      if (!heap_.empty() && heap_.top() < now) {
+        heap_.push(now);  // another piece now finishes earlier
+        continue;
+      }
+      Commit(m, cur_[m], choice);
+      const uint32_t p = cur_[m]++;
+      for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
+        const uint32_t s = dag_.succs[i];
+        if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
+      }
+      if (cur_[m] < pieces_) {
+        uint32_t waiting = 0;
+        for (uint32_t i = dag_.pred_start[m]; i < dag_.pred_start[m + 1]; ++i) {
+          if (cur_[dag_.preds[i]] <= cur_[m]) ++waiting;
+        }
+        pending_[m] = waiting;
+        if (waiting == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
+      }
+    }
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (cur_[m] != pieces_) {
+        return absl::InternalError(absl::StrFormat(
+            "intent %s: move %u never became ready (dependency cycle)", intent_.name, m));
+      }
+    }
+    Schedule s;
+    s.collective = intent_.collective;
+    s.pieces = pieces_;
+    s.intent = intent_.name;
+    s.ranks.assign(t_.nodes.begin(), t_.nodes.begin() + t_.ranks);
+    s.topology_digest = TopologyDigest(t_);
+    s.slot_bytes = options_.slot_bytes;
+    s.per_rank.resize(n);
+    for (uint32_t r = 0; r < n; ++r) {
+      s.per_rank[r].ops = std::move(ops_[r]);
+      uint64_t used = 0;
+      for (uint32_t p = 0; p < pieces_; ++p)
+        used = std::max<uint64_t>(used, scratch_[r * pieces_ + p].size());
+      s.per_rank[r].scratch_slots = used;
+    }
+    return s;
+  }
+
+ private:
+  struct Entry {
+    double finish;
+    uint32_t move;
+    // Min-heap order: earliest finish, then lowest move index.
+    bool operator<(const Entry& o) const {
+      return finish < o.finish || (finish == o.finish && move < o.move);
+    }
+  };
+  struct Later {
+    bool operator()(const Entry& a, const Entry& b) const { return b < a; }
+  };
+  struct Choice {
+    double finish = kInf;
+    uint32_t source = 0;  // index into the move's sources
+    uint32_t route = 0;   // index into Routes(source rank, dst)
+  };
+  struct ScratchSlot {
+    uint32_t reader_op = kNone;  // the send that last read it
+    double free_at = 0;          // that send's end
+  };
+
+  absl::Status Push(uint32_t m) {
+    HEDDLE_ASSIGN_OR_RETURN(Choice c, Evaluate(m, cur_[m]));
+    heap_.push(Entry{c.finish, m});
+    return absl::OkStatus();
+  }
+
+  size_t Idx(uint32_t m, uint32_t p) const { return size_t{m} * pieces_ + p; }
+
+  // When (dst, slot) may be written by move m's piece p: after its last writer and after every
+  // move that read it since (only those that actually read it at dst).
+  double DstReady(uint32_t m, uint32_t p, std::vector<uint32_t>* deps) const {
+    const Move& mv = intent_.moves[m];
+    double ready = 0;
+    for (uint32_t i = dag_.pred_start[m]; i < dag_.pred_start[m + 1]; ++i) {
+      const uint32_t q = dag_.preds[i];
+      const Move& qm = intent_.moves[q];
+      if (qm.slot != mv.slot) continue;
+      const size_t qi = Idx(q, p);
+      if (qm.dst == mv.dst) {
+        ready = std::max(ready, fin_end_[qi]);
+        if (deps) deps->push_back(fin_op_[qi]);
+      }
+      if (rd_rank_[qi] == mv.dst) {
+        ready = std::max(ready, rd_end_[qi]);
+        if (deps) deps->push_back(rd_op_[qi]);
+      }
+    }
+    return ready;
+  }
+
+  absl::StatusOr<Choice> Evaluate(uint32_t m, uint32_t p) {
+    const Move& mv = intent_.moves[m];
+    const double dst_ready = DstReady(m, p, nullptr);
+    Choice best;
+    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+      const Source& src = dag_.sources[si];
+      if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
+      const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+      const auto& routes = net_.Routes(src.rank, mv.dst, options_.multi_hop);
+      for (uint32_t ri = 0; ri < routes.size(); ++ri) {
+        double at = ready;
+        for (uint32_t sid : routes[ri]) {
+          const Segment& seg = net_.segment(sid);
+          double start = at;
+          for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
+          at = Arrival(seg, start);
+        }
+        const double finish = std::max(at, dst_ready);
+        if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], ri};
+      }
+    }
+    if (best.finish == kInf) {
+      const Source& src = dag_.sources[dag_.src_start[m]];
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "topology: no path from '%s' to '%s'%s", t_.nodes[src.rank], t_.nodes[mv.dst],
+          options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
+    }
+    return best;
+  }
+
+  uint32_t Append(uint32_t rank, Op op) {
+    std::sort(op.deps.begin(), op.deps.end());
+    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+    ops_[rank].push_back(std::move(op));
+    return static_cast<uint32_t>(ops_[rank].size() - 1);
+  }
+
+  void Commit(uint32_t m, uint32_t p, const Choice& choice) {
+    const Move& mv = intent_.moves[m];
+    const Source& src = dag_.sources[dag_.src_start[m] + choice.source];
+    const std::vector<uint32_t>& route =
+        net_.Routes(src.rank, mv.dst, options_.multi_hop)[choice.route];
+    const size_t mi = Idx(m, p);
+    double at = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+    uint32_t dep = src.writer == kNone ? kNone : fin_op_[Idx(src.writer, p)];
+    BufRef from{BufRef::Buffer::kData, mv.slot};
+    ScratchSlot* reading = nullptr;  // the scratch slot the next send reads, if any
+    for (size_t h = 0; h < route.size(); ++h) {
+      const Segment& seg = net_.segment(route[h]);
+      double start = at;
+      for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
+      const double arrival = Arrival(seg, start);
+      for (uint32_t li : seg.links) link_free_[li] = start + seg.busy;
+      Op send;
+      send.kind = OpKind::kSend;
+      send.peer = seg.to;
+      send.chunk = mv.slot;
+      send.piece = p;
+      send.src = from;
+      if (dep != kNone) send.deps.push_back(dep);
+      send.start_s = start;
+      send.end_s = start + seg.busy;
+      const uint32_t send_op = Append(seg.from, std::move(send));
+      if (h == 0) {
+        rd_rank_[mi] = seg.from;
+        rd_op_[mi] = send_op;
+        rd_end_[mi] = start + seg.busy;
+      }
+      if (reading) {
+        reading->reader_op = send_op;
+        reading->free_at = start + seg.busy;
+        reading = nullptr;
+      }
+      Op recv;
+      recv.peer = seg.from;
+      recv.chunk = mv.slot;
+      recv.piece = p;
+      recv.start_s = start;
+      if (seg.to == mv.dst) {
+        recv.kind = mv.kind == MoveKind::kCopy ? OpKind::kRecv : OpKind::kRecvReduce;
+        recv.dst = BufRef{BufRef::Buffer::kData, mv.slot};
+        const double ready = DstReady(m, p, &recv.deps);
+        recv.end_s = std::max(arrival, ready);
+        fin_end_[mi] = recv.end_s;
+        fin_op_[mi] = Append(seg.to, std::move(recv));
+      } else {
+        // Store and forward through the lowest-numbered scratch slot free by the arrival.
+        std::vector<ScratchSlot>& pool = scratch_[size_t{seg.to} * pieces_ + p];
+        uint32_t k = 0;
+        while (k < pool.size() && pool[k].free_at > arrival) ++k;
+        if (k == pool.size()) pool.push_back(ScratchSlot{});
+        recv.kind = OpKind::kRecv;
+        recv.dst = BufRef{BufRef::Buffer::kScratch, k};
+        if (pool[k].reader_op != kNone) recv.deps.push_back(pool[k].reader_op);
+        recv.end_s = arrival;
+        dep = Append(seg.to, std::move(recv));
+        from = BufRef{BufRef::Buffer::kScratch, k};
+        reading = &pool[k];
+        at = arrival;
+      }
+    }
+  }
+
+  const Intent& intent_;
+  const Topology& t_;
+  const Dag& dag_;
+  const uint32_t pieces_;
+  const CompileOptions& options_;
+  Network net_;
+  std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
+  std::vector<double> fin_end_, rd_end_;
+  std::vector<uint32_t> cur_, pending_;
+  std::vector<double> link_free_;
+  std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
+  std::vector<std::vector<Op>> ops_;
+  std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+};
+
+// ---- The replay (PredictTime) ------------------------------------------------------------------
+
+absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slot_bytes,
+                              double alpha, Schedule* write) {
+  const uint32_t n = s.collective.ranks;
+  if (slot_bytes == 0) slot_bytes = s.slot_bytes;
+  if (slot_bytes == 0) return absl::InvalidArgumentError("schedule: slot_bytes is 0");
+  if (!(alpha >= 0) || !std::isfinite(alpha)) {
+    return absl::InvalidArgumentError("per_op_overhead_s must be finite and ≥ 0");
+  }
+  if (s.pieces < 1) return absl::InvalidArgumentError("schedule: pieces must be at least 1");
+  if (s.per_rank.size() != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "schedule: %u rank schedules for a collective of %u ranks", s.per_rank.size(), n));
+  }
+  if (t.ranks != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("schedule of %u ranks priced on a topology of %u ranks", n, t.ranks));
+  }
+  Network net(t, static_cast<double>(slot_bytes) / s.pieces, alpha);
+  std::vector<uint64_t> base(n + 1, 0);
+  for (uint32_t r = 0; r < n; ++r) base[r + 1] = base[r] + s.per_rank[r].ops.size();
+  const uint64_t total = base[n];
+  if (total > (uint64_t{1} << 32) - 2) return absl::InvalidArgumentError("schedule: too many ops");
+  auto gid = [&](uint32_t r, uint32_t i) { return static_cast<uint32_t>(base[r] + i); };
+
+  // Match sends and receives per (src, dst, channel), in list order.
+  struct Chan {
+    std::vector<uint32_t> sends, recvs;
+  };
+  absl::flat_hash_map<std::tuple<uint32_t, uint32_t, uint32_t>, Chan> chans;
+  std::vector<uint32_t> seg_of(total, kNone), match(total, kNone);
+  for (uint32_t r = 0; r < n; ++r) {
+    const auto& ops = s.per_rank[r].ops;
+    for (uint32_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      for (uint32_t d : op.deps) {
+        if (d >= i) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "schedule: rank %u op %u depends on op %u, which is not earlier", r, i, d));
+        }
+      }
+      if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv || op.kind == OpKind::kRecvReduce) {
+        if (op.peer >= n || op.peer == r) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "schedule: rank %u op %u: peer %u is not another rank", r, i, op.peer));
+        }
+      }
+      if (op.kind == OpKind::kSend) {
+        chans[{r, op.peer, op.channel}].sends.push_back(gid(r, i));
+        const uint32_t sid = net.Seg(r, op.peer);
+        if (sid == kNone) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "schedule: rank %u op %u sends to rank %u, but the topology has no link or switch "
+              "path from '%s' to '%s'",
+              r, i, op.peer, t.nodes[r], t.nodes[op.peer]));
+        }
+        seg_of[gid(r, i)] = sid;
+      } else if (op.kind == OpKind::kRecv || op.kind == OpKind::kRecvReduce) {
+        chans[{op.peer, r, op.channel}].recvs.push_back(gid(r, i));
+      }
+    }
+  }
+  // (The first mismatched channel in key order is reported, whatever the hash order.)
+  std::optional<std::tuple<uint32_t, uint32_t, uint32_t>> bad;
+  for (const auto& [k, v] : chans) {
+    if (v.sends.size() != v.recvs.size()) {
+      if (!bad || k < *bad) bad = k;
+      continue;
+    }
+    for (size_t i = 0; i < v.sends.size(); ++i) {
+      match[v.sends[i]] = v.recvs[i];
+      match[v.recvs[i]] = v.sends[i];
+    }
+  }
+  if (bad) {
+    const Chan& v = chans[*bad];
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "schedule: rank %u sends %u pieces to rank %u on channel %u, which receives %u",
+        std::get<0>(*bad), v.sends.size(), std::get<1>(*bad), std::get<2>(*bad), v.recvs.size()));
+  }
+  // Every link carries its sends in planned order: (start_s, rank, op index).
+  std::vector<std::vector<uint32_t>> on_link(net.link_count());
+  std::vector<uint32_t> rank_of(total);
+  for (uint32_t r = 0; r < n; ++r) {
+    for (uint64_t g = base[r]; g < base[r + 1]; ++g) rank_of[g] = r;
+  }
+  auto op_at = [&](uint32_t g) -> const Op& {
+    return s.per_rank[rank_of[g]].ops[g - base[rank_of[g]]];
+  };
+  for (uint32_t g = 0; g < total; ++g) {
+    if (seg_of[g] == kNone) continue;
+    for (uint32_t li : net.segment(seg_of[g]).links) on_link[li].push_back(g);
+  }
+  // Edges (CSR): deps, the previous send on each link, and the matching send of a receive.
+  enum EdgeKind : uint8_t { kDep, kLinkOrder, kMatch };
+  for (auto& list : on_link) {
+    std::sort(list.begin(), list.end(), [&](uint32_t x, uint32_t y) {
+      const double a = op_at(x).start_s, b = op_at(y).start_s;
+      return a < b || (a == b && x < y);
+    });
+  }
+  std::vector<uint32_t> indeg(total, 0), out_start(total + 1, 0);
+  auto for_each_edge = [&](auto&& fn) {
+    for (const auto& list : on_link) {
+      for (size_t i = 1; i < list.size(); ++i) fn(list[i - 1], list[i], kLinkOrder);
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+      const auto& ops = s.per_rank[r].ops;
+      for (uint32_t i = 0; i < ops.size(); ++i) {
+        for (uint32_t d : ops[i].deps) fn(gid(r, d), gid(r, i), kDep);
+        if (ops[i].kind == OpKind::kRecv || ops[i].kind == OpKind::kRecvReduce) {
+          fn(match[gid(r, i)], gid(r, i), kMatch);
+        }
+      }
+    }
+  };
+  for_each_edge([&](uint32_t from, uint32_t to, EdgeKind) {
+    ++out_start[from + 1];
+    ++indeg[to];
+  });
+  for (uint64_t g = 0; g < total; ++g) out_start[g + 1] += out_start[g];
+  std::vector<std::pair<uint32_t, EdgeKind>> succ(out_start[total]);
+  {
+    std::vector<uint32_t> fill(out_start.begin(), out_start.end() - 1);
+    for_each_edge([&](uint32_t from, uint32_t to, EdgeKind kind) {
+      succ[fill[from]++] = {to, kind};
+    });
+  }
+  // Kahn's algorithm; times are maxima, so the visiting order does not change them.
+  std::vector<double> start(total, 0), end(total, 0), dep_end(total, 0), link_end(total, 0);
+  std::vector<uint32_t> ready;
+  for (uint32_t g = 0; g < total; ++g) {
+    if (indeg[g] == 0) ready.push_back(g);
+  }
+  uint64_t done = 0;
+  double makespan = 0;
+  while (!ready.empty()) {
+    const uint32_t g = ready.back();
+    ready.pop_back();
+    ++done;
+    const Op& op = op_at(g);
+    switch (op.kind) {
+      case OpKind::kSend:
+        start[g] = std::max(dep_end[g], link_end[g]);
+        end[g] = start[g] + net.segment(seg_of[g]).busy;
+        break;
+      case OpKind::kRecv:
+      case OpKind::kRecvReduce: {
+        const uint32_t snd = match[g];
+        start[g] = std::max(dep_end[g], start[snd]);
+        end[g] = std::max(dep_end[g], Arrival(net.segment(seg_of[snd]), start[snd]));
+        break;
+      }
+      case OpKind::kCopy:
+      case OpKind::kReduce:
+        start[g] = end[g] = dep_end[g];
+        break;
+    }
+    makespan = std::max(makespan, end[g]);
+    for (uint32_t e = out_start[g]; e < out_start[g + 1]; ++e) {
+      const auto [x, kind] = succ[e];
+      if (kind == kDep) dep_end[x] = std::max(dep_end[x], end[g]);
+      if (kind == kLinkOrder) link_end[x] = std::max(link_end[x], end[g]);
+      if (--indeg[x] == 0) ready.push_back(x);
+    }
+  }
+  if (done != total) {
+    for (uint32_t g = 0; g < total; ++g) {
+      if (indeg[g] != 0) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("schedule: rank %u op %u can never start: the ops wait on each other",
+                            rank_of[g], g - base[rank_of[g]]));
+      }
+    }
+  }
+  if (write) {
+    for (uint32_t g = 0; g < total; ++g) {
+      Op& op = write->per_rank[rank_of[g]].ops[g - base[rank_of[g]]];
+      op.start_s = start[g];
+      op.end_s = end[g];
+    }
+    write->predicted_s = makespan;
+  }
+  return makespan;
+}
+
+}  // namespace
+
+absl::StatusOr<double> PredictTime(const Schedule& s, const Topology& t, uint64_t slot_bytes,
+                                   double per_op_overhead_s) {
+  HEDDLE_RETURN_IF_ERROR(ValidateTopology(t));
+  return Replay(s, t, slot_bytes, per_op_overhead_s, nullptr);
+}
+
+absl::Status RetimeSchedule(Schedule* s, const Topology& t, uint64_t slot_bytes,
+                            double per_op_overhead_s) {
+  HEDDLE_RETURN_IF_ERROR(ValidateTopology(t));
+  return Replay(*s, t, slot_bytes, per_op_overhead_s, s).status();
+}
+
+absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
+                                 const CompileOptions& options) {
+  HEDDLE_RETURN_IF_ERROR(Validate(intent.collective));
+  HEDDLE_RETURN_IF_ERROR(ValidateTopology(topology));
+  if (topology.ranks != intent.collective.ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("intent %s is for %u ranks; the topology has %u", intent.name,
+                        intent.collective.ranks, topology.ranks));
+  }
+  if (options.slot_bytes < 1) return absl::InvalidArgumentError("compile: slot_bytes must be ≥ 1");
+  if (options.pieces > kMaxCompilePieces || options.max_pieces < 1 ||
+      options.max_pieces > kMaxCompilePieces) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("compile: pieces and max_pieces must be in 1..%u", kMaxCompilePieces));
+  }
+  if (!(options.per_op_overhead_s >= 0) || !std::isfinite(options.per_op_overhead_s)) {
+    return absl::InvalidArgumentError("compile: per_op_overhead_s must be finite and ≥ 0");
+  }
+  HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
+  const uint64_t moves = std::max<uint64_t>(intent.moves.size(), 1);
+
+  // The scheduler's own times are the replay's by construction (the tests hold them equal);
+  // the piece search ranks candidates by them and replays only the schedule it returns.
+  auto one = [&](uint32_t pieces) -> absl::StatusOr<Schedule> {
+    Scheduler scheduler(intent, topology, dag, pieces, options);
+    HEDDLE_ASSIGN_OR_RETURN(Schedule s, scheduler.Run());
+    for (const RankSchedule& r : s.per_rank) {
+      for (const Op& op : r.ops) s.predicted_s = std::max(s.predicted_s, op.end_s);
+    }
+    return s;
+  };
+  auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
+    // The replay is the cost model's one definition: it fills the times and the prediction.
+    HEDDLE_RETURN_IF_ERROR(
+        Replay(s, topology, options.slot_bytes, options.per_op_overhead_s, &s).status());
+    return s;
+  };
+  if (options.pieces != 0) {
+    if (moves * options.pieces > kMaxMovePieces) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("compile: %u moves × %u pieces is more than %u; use fewer pieces",
+                          intent.moves.size(), options.pieces, kMaxMovePieces));
+    }
+    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(options.pieces));
+    return replayed(std::move(s));
+  }
+  // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
+  // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
+  // executor, and the model's α is often 0. Stop after two that are not kept.
+  std::optional<Schedule> best;
+  int worse = 0;
+  for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
+    if (p > 1 && moves * p > kAutoMovePieces) break;
+    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(p));
+    if (!best || s.predicted_s < best->predicted_s * (1 - kMinPieceGain)) {
+      best = std::move(s);
+      worse = 0;
+    } else if (++worse == 2) {
+      break;
+    }
+  }
+  return replayed(std::move(*best));
+}
+
+}  // namespace heddle::collective

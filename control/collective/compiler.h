@@ -1,0 +1,73 @@
+// File: control/collective/compiler.h
+//
+// The OptiFlow schedule compiler (docs/optiflow-compiler.md §2–§5): it turns an expanded intent
+// (intent.h) into an executable per-rank schedule (schedule.h) for one topology (topology.h),
+// deterministically, and predicts its completion time under an α–β cost model.
+//
+//   HEDDLE_ASSIGN_OR_RETURN(Schedule s, Compile(intent, topology, CompileOptions{}));
+//   // s.predicted_s == *PredictTime(s, topology, s.slot_bytes)
+//
+// What it decides, and what it keeps:
+//   - It keeps exactly the orderings the intent's program order implies per (rank, slot) (read
+//     after write, write after read, write after write) and runs everything else in parallel.
+//   - It splits every slot into `pieces` pieces (pipelining) and schedules each piece of each
+//     move on its own; piece p of a move waits only for piece p of the moves it depends on.
+//   - It routes each piece: over the direct link (or the shortest path through switches), over
+//     other ranks (store-and-forward through a scratch slot) when that finishes earlier, or — for
+//     a move whose source value another rank already holds identically — from that rank instead
+//     ("source substitution").
+//   - Every directed link carries one transfer at a time, in the order the scheduler commits
+//     them (earliest-finish-time list scheduling, ties by move index).
+//   - One channel per (src, dst) rank pair: every op uses channel 0.
+//
+// Cost model (per transfer of b = slot_bytes / pieces bytes over a path whose links have
+// latencies l_i and bandwidths w_i; switches forward cut-through, ranks store and forward):
+//   the links are busy for   d = α + b / min_i w_i        from the transfer's start,
+//   the piece arrives at      start + d + Σ l_i.
+// Local ops take no time. The same inputs give a byte-identical schedule on every host.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "control/collective/intent.h"
+#include "control/collective/schedule.h"
+#include "control/collective/topology.h"
+
+namespace heddle::collective {
+
+struct CompileOptions {
+  uint64_t slot_bytes = 1 << 20;  // bytes of one data slot (the size the schedule is tuned for)
+  uint32_t pieces = 0;            // 0 = the compiler picks (pipelining depth)
+  uint32_t max_pieces = 64;
+  bool multi_hop = true;         // may route a move over other ranks / switches
+  double per_op_overhead_s = 0;  // α added to every transfer on top of link latency
+};
+
+// Upper bound on pieces (explicit or searched) and on moves × pieces.
+inline constexpr uint32_t kMaxCompilePieces = 1024;
+inline constexpr uint64_t kMaxMovePieces = uint64_t{1} << 24;
+// When the compiler picks the piece count it keeps moves × pieces under this many.
+inline constexpr uint64_t kAutoMovePieces = uint64_t{1} << 20;
+
+// Errors: InvalidArgument for a bad intent (moves naming ranks or slots outside the collective, a
+// move from a rank to itself), a topology of another rank count, an invalid topology or options,
+// or a pair of ranks with no path (multi_hop = false allows only paths through switches).
+absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
+                                 const CompileOptions& options);
+
+// The cost model's completion time of a schedule on a topology (what Compile() put in
+// predicted_s; also used to re-price a schedule on another topology, e.g. measured speeds).
+// Every link carries its transfers in the order of the schedule's start_s (then rank, then op
+// index), which is the order Compile() committed them. slot_bytes 0 = the schedule's.
+// `per_op_overhead_s` is the α the schedule is priced with (Compile()'s per_op_overhead_s).
+// Ranks are matched by index; the topology must have the schedule's rank count. A schedule whose
+// sends and receives do not match, or whose ops wait on each other, is FailedPrecondition.
+absl::StatusOr<double> PredictTime(const Schedule& s, const Topology& t, uint64_t slot_bytes,
+                                   double per_op_overhead_s = 0);
+
+// As PredictTime, and also rewrites every op's start_s / end_s and s->predicted_s.
+absl::Status RetimeSchedule(Schedule* s, const Topology& t, uint64_t slot_bytes,
+                            double per_op_overhead_s = 0);
+
+}  // namespace heddle::collective
