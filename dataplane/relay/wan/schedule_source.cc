@@ -1,11 +1,20 @@
 #include "dataplane/relay/wan/schedule_source.h"
 
-#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/crc32c.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "control/collective/builtins.h"
+#include "control/collective/compiler.h"
+#include "control/collective/dsl.h"
+#include "control/collective/schedule_io.h"
+#include "control/collective/synthesize.h"
+#include "control/collective/topology_io.h"
+#include "control/collective/verifier.h"
 #include "dataplane/relay/wan/schedule_plan.h"
 
 namespace heddle::relay {
@@ -14,61 +23,64 @@ namespace col = ::heddle::collective;
 
 namespace {
 
-// A 64-bit digest from two CRC-32C lanes over a canonical byte stream.
-class Digest {
- public:
-  void U64(uint64_t v) {
-    uint8_t b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
-    lo_ = Crc32c(std::span<const uint8_t>(b, 8), lo_);
-    b[0] ^= 0x5a;
-    hi_ = Crc32c(std::span<const uint8_t>(b, 8), hi_ ^ 0x9e3779b9u);
-  }
-  void Str(const std::string& s) {
-    U64(s.size());
-    for (char c : s) U64(static_cast<uint8_t>(c));
-  }
-  uint64_t value() const { return (uint64_t{hi_} << 32) | lo_; }
+absl::Status Bad(absl::string_view key, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("wan.", key, ": ", what));
+}
 
- private:
-  uint32_t lo_ = 0, hi_ = 0;
-};
+// The WAN the schedule is compiled for: wan.topology, or a full mesh of equal links (the
+// prediction is then nominal, and every pattern is priced alike).
+absl::StatusOr<col::Topology> WanTopology(const WanScheduleOptions& o,
+                                          std::span<const uint32_t> regions) {
+  std::string text = o.topology_yaml;
+  if (text.empty() && !o.topology_file.empty()) {
+    std::ifstream in(o.topology_file);
+    if (!in) return Bad("topology", absl::StrFormat("cannot read %s", o.topology_file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::vector<std::string> names;
+  for (uint32_t r : regions) names.push_back(absl::StrCat(r));
+  if (text.empty()) {
+    text = absl::StrFormat("ranks: [%s]\ndefault: {bandwidth: 1Gbit, latency: 30ms}\n",
+                           absl::StrJoin(names, ", "));
+  }
+  absl::StatusOr<col::Topology> t = col::ParseTopology(text);
+  if (!t.ok()) return Bad("topology", t.status().message());
+  const std::vector<std::string> got(t->nodes.begin(), t->nodes.begin() + t->ranks);
+  if (got != names) {
+    return Bad("topology",
+               absl::StrFormat("ranks [%s]; they must be the configured regions by id, in "
+                               "increasing order: [%s]",
+                               absl::StrJoin(got, ", "), absl::StrJoin(names, ", ")));
+  }
+  return t;
+}
+
+absl::StatusOr<col::Schedule> CompileBuiltin(const std::string& name, const WanScheduleOptions& o,
+                                             uint32_t ranks, const col::Topology& t,
+                                             const col::CompileOptions& co) {
+  absl::StatusOr<std::string> text = col::BuiltinIntentText(name, col::Kind::kAllGather);
+  if (!text.ok()) {
+    return Bad(
+        "schedule",
+        absl::StrFormat("'%s' is not direct, ring, auto, file or a builtin with an "
+                        "allgather form (%s): %s",
+                        name, absl::StrJoin(col::BuiltinNames(), ", "), text.status().message()));
+  }
+  col::ExpandOptions eo;
+  eo.ranks = ranks;
+  eo.params = o.params;
+  absl::StatusOr<col::Intent> intent = col::ParseIntent(*text, eo);
+  if (!intent.ok()) return Bad("schedule", intent.status().message());
+  absl::StatusOr<col::Schedule> s = col::Compile(*intent, t, co);
+  if (!s.ok()) return Bad("schedule", s.status().message());
+  return s;
+}
 
 }  // namespace
 
-uint64_t WanScheduleDigest(const col::Schedule& s) {
-  Digest d;
-  d.U64(s.version);
-  d.U64(static_cast<uint64_t>(s.collective.kind));
-  d.U64(s.collective.ranks);
-  d.U64(s.collective.chunks_per_rank);
-  d.U64(s.collective.root);
-  d.U64(s.pieces);
-  d.Str(s.intent);
-  d.U64(s.ranks.size());
-  for (const std::string& r : s.ranks) d.Str(r);
-  d.U64(s.topology_digest);
-  d.U64(s.slot_bytes);
-  d.U64(s.per_rank.size());
-  for (const col::RankSchedule& rs : s.per_rank) {
-    d.U64(rs.scratch_slots);
-    d.U64(rs.ops.size());
-    for (const col::Op& op : rs.ops) {
-      d.U64(static_cast<uint64_t>(op.kind));
-      d.U64(op.peer);
-      d.U64(op.channel);
-      d.U64(op.chunk);
-      d.U64(op.piece);
-      d.U64(static_cast<uint64_t>(op.src.buffer));
-      d.U64(op.src.slot);
-      d.U64(static_cast<uint64_t>(op.dst.buffer));
-      d.U64(op.dst.slot);
-      d.U64(op.deps.size());
-      for (uint32_t dep : op.deps) d.U64(dep);
-    }
-  }
-  return d.value();
-}
+uint64_t WanScheduleDigest(const col::Schedule& s) { return col::ScheduleDigest(s); }
 
 absl::StatusOr<col::Schedule> ResolveWanSchedule(const WanScheduleOptions& o,
                                                  std::span<const uint32_t> regions,
@@ -77,17 +89,43 @@ absl::StatusOr<col::Schedule> ResolveWanSchedule(const WanScheduleOptions& o,
   col::Schedule s;
   if (o.compiled != nullptr) {
     s = *o.compiled;
-  } else if (o.name == "direct" || o.name == "ring") {
-    s = o.name == "direct" ? DirectAllGather(ranks, o.pieces == 0 ? 1 : o.pieces)
-                           : RingAllGather(ranks, o.pieces == 0 ? 1 : o.pieces);
-    for (uint32_t i = 0; i < ranks; ++i) s.ranks[i] = absl::StrFormat("%u", regions[i]);
-    s.slot_bytes = slot_bytes;
+  } else if (o.name == "file") {
+    absl::StatusOr<col::Schedule> read = col::ReadScheduleFile(o.file);
+    if (!read.ok()) return Bad("schedule.file", read.status().message());
+    s = *std::move(read);
+    if (!o.topology_yaml.empty() || !o.topology_file.empty()) {
+      HEDDLE_ASSIGN_OR_RETURN(col::Topology t, WanTopology(o, regions));
+      if (s.topology_digest != col::TopologyDigest(t)) {
+        return Bad("schedule.file",
+                   absl::StrFormat("%s was compiled for another topology (digest %016x) than "
+                                   "wan.topology (%016x); recompile it, or drop wan.topology",
+                                   o.file, s.topology_digest, col::TopologyDigest(t)));
+      }
+    }
   } else {
-    return absl::UnimplementedError(absl::StrFormat(
-        "wan.schedule: '%s' needs the schedule compiler; use direct or ring", o.name));
+    HEDDLE_ASSIGN_OR_RETURN(col::Topology t, WanTopology(o, regions));
+    col::CompileOptions co;
+    co.slot_bytes = std::max<uint64_t>(slot_bytes, 1);
+    co.pieces = o.pieces;
+    if (o.name == "auto") {
+      col::SynthesizeOptions so;
+      so.compile = co;
+      absl::StatusOr<col::Synthesized> best = col::Synthesize(
+          {.kind = col::Kind::kAllGather, .ranks = ranks, .chunks_per_rank = 1}, t, so);
+      if (!best.ok()) return Bad("schedule", best.status().message());
+      s = std::move(best->schedule);
+      s.intent = absl::StrCat("auto: ", best->best.name);
+    } else {
+      // direct and ring as a hard-wired library runs them: no relays (today's full mesh).
+      co.multi_hop = o.name != "direct" && o.name != "ring";
+      HEDDLE_ASSIGN_OR_RETURN(s, CompileBuiltin(o.name, o, ranks, t, co));
+    }
+  }
+  if (absl::Status st = col::VerifySchedule(s); !st.ok()) {
+    return Bad("schedule", absl::StrCat("'", s.intent, "' does not verify: ", st.message()));
   }
   if (absl::Status st = CheckRelaySchedule(s, ranks); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("wan.schedule: ", st.message()));
+    return Bad("schedule", st.message());
   }
   return s;
 }
