@@ -3,9 +3,12 @@
 // The WAN exchange between gateways over gRPC (docs/relay-wan.md). Each gateway runs a gRPC
 // server on its WAN address (not the worker port) and a client link to every other gateway:
 //
-//   - full mesh: a gateway streams its region's frames to every peer as the slices are
-//     submitted, over streams_per_peer parallel streams per peer (slice s on stream
-//     s mod streams_per_peer), frames cut into chunks of at most chunk_bytes;
+//   - a compiled all-gather schedule (WanScheduleOptions; default direct, the full mesh) says
+//     which peers each region frame goes to: a gateway pushes its region's frames as the slices
+//     are submitted, and forwards the frames it receives that the schedule routes over it, over
+//     streams_per_peer parallel streams per peer (slice s on stream s mod streams_per_peer),
+//     frames cut into chunks of at most chunk_bytes; every gateway must run the same schedule
+//     (its digest is checked at the handshake);
 //   - the coordinator (the lowest configured region id) collects every region's FinishRegion,
 //     waits for all of them or wan_timeout after its own region finished, applies the quorum,
 //     and decides the round: included regions, their tokens and τ_eff, the weights and the
