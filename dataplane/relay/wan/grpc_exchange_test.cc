@@ -734,7 +734,8 @@ TEST(GrpcExchangeScheduleTest, ForwarderKilledMidRoundStillPublishesTheSameBitsE
   m.StartAll([](WanOptions& o) {
     o.schedule.compiled = HubSchedule();
     o.fetch_grace = absl::Milliseconds(50);
-    if (o.region_id == 1) o.wan_timeout = absl::Seconds(1);
+    // Long enough for the hub to die and region 3 to submit before the round is decided.
+    if (o.region_id == 1) o.wan_timeout = absl::Seconds(3);
   });
   const size_t nslices = Slices(m.spec()).size();
   Reference ref(m.spec());
