@@ -331,6 +331,7 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
     r->set_reconnects(p.reconnects);
     r->set_queued_items(p.queued_items);
     r->set_frames_forwarded(p.frames_forwarded);
+    r->set_send_bytes_per_second(p.send_bytes_per_second);
   }
 }
 
@@ -437,12 +438,14 @@ std::string RenderStatus(const v1::StatusResponse& s) {
              {"FRAMES-IN", Table::kRight},
              {"FORWARDED", Table::kRight},
              {"RECONNECTS", Table::kRight},
-             {"QUEUED", Table::kRight}});
+             {"QUEUED", Table::kRight},
+             {"SEND-RATE", Table::kRight}});
     for (const v1::WanPeerRow& r : w.peers()) {
       p.AddRow({absl::StrCat(r.region_id()), r.address(), r.connected() ? "up" : "down",
                 Bytes(r.bytes_sent()), Bytes(r.bytes_received()), absl::StrCat(r.frames_sent()),
                 absl::StrCat(r.frames_received()), absl::StrCat(r.frames_forwarded()),
-                absl::StrCat(r.reconnects()), absl::StrCat(r.queued_items())});
+                absl::StrCat(r.reconnects()), absl::StrCat(r.queued_items()),
+                absl::StrFormat("%.1f Mbit/s", r.send_bytes_per_second() * 8 / 1e6)});
     }
     out += p.Render();
   }

@@ -178,8 +178,11 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
                       .connected = true,
                       .bytes_sent = 4096,
                       .bytes_received = 8192});
-  st.peers.push_back(
-      {.region_id = 3, .address = "10.0.0.3:7443", .frames_forwarded = 11, .reconnects = 5});
+  st.peers.push_back({.region_id = 3,
+                      .address = "10.0.0.3:7443",
+                      .frames_forwarded = 11,
+                      .send_bytes_per_second = 25e6,
+                      .reconnects = 5});
   st.schedule_name = "auto: direct";
   st.schedule_digest = 0x0123456789abcdefull;
   st.schedule_pieces = 4;
@@ -205,6 +208,8 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(table, HasSubstr("auto: direct (digest 0123456789abcdef, 4 pieces, predicted "
                                "0.250 s per exchange)"));
   EXPECT_THAT(table, HasSubstr("FORWARDED"));
+  EXPECT_THAT(table, HasSubstr("200.0 Mbit/s"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
 }
 
 // A child process with stdout and stderr in files.

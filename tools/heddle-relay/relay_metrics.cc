@@ -82,6 +82,10 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
                                  "Other regions' frames relayed to each peer gateway, as the "
                                  "exchange schedule routes them",
                                  MetricType::Counter);
+    MetricFamily wsr = NewFamily("heddle_relay_wan_send_rate_bytes_per_second",
+                                 "Measured send throughput to each peer gateway while push "
+                                 "streams to it were open",
+                                 MetricType::Gauge);
     MetricFamily wr =
         NewFamily("heddle_relay_wan_reconnects_total",
                   "Calls to the peer gateway that failed and reconnected", MetricType::Counter);
@@ -92,11 +96,13 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
       AddSample(wu, {{"peer", peer}}, p.connected() ? 1 : 0);
       AddSample(wr, {{"peer", peer}}, p.reconnects());
       AddSample(wfw, {{"peer", peer}}, p.frames_forwarded());
+      AddSample(wsr, {{"peer", peer}}, p.send_bytes_per_second());
     }
     out.push_back(std::move(wb));
     out.push_back(std::move(wu));
     out.push_back(std::move(wr));
     out.push_back(std::move(wfw));
+    out.push_back(std::move(wsr));
     MetricFamily ws = NewFamily("heddle_relay_wan_schedule_predicted_seconds",
                                 "The exchange schedule's predicted time for one round (compiler "
                                 "cost model on wan.topology), labelled by the schedule",

@@ -168,6 +168,13 @@ struct Link {
 
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0},
       frames_forwarded{0}, reconnects{0}, last_summary_round{0};
+
+  // Send throughput: the time at least one push stream was open (guarded by mu) and the frame
+  // bytes those streams carried.
+  uint32_t pushes_open = 0;
+  absl::Time push_busy_since;
+  absl::Duration push_busy;
+  uint64_t push_bytes = 0;
 };
 
 class Exchange final : public GrpcExchange, public pb::Peer::Service {
@@ -369,6 +376,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       p.frames_sent = l->frames_sent.load(std::memory_order_relaxed);
       p.frames_received = l->frames_received.load(std::memory_order_relaxed);
       p.frames_forwarded = l->frames_forwarded.load(std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> g(l->mu);
+        absl::Duration busy = l->push_busy;
+        if (l->pushes_open > 0) busy += absl::Now() - l->push_busy_since;
+        if (busy > absl::ZeroDuration()) {
+          p.send_bytes_per_second =
+              static_cast<double>(l->push_bytes) / absl::ToDoubleSeconds(busy);
+        }
+      }
       p.reconnects = l->reconnects.load(std::memory_order_relaxed);
       p.last_summary_round = l->last_summary_round.load(std::memory_order_relaxed);
       s.peers.push_back(std::move(p));
@@ -1083,6 +1099,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         Prepare(ctx, opt_.push_timeout);
         ScopedCall reg(this, &ctx);
         pb::PushReply reply;
+        {
+          std::lock_guard<std::mutex> lk(l.mu);
+          if (l.pushes_open++ == 0) l.push_busy_since = absl::Now();
+        }
         std::unique_ptr<grpc::ClientWriter<pb::FrameChunk>> w = stub->PushFrames(&ctx, &reply);
         bool ok = true;
         for (const Link::Item& it : batch) {
@@ -1093,6 +1113,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         if (ok) w->WritesDone();
         st = w->Finish();
+        std::lock_guard<std::mutex> lk(l.mu);
+        if (st.ok()) l.push_bytes += bytes;
+        if (--l.pushes_open == 0) l.push_busy += absl::Now() - l.push_busy_since;
       }
       if (st.ok()) {
         if (!batch.front().finish) {

@@ -143,7 +143,11 @@ struct WanPeerStats {
   uint64_t bytes_received = 0;
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
-  uint64_t frames_forwarded = 0;    // of frames_sent: other regions' frames relayed to this peer
+  uint64_t frames_forwarded = 0;  // of frames_sent: other regions' frames relayed to this peer
+  // Measured send throughput to this peer: frame bytes sent over the time at least one push
+  // stream to it was open (acknowledgement round trips included); 0 before the first push. What
+  // a topology of measured speeds would start from (docs/relay-wan.md §10).
+  double send_bytes_per_second = 0;
   uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
   uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
   uint64_t queued_items = 0;        // frames and summaries waiting to be sent to this peer

@@ -725,6 +725,11 @@ TEST(GrpcExchangeScheduleTest, RelayedScheduleReachesTheFarRegionOnlyThroughTheH
   EXPECT_EQ(Peer(s2, 1).frames_forwarded, 2 * nslices);
   EXPECT_EQ(Peer(s3, 2).frames_received, 2 * 2 * nslices);
   EXPECT_EQ(Peer(s1, 2).frames_forwarded, 0u);
+  // Send throughput is measured on the links that carried pushes, and only there.
+  EXPECT_GT(Peer(s2, 3).send_bytes_per_second, 0);
+  EXPECT_GT(Peer(s1, 2).send_bytes_per_second, 0);
+  EXPECT_EQ(Peer(s1, 3).send_bytes_per_second, 0);
+  EXPECT_EQ(Peer(s3, 1).send_bytes_per_second, 0);
 }
 
 // Killed in the middle of a round, the hub costs time, never correctness: the coordinator leaves
