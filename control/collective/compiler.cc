@@ -810,8 +810,13 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   if (!(options.per_op_overhead_s >= 0) || !std::isfinite(options.per_op_overhead_s)) {
     return absl::InvalidArgumentError("compile: per_op_overhead_s must be finite and ≥ 0");
   }
-  HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
   const uint64_t moves = std::max<uint64_t>(intent.moves.size(), 1);
+  if (moves * std::max(options.pieces, 1u) > kMaxMovePieces) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compile: %u moves × %u pieces is more than %u; use fewer pieces or a smaller intent",
+        intent.moves.size(), std::max(options.pieces, 1u), kMaxMovePieces));
+  }
+  HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
@@ -830,11 +835,6 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     return s;
   };
   if (options.pieces != 0) {
-    if (moves * options.pieces > kMaxMovePieces) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("compile: %u moves × %u pieces is more than %u; use fewer pieces",
-                          intent.moves.size(), options.pieces, kMaxMovePieces));
-    }
     HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(options.pieces));
     return replayed(std::move(s));
   }

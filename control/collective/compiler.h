@@ -46,7 +46,7 @@ struct CompileOptions {
 
 // Upper bound on pieces (explicit or searched) and on moves × pieces.
 inline constexpr uint32_t kMaxCompilePieces = 1024;
-inline constexpr uint64_t kMaxMovePieces = uint64_t{1} << 24;
+inline constexpr uint64_t kMaxMovePieces = uint64_t{1} << 22;  // ~8M ops, ~1 GB
 // When the compiler picks the piece count it keeps moves × pieces under this many.
 inline constexpr uint64_t kAutoMovePieces = uint64_t{1} << 20;
 

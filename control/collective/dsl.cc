@@ -233,91 +233,36 @@ bool Lex(std::string_view text, std::vector<Token>* out, Failure* failure) {
       i = j + 1;
       continue;
     }
-    const char n1 = i + 1 < text.size() ? text[i + 1] : '\0';
-    struct Two {
-      char a, b;
+    // Operators: two characters before one, so "<=" is not "<" then "=".
+    struct Punct {
+      std::string_view chars;
       Tok kind;
     };
-    static constexpr Two kTwo[] = {
-        {'.', '.', Tok::kDotDot}, {'<', '<', Tok::kShl},    {'>', '>', Tok::kShr},
-        {'<', '=', Tok::kLe},     {'>', '=', Tok::kGe},     {'=', '=', Tok::kEq},
-        {'!', '=', Tok::kNe},     {'&', '&', Tok::kAndAnd}, {'|', '|', Tok::kOrOr},
+    static constexpr Punct kPunct[] = {
+        {"..", Tok::kDotDot}, {"<<", Tok::kShl},   {">>", Tok::kShr},      {"<=", Tok::kLe},
+        {">=", Tok::kGe},     {"==", Tok::kEq},    {"!=", Tok::kNe},       {"&&", Tok::kAndAnd},
+        {"||", Tok::kOrOr},   {"(", Tok::kLParen}, {")", Tok::kRParen},    {"{", Tok::kLBrace},
+        {"}", Tok::kRBrace},  {",", Tok::kComma},  {";", Tok::kSemicolon}, {"=", Tok::kAssign},
+        {"+", Tok::kPlus},    {"-", Tok::kMinus},  {"*", Tok::kStar},      {"/", Tok::kSlash},
+        {"%", Tok::kPercent}, {"^", Tok::kCaret},  {"&", Tok::kAmp},       {"|", Tok::kPipe},
+        {"<", Tok::kLt},      {">", Tok::kGt},     {"!", Tok::kBang},
     };
-    bool matched = false;
-    for (const Two& t : kTwo) {
-      if (c == t.a && n1 == t.b) {
-        push(t.kind, 2, l, col);
-        matched = true;
+    const Punct* punct = nullptr;
+    for (const Punct& p : kPunct) {
+      if (text.substr(i, p.chars.size()) == p.chars) {
+        punct = &p;
         break;
       }
     }
-    if (matched) continue;
-    Tok kind;
-    switch (c) {
-      case '(':
-        kind = Tok::kLParen;
-        ++paren_depth;
-        break;
-      case ')':
-        kind = Tok::kRParen;
-        if (paren_depth > 0) --paren_depth;
-        break;
-      case '{':
-        kind = Tok::kLBrace;
-        break;
-      case '}':
-        kind = Tok::kRBrace;
-        break;
-      case ',':
-        kind = Tok::kComma;
-        break;
-      case ';':
-        kind = Tok::kSemicolon;
-        break;
-      case '=':
-        kind = Tok::kAssign;
-        break;
-      case '+':
-        kind = Tok::kPlus;
-        break;
-      case '-':
-        kind = Tok::kMinus;
-        break;
-      case '*':
-        kind = Tok::kStar;
-        break;
-      case '/':
-        kind = Tok::kSlash;
-        break;
-      case '%':
-        kind = Tok::kPercent;
-        break;
-      case '^':
-        kind = Tok::kCaret;
-        break;
-      case '&':
-        kind = Tok::kAmp;
-        break;
-      case '|':
-        kind = Tok::kPipe;
-        break;
-      case '<':
-        kind = Tok::kLt;
-        break;
-      case '>':
-        kind = Tok::kGt;
-        break;
-      case '!':
-        kind = Tok::kBang;
-        break;
-      default: {
-        const unsigned char u = static_cast<unsigned char>(c);
-        std::string shown = (u >= 0x21 && u < 0x7f) ? absl::StrCat("'", std::string(1, c), "'")
-                                                    : absl::StrFormat("byte 0x%02x", u);
-        return fail(l, col, "bad-character", absl::StrCat("unexpected character ", shown));
-      }
+    if (punct == nullptr) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      std::string shown = (u >= 0x21 && u < 0x7f) ? absl::StrCat("'", std::string(1, c), "'")
+                                                  : absl::StrFormat("byte 0x%02x", u);
+      return fail(l, col, "bad-character", absl::StrCat("unexpected character ", shown));
     }
-    push(kind, 1, l, col);
+    if (punct->kind == Tok::kLParen) ++paren_depth;
+    if (punct->kind == Tok::kRParen && paren_depth > 0) --paren_depth;
+    push(punct->kind, punct->chars.size(), l, col);
   }
   Token eof;
   eof.kind = Tok::kEof;
@@ -368,7 +313,8 @@ struct Expr {
   Op op = Op::kConst;
   int64_t value = 0;  // kConst: the value; kVar: the variable's index
   std::vector<std::unique_ptr<Expr>> args;
-  uint32_t line = 0, column = 0;
+  uint32_t line = 0, column = 0;              // the operator, function or value
+  uint32_t start_line = 0, start_column = 0;  // where the whole expression starts
   uint32_t depth = 1;
 };
 using ExprPtr = std::unique_ptr<Expr>;
@@ -629,9 +575,10 @@ class Parser {
   }
 
   bool ParseBlock(std::vector<Stmt>* body) {
+    const Token brace = Peek();
     if (!Expect(Tok::kLBrace, "'{'")) return false;
-    if (scopes_.size() > kMaxIntentNesting) {
-      return Fail(Peek(), "too-deep",
+    if (++block_depth_ > kMaxIntentNesting) {
+      return Fail(brace, "too-deep",
                   absl::StrFormat("blocks nested deeper than %u", kMaxIntentNesting));
     }
     scopes_.emplace_back();
@@ -653,6 +600,7 @@ class Parser {
       if (!ExpectEnd()) return false;
     }
     scopes_.pop_back();
+    --block_depth_;
     return true;
   }
 
@@ -817,8 +765,8 @@ class Parser {
   ExprPtr Make(Op op, const Token& at, std::vector<ExprPtr> args) {
     auto e = std::make_unique<Expr>();
     e->op = op;
-    e->line = at.line;
-    e->column = at.column;
+    e->line = e->start_line = at.line;
+    e->column = e->start_column = at.column;
     uint32_t depth = 0;
     for (const ExprPtr& a : args) depth = std::max(depth, a->depth);
     e->depth = depth + 1;
@@ -831,9 +779,15 @@ class Parser {
   }
   ExprPtr Binary(Op op, const Token& at, ExprPtr a, ExprPtr b) {
     std::vector<ExprPtr> args;
+    const uint32_t start_line = a->start_line, start_column = a->start_column;
     args.push_back(std::move(a));
     args.push_back(std::move(b));
-    return Make(op, at, std::move(args));
+    ExprPtr e = Make(op, at, std::move(args));
+    if (e) {
+      e->start_line = start_line;
+      e->start_column = start_column;
+    }
+    return e;
   }
 
   ExprPtr ParseExpr() { return ParseLevel(0); }
@@ -1044,6 +998,7 @@ class Parser {
   std::vector<std::vector<Binding>> scopes_;
   std::vector<ParamUse> param_uses_;
   int next_var_ = 0;
+  uint32_t block_depth_ = 0;
   uint32_t paren_depth_ = 0;
   uint32_t unary_depth_ = 0;
   uint32_t if_chain_ = 0;
@@ -1125,8 +1080,12 @@ class Expander {
     *failure_ = {line, column, std::move(code), std::move(message)};
     return false;
   }
+  // Arithmetic errors point at the operator; errors about a value at the expression's start.
   bool Fail(const Expr& e, std::string code, std::string message) {
     return Fail(e.line, e.column, std::move(code), std::move(message));
+  }
+  bool FailAt(const Expr& e, std::string code, std::string message) {
+    return Fail(e.start_line, e.start_column, std::move(code), std::move(message));
   }
   bool Step(uint32_t line, uint32_t column) {
     if (++steps_ > max_steps_) {
@@ -1170,7 +1129,7 @@ class Expander {
           int64_t lo, hi, step = 1;
           if (!Eval(*s.e1, &lo) || !Eval(*s.e2, &hi)) return false;
           if (s.e3 && !Eval(*s.e3, &step)) return false;
-          if (step == 0) return Fail(*s.e3, "zero-step", "a loop's step must not be 0");
+          if (step == 0) return FailAt(*s.e3, "zero-step", "a loop's step must not be 0");
           // Counted with 128-bit arithmetic so no bound overflows.
           for (__int128 v = lo; step > 0 ? v < hi : v > hi; v += step) {
             if (!Step(s.line, s.column)) return false;
@@ -1194,8 +1153,8 @@ class Expander {
     int64_t v;
     if (!Eval(e, &v)) return false;
     if (v < 0 || v >= int64_t{n_}) {
-      return Fail(e, "rank-out-of-range",
-                  absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
+      return FailAt(e, "rank-out-of-range",
+                    absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
     }
     *physical = order_[static_cast<size_t>(v)];
     return true;
@@ -1210,7 +1169,7 @@ class Expander {
     int64_t hi, step = 1;
     if (!Eval(*r.hi, &hi)) return false;
     if (r.step && !Eval(*r.step, &step)) return false;
-    if (step == 0) return Fail(*r.step, "zero-step", "a range's step must not be 0");
+    if (step == 0) return FailAt(*r.step, "zero-step", "a range's step must not be 0");
     for (__int128 v = lo; step > 0 ? v < hi : v > hi; v += step) {
       if (!Step(r.lo->line, r.lo->column)) return false;
       if (!visit(static_cast<int64_t>(v), *r.lo)) return false;
@@ -1220,8 +1179,8 @@ class Expander {
 
   bool CheckRank(int64_t v, const Expr& at) {
     if (v < 0 || v >= int64_t{n_}) {
-      return Fail(at, "rank-out-of-range",
-                  absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
+      return FailAt(at, "rank-out-of-range",
+                    absl::StrFormat("rank %d is not one of the %u ranks (0..%u)", v, n_, n_ - 1));
     }
     return true;
   }
@@ -1238,9 +1197,9 @@ class Expander {
     }
     auto emit = [&](uint64_t slot, const Expr& at) {
       if (slot >= slots_) {
-        return Fail(at, "slot-out-of-range",
-                    absl::StrFormat("slot %u is not one of the %u slots of %s (N = %u, K = %u)",
-                                    slot, slots_, KindName(program_.kind), n_, k_));
+        return FailAt(at, "slot-out-of-range",
+                      absl::StrFormat("slot %u is not one of the %u slots of %s (N = %u, K = %u)",
+                                      slot, slots_, KindName(program_.kind), n_, k_));
       }
       if (self) return Step(s.line, s.column);
       if (intent_->moves.size() >= options_.max_moves) {
@@ -1261,14 +1220,14 @@ class Expander {
         int64_t v;
         if (!Eval(*set.one, &v)) return false;
         if (v < 0) {
-          return Fail(*set.one, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
+          return FailAt(*set.one, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
         }
         return emit(static_cast<uint64_t>(v), *set.one);
       }
       case SlotForm::kSlots:
         return ForRange(set.a, [&](int64_t v, const Expr& at) {
           if (v < 0)
-            return Fail(at, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
+            return FailAt(at, "slot-out-of-range", absl::StrFormat("slot %d is negative", v));
           return emit(static_cast<uint64_t>(v), at);
         });
       case SlotForm::kChunks:
@@ -1449,8 +1408,8 @@ class Expander {
           if (!CheckRank(v[i], *e.args[i])) return false;
         }
         if (j < 0 || j >= int64_t{k_}) {
-          return Fail(*e.args[argc - 1], "slot-out-of-range",
-                      absl::StrFormat("chunk index %d is not one of 0..K-1 (K = %u)", j, k_));
+          return FailAt(*e.args[argc - 1], "slot-out-of-range",
+                        absl::StrFormat("chunk index %d is not one of 0..K-1 (K = %u)", j, k_));
         }
         uint64_t base = order_[static_cast<size_t>(v[0])];
         if (argc == 3) base = base * n_ + order_[static_cast<size_t>(v[1])];

@@ -272,6 +272,9 @@ TEST(Dsl, EveryErrorClassHasItsCodeAndPlace) {
        "root exists for broadcast and reduce only"},
       {"intent t\ncollective allgather\ncopy chunks(0) from 0 to N\n", "rank-out-of-range", 3, 26,
        "rank 4 is not one of the 4 ranks (0..3)"},
+      // A value error points at the start of the expression, not at its operator.
+      {"intent t\ncollective allgather\nfor r in 0..N {\n  copy chunks(r) from r to r + 1\n}\n",
+       "rank-out-of-range", 4, 28, "rank 4 is not one of the 4 ranks"},
       {"intent t\ncollective allgather\ncopy chunks(-1) from 0 to 1\n", "rank-out-of-range", 3, 13,
        "rank -1"},
       {"intent t\ncollective allgather\ncopy chunk(1, K) from 1 to 0\n", "slot-out-of-range", 3, 15,
@@ -289,7 +292,7 @@ TEST(Dsl, EveryErrorClassHasItsCodeAndPlace) {
       {"intent t\ncollective allgather\nlet x = 1 << 63\n", "bad-argument", 3, 11, "shift by 63"},
       {"intent t\ncollective allgather\nlet x = log2(0)\n", "bad-argument", 3, 9, "log2(0)"},
       {"intent t\ncollective allgather\nlet x = pow2(63)\n", "bad-argument", 3, 9, "pow2(63)"},
-      {"intent t\ncollective allgather\nfor i in 0..4 step N - 4 { }\n", "zero-step", 3, 22,
+      {"intent t\ncollective allgather\nfor i in 0..4 step N - 4 { }\n", "zero-step", 3, 20,
        "step must not be 0"},
       {"intent t\ncollective allgather\nfor i in 0..1000 {\n  copy chunks(0) from 0 to 1\n}\n",
        "too-many-moves",
@@ -369,6 +372,18 @@ TEST(Dsl, HostileInputNeverCrashesOrHangs) {
   std::string blocks;
   for (int i = 0; i < 10000; ++i) blocks += "if 1 {\n";
   EXPECT_EQ(Fail(Prog("allgather", blocks), o).error.code, "too-deep");
+  // 64 nested blocks are fine, the 65th is not (loops count once each).
+  auto nested = [](int depth) {
+    std::string t;
+    for (int i = 0; i < depth; ++i) t += absl::StrCat("for v", i, " in 0..1 {\n");
+    for (int i = 0; i < depth; ++i) t += "}\n";
+    return t;
+  };
+  EXPECT_TRUE(ParseIntent(Prog("allgather", nested(64)), o).ok());
+  Failed deep = Fail(Prog("allgather", nested(65)), o);
+  EXPECT_EQ(deep.error.code, "too-deep");
+  EXPECT_EQ(deep.error.line, 67u);
+  EXPECT_EQ(deep.error.column, 17u);
   std::string elifs = "if 0 { }";
   for (int i = 0; i < 10000; ++i) elifs += " else if 0 { }";
   EXPECT_EQ(Fail(Prog("allgather", elifs + "\n"), o).error.code, "too-deep");
@@ -513,6 +528,24 @@ TEST(Dsl, DiagnosticsJsonEscapes) {
             "  {\"severity\": \"warning\", \"line\": 0, \"column\": 0, \"code\": \"unused-param\", "
             "\"message\": \"caf\xc3\xa9 \\ufffd\\ufffd \\ufffd\\ufffd\\ufffd "
             "\xf0\x9f\x98\x80\"}\n"
+            "]");
+}
+
+// The example of docs/optiflow-dsl.md §4: a warning, then the error.
+TEST(Dsl, TheDocumentedDiagnosticsExample) {
+  std::vector<Diagnostic> diags;
+  absl::StatusOr<Intent> i = ParseIntent(
+      "intent shifted\ncollective allgather\nparam H = 2\nfor r in 0..N {\n"
+      "  copy chunks(r) from r to r + 1\n}\n",
+      {.ranks = 4}, &diags);
+  ASSERT_FALSE(i.ok());
+  EXPECT_EQ(i.status().message(), "intent:5:28: rank 4 is not one of the 4 ranks (0..3)");
+  EXPECT_EQ(DiagnosticsJson(diags),
+            "[\n"
+            "  {\"severity\": \"warning\", \"line\": 3, \"column\": 7, \"code\": \"unused-param\", "
+            "\"message\": \"parameter H is never used\"},\n"
+            "  {\"severity\": \"error\", \"line\": 5, \"column\": 28, \"code\": "
+            "\"rank-out-of-range\", \"message\": \"rank 4 is not one of the 4 ranks (0..3)\"}\n"
             "]");
 }
 

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -115,16 +114,37 @@ void AppendOp(std::string* out, const Op& o) {
 
 // ---------------------------------------------------------------------------------------------
 // Reading: a streaming recursive-descent JSON reader (RFC 8259) driven by the schema, so no
-// document tree is built. Every error carries the line and column where it was found.
+// document tree is built, and nothing is allocated per field: field paths for messages are
+// linked on the stack and only spelled out when there is an error.
+
+// Where a value sits: "per_rank[2].ops[17].peer".
+struct Path {
+  const Path* parent = nullptr;
+  absl::string_view key;  // a field name; empty for an array element
+  int64_t index = -1;     // an array element's index
+
+  Path Field(absl::string_view k) const { return Path{this, k, -1}; }
+  Path Item(int64_t i) const { return Path{this, {}, i}; }
+  std::string ToString() const {
+    std::string s = parent != nullptr ? parent->ToString() : "";
+    if (!key.empty()) {
+      if (!s.empty()) s += '.';
+      s.append(key.data(), key.size());
+    } else if (index >= 0) {
+      absl::StrAppend(&s, "[", index, "]");
+    }
+    return s;
+  }
+};
 
 class Reader {
  public:
   explicit Reader(absl::string_view text) : text_(text) {}
 
-  absl::Status Error(absl::string_view path, absl::string_view msg) const {
+  absl::Status Error(const Path& path, absl::string_view msg) const {
     return ErrorAt(pos_, path, msg);
   }
-  absl::Status ErrorAt(size_t at, absl::string_view path, absl::string_view msg) const {
+  absl::Status ErrorAt(size_t at, const Path& path, absl::string_view msg) const {
     uint64_t line = 1, col = 1;
     for (size_t i = 0; i < at && i < text_.size(); ++i) {
       if (text_[i] == '\n') {
@@ -134,9 +154,9 @@ class Reader {
         ++col;
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat("schedule:", line, ":", col, ": ",
-                                                   path.empty() ? "" : path,
-                                                   path.empty() ? "" : ": ", msg));
+    const std::string where = path.ToString();
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule:", line, ":", col, ": ", where, where.empty() ? "" : ": ", msg));
   }
 
   size_t pos() const { return pos_; }
@@ -154,11 +174,9 @@ class Reader {
     return pos_ < text_.size() && text_[pos_] == c;
   }
 
-  absl::Status Expect(char c, absl::string_view path, absl::string_view what) {
+  absl::Status Expect(char c, const Path& path, absl::string_view what) {
     SkipWs();
-    if (pos_ >= text_.size())
-      return Error(path, absl::StrCat("expected ", what, ", found the end"));
-    if (text_[pos_] != c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) {
       return Error(path, absl::StrCat("expected ", what, ", found ", Found()));
     }
     ++pos_;
@@ -166,24 +184,23 @@ class Reader {
   }
 
   // Object iteration: call with *first = true, then repeatedly; false at the closing brace.
-  absl::StatusOr<bool> NextKey(absl::string_view path, bool* first, std::string* key) {
-    SkipWs();
+  // *key_at is where the field name starts.
+  absl::StatusOr<bool> NextKey(const Path& path, bool* first, std::string* key, size_t* key_at) {
     if (Peek('}')) {
       ++pos_;
       return false;
     }
     if (!*first) HEDDLE_RETURN_IF_ERROR(Expect(',', path, "',' or '}'"));
     *first = false;
-    SkipWs();
     if (!Peek('"')) return Error(path, absl::StrCat("expected a field name, found ", Found()));
-    HEDDLE_ASSIGN_OR_RETURN(*key, String(path));
+    *key_at = pos_;
+    HEDDLE_RETURN_IF_ERROR(String(path, key));
     HEDDLE_RETURN_IF_ERROR(Expect(':', path, "':'"));
     return true;
   }
 
   // Array iteration: call with *first = true, then repeatedly; false at the closing bracket.
-  absl::StatusOr<bool> NextItem(absl::string_view path, bool* first) {
-    SkipWs();
+  absl::StatusOr<bool> NextItem(const Path& path, bool* first) {
     if (Peek(']')) {
       ++pos_;
       return false;
@@ -193,52 +210,54 @@ class Reader {
     return true;
   }
 
-  absl::StatusOr<std::string> String(absl::string_view path) {
+  absl::Status String(const Path& path, std::string* out) {
     HEDDLE_RETURN_IF_ERROR(Expect('"', path, "a string"));
-    std::string out;
+    out->clear();
     while (true) {
+      // The run up to the next quote, backslash or control character in one piece.
+      size_t end = pos_;
+      while (end < text_.size() && text_[end] != '"' && text_[end] != '\\' &&
+             static_cast<unsigned char>(text_[end]) >= 0x20) {
+        ++end;
+      }
+      out->append(text_.data() + pos_, end - pos_);
+      pos_ = end;
       if (pos_ >= text_.size()) return Error(path, "unterminated string");
       const char c = text_[pos_];
       if (c == '"') {
         ++pos_;
-        return out;
+        return absl::OkStatus();
       }
-      if (static_cast<unsigned char>(c) < 0x20) {
-        return Error(path, "control character in a string (escape it)");
-      }
-      if (c != '\\') {
-        out.push_back(c);
-        ++pos_;
-        continue;
-      }
+      if (c != '\\') return Error(path, "control character in a string (escape it)");
       if (++pos_ >= text_.size()) return Error(path, "unterminated string");
       const char e = text_[pos_++];
       switch (e) {
         case '"':
         case '\\':
         case '/':
-          out.push_back(e);
+          out->push_back(e);
           break;
         case 'b':
-          out.push_back('\b');
+          out->push_back('\b');
           break;
         case 'f':
-          out.push_back('\f');
+          out->push_back('\f');
           break;
         case 'n':
-          out.push_back('\n');
+          out->push_back('\n');
           break;
         case 'r':
-          out.push_back('\r');
+          out->push_back('\r');
           break;
         case 't':
-          out.push_back('\t');
+          out->push_back('\t');
           break;
         case 'u': {
           HEDDLE_ASSIGN_OR_RETURN(uint32_t cp, Hex4(path));
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (text_.substr(pos_, 2) != "\\u")
+            if (text_.substr(pos_, 2) != "\\u") {
               return Error(path, "unpaired surrogate in \\u escape");
+            }
             pos_ += 2;
             HEDDLE_ASSIGN_OR_RETURN(uint32_t lo, Hex4(path));
             if (lo < 0xDC00 || lo > 0xDFFF) return Error(path, "unpaired surrogate in \\u escape");
@@ -246,7 +265,7 @@ class Reader {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             return Error(path, "unpaired surrogate in \\u escape");
           }
-          AppendUtf8(&out, cp);
+          AppendUtf8(out, cp);
           break;
         }
         default:
@@ -257,7 +276,7 @@ class Reader {
   }
 
   // A JSON number token, checked against the grammar; `pos_` after it.
-  absl::StatusOr<absl::string_view> NumberToken(absl::string_view path) {
+  absl::StatusOr<absl::string_view> NumberToken(const Path& path) {
     SkipWs();
     const size_t start = pos_;
     size_t i = pos_;
@@ -287,7 +306,7 @@ class Reader {
     return text_.substr(start, i - start);
   }
 
-  absl::StatusOr<uint64_t> Uint(absl::string_view path, uint64_t max) {
+  absl::StatusOr<uint64_t> Uint(const Path& path, uint64_t max) {
     SkipWs();
     const size_t start = pos_;
     HEDDLE_ASSIGN_OR_RETURN(absl::string_view tok, NumberToken(path));
@@ -300,7 +319,7 @@ class Reader {
   }
 
   // A number, or null for a non-finite value (as the writer writes one).
-  absl::StatusOr<double> Double(absl::string_view path) {
+  absl::StatusOr<double> Double(const Path& path) {
     SkipWs();
     if (text_.substr(pos_, 4) == "null") {
       pos_ += 4;
@@ -319,7 +338,8 @@ class Reader {
   absl::Status End() {
     SkipWs();
     if (pos_ != text_.size()) {
-      return Error("", absl::StrCat("unexpected ", Found(), " after the schedule's closing brace"));
+      return Error(Path{},
+                   absl::StrCat("unexpected ", Found(), " after the schedule's closing brace"));
     }
     return absl::OkStatus();
   }
@@ -341,7 +361,7 @@ class Reader {
   }
 
  private:
-  absl::StatusOr<uint32_t> Hex4(absl::string_view path) {
+  absl::StatusOr<uint32_t> Hex4(const Path& path) {
     if (pos_ + 4 > text_.size()) return Error(path, "truncated \\u escape");
     uint32_t v = 0;
     for (int k = 0; k < 4; ++k) {
@@ -383,47 +403,54 @@ class Reader {
   size_t pos_ = 0;
 };
 
-// Which fields of an object were seen: duplicates and missing required ones are errors.
+// The fields of one object kind: which exist, which were seen (a bitmask, so duplicates and
+// missing required fields are errors without allocating).
 class Fields {
  public:
-  Fields(Reader* r, std::string path) : r_(r), path_(std::move(path)) {}
+  // `names` outlives the Fields (a static array).
+  template <size_t N>
+  Fields(Reader* r, const Path* path, const absl::string_view (&names)[N])
+      : r_(r), path_(path), names_(names), count_(N) {
+    static_assert(N <= 32);
+  }
 
-  // Registers `key` at `at`; an error for a duplicate.
-  absl::Status See(absl::string_view key, size_t at) {
-    for (const std::string& k : seen_) {
-      if (k == key) return r_->ErrorAt(at, Path(key), "duplicate field");
+  // The index of `key` among the names, after checking it is known and new.
+  absl::StatusOr<int> See(absl::string_view key, size_t at) {
+    for (size_t i = 0; i < count_; ++i) {
+      if (names_[i] != key) continue;
+      if (seen_ & (1u << i)) return r_->ErrorAt(at, path_->Field(key), "duplicate field");
+      seen_ |= 1u << i;
+      return static_cast<int>(i);
     }
-    seen_.emplace_back(key);
-    return absl::OkStatus();
+    std::string allowed;
+    for (size_t i = 0; i < count_; ++i) {
+      absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", names_[i]);
+    }
+    return r_->ErrorAt(at, path_->Field(key),
+                       absl::StrCat("unknown field (expected one of: ", allowed, ")"));
   }
   bool Has(absl::string_view key) const {
-    for (const std::string& k : seen_) {
-      if (k == key) return true;
+    for (size_t i = 0; i < count_; ++i) {
+      if (names_[i] == key) return (seen_ >> i) & 1;
     }
     return false;
   }
   absl::Status Require(std::initializer_list<absl::string_view> keys) const {
     for (absl::string_view k : keys) {
       if (!Has(k)) {
-        return r_->ErrorAt(r_->pos() == 0 ? 0 : r_->pos() - 1, path_,
+        return r_->ErrorAt(r_->pos() == 0 ? 0 : r_->pos() - 1, *path_,
                            absl::StrCat("missing field \"", k, "\""));
       }
     }
     return absl::OkStatus();
   }
-  absl::Status Unknown(absl::string_view key, size_t at, absl::string_view allowed) const {
-    return r_->ErrorAt(at, Path(key),
-                       absl::StrCat("unknown field (expected one of: ", allowed, ")"));
-  }
-  std::string Path(absl::string_view key) const {
-    return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
-  }
-  const std::string& path() const { return path_; }
 
  private:
   Reader* r_;
-  std::string path_;
-  std::vector<std::string> seen_;
+  const Path* path_;
+  const absl::string_view* names_;
+  size_t count_;
+  uint32_t seen_ = 0;
 };
 
 std::optional<OpKind> OpKindFromName(absl::string_view name) {
@@ -434,103 +461,120 @@ std::optional<OpKind> OpKindFromName(absl::string_view name) {
   return std::nullopt;
 }
 
-absl::Status ReadBuf(Reader& r, const std::string& path, BufRef* out) {
-  HEDDLE_RETURN_IF_ERROR(r.Expect('{', path, "an object {\"buffer\", \"slot\"}"));
-  Fields f(&r, path);
+// Reads one object: `field(index, path of the field)` reads each field's value.
+template <typename F>
+absl::Status ReadObject(Reader& r, const Path& path, absl::string_view what, Fields& f, F field) {
+  HEDDLE_RETURN_IF_ERROR(r.Expect('{', path, what));
   bool first = true;
   std::string key;
+  size_t at = 0;
   while (true) {
-    r.SkipWs();
-    const size_t at = r.pos();
-    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey(path, &first, &key));
-    if (!more) break;
-    HEDDLE_RETURN_IF_ERROR(f.See(key, at));
-    if (key == "buffer") {
-      r.SkipWs();
-      const size_t vat = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(std::string b, r.String(f.Path(key)));
-      if (b == "data") {
-        out->buffer = BufRef::Buffer::kData;
-      } else if (b == "scratch") {
-        out->buffer = BufRef::Buffer::kScratch;
-      } else {
-        return r.ErrorAt(vat, f.Path(key),
-                         absl::StrCat("\"", b, "\" is not a buffer (\"data\" or \"scratch\")"));
-      }
-    } else if (key == "slot") {
-      HEDDLE_ASSIGN_OR_RETURN(out->slot, r.Uint(f.Path(key), UINT64_MAX));
-    } else {
-      return f.Unknown(key, at, "buffer, slot");
-    }
+    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey(path, &first, &key, &at));
+    if (!more) return absl::OkStatus();
+    HEDDLE_ASSIGN_OR_RETURN(int index, f.See(key, at));
+    HEDDLE_RETURN_IF_ERROR(field(index, path.Field(key)));
   }
+}
+
+// Reads one array: `item(path of the element)` reads each element.
+template <typename F>
+absl::Status ReadArray(Reader& r, const Path& path, absl::string_view what, F item) {
+  HEDDLE_RETURN_IF_ERROR(r.Expect('[', path, what));
+  bool first = true;
+  for (int64_t i = 0;; ++i) {
+    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextItem(path, &first));
+    if (!more) return absl::OkStatus();
+    HEDDLE_RETURN_IF_ERROR(item(path.Item(i)));
+  }
+}
+
+template <typename T>
+absl::Status ReadUint(Reader& r, const Path& p, T* out) {
+  HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, std::numeric_limits<T>::max()));
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ReadBuf(Reader& r, const Path& path, std::string* scratch, BufRef* out) {
+  static constexpr absl::string_view kNames[] = {"buffer", "slot"};
+  Fields f(&r, &path, kNames);
+  HEDDLE_RETURN_IF_ERROR(ReadObject(
+      r, path, "an object {\"buffer\", \"slot\"}", f, [&](int i, const Path& p) -> absl::Status {
+        if (i == 1) return ReadUint(r, p, &out->slot);
+        r.SkipWs();
+        const size_t at = r.pos();
+        HEDDLE_RETURN_IF_ERROR(r.String(p, scratch));
+        if (*scratch == "data") {
+          out->buffer = BufRef::Buffer::kData;
+        } else if (*scratch == "scratch") {
+          out->buffer = BufRef::Buffer::kScratch;
+        } else {
+          return r.ErrorAt(
+              at, p, absl::StrCat("\"", *scratch, "\" is not a buffer (\"data\" or \"scratch\")"));
+        }
+        return absl::OkStatus();
+      }));
   return f.Require({"buffer", "slot"});
 }
 
-absl::Status ReadOp(Reader& r, const std::string& path, Op* o) {
-  HEDDLE_RETURN_IF_ERROR(r.Expect('{', path, "an op object"));
-  Fields f(&r, path);
-  bool first = true;
-  std::string key;
+absl::Status ReadOp(Reader& r, const Path& path, std::string* scratch, Op* o) {
+  static constexpr absl::string_view kNames[] = {"op",  "peer", "channel", "chunk",   "piece",
+                                                 "src", "dst",  "deps",    "start_s", "end_s"};
+  Fields f(&r, &path, kNames);
   size_t kind_at = 0;
-  std::optional<OpKind> kind;
-  while (true) {
-    r.SkipWs();
-    const size_t at = r.pos();
-    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey(path, &first, &key));
-    if (!more) break;
-    HEDDLE_RETURN_IF_ERROR(f.See(key, at));
-    const std::string p = f.Path(key);
-    if (key == "op") {
-      r.SkipWs();
-      kind_at = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(std::string name, r.String(p));
-      kind = OpKindFromName(name);
-      if (!kind.has_value()) {
-        return r.ErrorAt(
-            kind_at, p,
-            absl::StrCat("\"", name, "\" is not an op (send, recv, recv-reduce, copy, reduce)"));
-      }
-      o->kind = *kind;
-    } else if (key == "peer") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      o->peer = static_cast<uint32_t>(v);
-    } else if (key == "channel") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      o->channel = static_cast<uint32_t>(v);
-    } else if (key == "chunk") {
-      HEDDLE_ASSIGN_OR_RETURN(o->chunk, r.Uint(p, UINT64_MAX));
-    } else if (key == "piece") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      o->piece = static_cast<uint32_t>(v);
-    } else if (key == "src") {
-      HEDDLE_RETURN_IF_ERROR(ReadBuf(r, p, &o->src));
-    } else if (key == "dst") {
-      HEDDLE_RETURN_IF_ERROR(ReadBuf(r, p, &o->dst));
-    } else if (key == "deps") {
-      HEDDLE_RETURN_IF_ERROR(r.Expect('[', p, "an array of op indices"));
-      bool dfirst = true;
-      while (true) {
-        HEDDLE_ASSIGN_OR_RETURN(bool item, r.NextItem(p, &dfirst));
-        if (!item) break;
-        HEDDLE_ASSIGN_OR_RETURN(uint64_t d, r.Uint(p, UINT32_MAX));
-        o->deps.push_back(static_cast<uint32_t>(d));
-      }
-    } else if (key == "start_s") {
-      HEDDLE_ASSIGN_OR_RETURN(o->start_s, r.Double(p));
-    } else if (key == "end_s") {
-      HEDDLE_ASSIGN_OR_RETURN(o->end_s, r.Double(p));
-    } else {
-      return f.Unknown(key, at, "op, peer, channel, chunk, piece, src, dst, deps, start_s, end_s");
-    }
-  }
+  HEDDLE_RETURN_IF_ERROR(
+      ReadObject(r, path, "an op object", f, [&](int i, const Path& p) -> absl::Status {
+        switch (i) {
+          case 0: {
+            r.SkipWs();
+            kind_at = r.pos();
+            HEDDLE_RETURN_IF_ERROR(r.String(p, scratch));
+            std::optional<OpKind> kind = OpKindFromName(*scratch);
+            if (!kind.has_value()) {
+              return r.ErrorAt(kind_at, p,
+                               absl::StrCat("\"", *scratch,
+                                            "\" is not an op (send, recv, recv-reduce, copy, "
+                                            "reduce)"));
+            }
+            o->kind = *kind;
+            return absl::OkStatus();
+          }
+          case 1:
+            return ReadUint(r, p, &o->peer);
+          case 2:
+            return ReadUint(r, p, &o->channel);
+          case 3:
+            return ReadUint(r, p, &o->chunk);
+          case 4:
+            return ReadUint(r, p, &o->piece);
+          case 5:
+            return ReadBuf(r, p, scratch, &o->src);
+          case 6:
+            return ReadBuf(r, p, scratch, &o->dst);
+          case 7:
+            return ReadArray(r, p, "an array of op indices", [&](const Path& e) -> absl::Status {
+              HEDDLE_ASSIGN_OR_RETURN(uint64_t d, r.Uint(e, UINT32_MAX));
+              o->deps.push_back(static_cast<uint32_t>(d));
+              return absl::OkStatus();
+            });
+          case 8: {
+            HEDDLE_ASSIGN_OR_RETURN(o->start_s, r.Double(p));
+            return absl::OkStatus();
+          }
+          default: {
+            HEDDLE_ASSIGN_OR_RETURN(o->end_s, r.Double(p));
+            return absl::OkStatus();
+          }
+        }
+      }));
   HEDDLE_RETURN_IF_ERROR(f.Require({"op", "piece", "deps"}));
   if (UsesPeer(o->kind)) HEDDLE_RETURN_IF_ERROR(f.Require({"peer", "channel", "chunk"}));
   if (UsesSrc(o->kind)) HEDDLE_RETURN_IF_ERROR(f.Require({"src"}));
   if (UsesDst(o->kind)) HEDDLE_RETURN_IF_ERROR(f.Require({"dst"}));
   // Fields a kind does not use would be silently dropped: refuse them.
-  auto refuse = [&](const char* field) -> absl::Status {
+  auto refuse = [&](absl::string_view field) -> absl::Status {
     if (!f.Has(field)) return absl::OkStatus();
-    return r.ErrorAt(kind_at, f.Path(field),
+    return r.ErrorAt(kind_at, path.Field(field),
                      absl::StrCat("a ", OpKindName(o->kind), " op has no \"", field, "\""));
   };
   if (!UsesPeer(o->kind)) {
@@ -543,157 +587,124 @@ absl::Status ReadOp(Reader& r, const std::string& path, Op* o) {
   return absl::OkStatus();
 }
 
-absl::Status ReadRank(Reader& r, const std::string& path, RankSchedule* rs) {
-  HEDDLE_RETURN_IF_ERROR(r.Expect('{', path, "an object {\"scratch_slots\", \"ops\"}"));
-  Fields f(&r, path);
-  bool first = true;
-  std::string key;
-  while (true) {
-    r.SkipWs();
-    const size_t at = r.pos();
-    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey(path, &first, &key));
-    if (!more) break;
-    HEDDLE_RETURN_IF_ERROR(f.See(key, at));
-    if (key == "scratch_slots") {
-      HEDDLE_ASSIGN_OR_RETURN(rs->scratch_slots, r.Uint(f.Path(key), UINT64_MAX));
-    } else if (key == "ops") {
-      HEDDLE_RETURN_IF_ERROR(r.Expect('[', f.Path(key), "an array of ops"));
-      bool ofirst = true;
-      while (true) {
-        HEDDLE_ASSIGN_OR_RETURN(bool item, r.NextItem(f.Path(key), &ofirst));
-        if (!item) break;
-        Op o;
-        HEDDLE_RETURN_IF_ERROR(ReadOp(r, absl::StrCat(path, ".ops[", rs->ops.size(), "]"), &o));
-        rs->ops.push_back(std::move(o));
-      }
-    } else {
-      return f.Unknown(key, at, "scratch_slots, ops");
-    }
-  }
+absl::Status ReadRank(Reader& r, const Path& path, std::string* scratch, RankSchedule* rs) {
+  static constexpr absl::string_view kNames[] = {"scratch_slots", "ops"};
+  Fields f(&r, &path, kNames);
+  HEDDLE_RETURN_IF_ERROR(
+      ReadObject(r, path, "an object {\"scratch_slots\", \"ops\"}", f,
+                 [&](int i, const Path& p) -> absl::Status {
+                   if (i == 0) return ReadUint(r, p, &rs->scratch_slots);
+                   return ReadArray(r, p, "an array of ops", [&](const Path& e) -> absl::Status {
+                     rs->ops.emplace_back();
+                     return ReadOp(r, e, scratch, &rs->ops.back());
+                   });
+                 }));
   return f.Require({"scratch_slots", "ops"});
 }
 
-absl::Status ReadCollective(Reader& r, const std::string& path, Collective* c) {
-  HEDDLE_RETURN_IF_ERROR(r.Expect('{', path, "an object"));
-  Fields f(&r, path);
-  bool first = true;
-  std::string key;
-  while (true) {
-    r.SkipWs();
-    const size_t at = r.pos();
-    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey(path, &first, &key));
-    if (!more) break;
-    HEDDLE_RETURN_IF_ERROR(f.See(key, at));
-    const std::string p = f.Path(key);
-    if (key == "kind") {
-      r.SkipWs();
-      const size_t vat = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(std::string name, r.String(p));
-      std::optional<Kind> k = KindFromName(name);
-      if (!k.has_value()) {
-        return r.ErrorAt(
-            vat, p,
-            absl::StrCat("\"", name,
-                         "\" is not a collective (allgather, reducescatter, allreduce, "
-                         "broadcast, reduce, alltoall)"));
-      }
-      c->kind = *k;
-    } else if (key == "ranks") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      c->ranks = static_cast<uint32_t>(v);
-    } else if (key == "chunks_per_rank") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      c->chunks_per_rank = static_cast<uint32_t>(v);
-    } else if (key == "root") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
-      c->root = static_cast<uint32_t>(v);
-    } else {
-      return f.Unknown(key, at, "kind, ranks, chunks_per_rank, root");
-    }
-  }
+absl::Status ReadCollective(Reader& r, const Path& path, std::string* scratch, Collective* c) {
+  static constexpr absl::string_view kNames[] = {"kind", "ranks", "chunks_per_rank", "root"};
+  Fields f(&r, &path, kNames);
+  HEDDLE_RETURN_IF_ERROR(
+      ReadObject(r, path, "an object", f, [&](int i, const Path& p) -> absl::Status {
+        switch (i) {
+          case 0: {
+            r.SkipWs();
+            const size_t at = r.pos();
+            HEDDLE_RETURN_IF_ERROR(r.String(p, scratch));
+            std::optional<Kind> k = KindFromName(*scratch);
+            if (!k.has_value()) {
+              return r.ErrorAt(at, p,
+                               absl::StrCat("\"", *scratch,
+                                            "\" is not a collective (allgather, reducescatter, "
+                                            "allreduce, broadcast, reduce, alltoall)"));
+            }
+            c->kind = *k;
+            return absl::OkStatus();
+          }
+          case 1:
+            return ReadUint(r, p, &c->ranks);
+          case 2:
+            return ReadUint(r, p, &c->chunks_per_rank);
+          default:
+            return ReadUint(r, p, &c->root);
+        }
+      }));
   return f.Require({"kind", "ranks", "chunks_per_rank", "root"});
 }
 
 absl::StatusOr<Schedule> Read(absl::string_view json) {
   Reader r(json);
   Schedule s;
-  HEDDLE_RETURN_IF_ERROR(r.Expect('{', "", "a JSON object (a heddle schedule)"));
-  Fields f(&r, "");
-  bool first = true;
-  std::string key;
-  while (true) {
-    r.SkipWs();
-    const size_t at = r.pos();
-    HEDDLE_ASSIGN_OR_RETURN(bool more, r.NextKey("", &first, &key));
-    if (!more) break;
-    HEDDLE_RETURN_IF_ERROR(f.See(key, at));
-    if (key == "format") {
-      r.SkipWs();
-      const size_t vat = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(std::string name, r.String(key));
-      if (name != kFormatName) {
-        return r.ErrorAt(vat, key,
-                         absl::StrCat("\"", name, "\" is not a heddle schedule (expected \"",
-                                      kFormatName, "\")"));
-      }
-    } else if (key == "format_version") {
-      r.SkipWs();
-      const size_t vat = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(key, UINT32_MAX));
-      if (v != kScheduleFormatVersion) {
-        return r.ErrorAt(vat, key,
-                         absl::StrCat("format_version ", v, " is not supported; this build reads ",
-                                      kScheduleFormatVersion));
-      }
-      s.version = static_cast<uint32_t>(v);
-    } else if (key == "collective") {
-      HEDDLE_RETURN_IF_ERROR(ReadCollective(r, key, &s.collective));
-    } else if (key == "pieces") {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(key, UINT32_MAX));
-      s.pieces = static_cast<uint32_t>(v);
-    } else if (key == "intent") {
-      HEDDLE_ASSIGN_OR_RETURN(s.intent, r.String(key));
-    } else if (key == "ranks") {
-      HEDDLE_RETURN_IF_ERROR(r.Expect('[', key, "an array of rank names"));
-      bool rfirst = true;
-      while (true) {
-        HEDDLE_ASSIGN_OR_RETURN(bool item, r.NextItem(key, &rfirst));
-        if (!item) break;
-        HEDDLE_ASSIGN_OR_RETURN(std::string name,
-                                r.String(absl::StrCat("ranks[", s.ranks.size(), "]")));
-        s.ranks.push_back(std::move(name));
-      }
-    } else if (key == "topology_digest") {
-      r.SkipWs();
-      const size_t vat = r.pos();
-      HEDDLE_ASSIGN_OR_RETURN(std::string hex, r.String(key));
-      uint64_t v = 0;
-      auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
-      if (hex.empty() || hex.size() > 16 || ec != std::errc() || end != hex.data() + hex.size()) {
-        return r.ErrorAt(
-            vat, key, absl::StrCat("\"", hex, "\" is not a 64-bit hex digest (1-16 hex digits)"));
-      }
-      s.topology_digest = v;
-    } else if (key == "slot_bytes") {
-      HEDDLE_ASSIGN_OR_RETURN(s.slot_bytes, r.Uint(key, UINT64_MAX));
-    } else if (key == "predicted_s") {
-      HEDDLE_ASSIGN_OR_RETURN(s.predicted_s, r.Double(key));
-    } else if (key == "per_rank") {
-      HEDDLE_RETURN_IF_ERROR(r.Expect('[', key, "an array with one object per rank"));
-      bool pfirst = true;
-      while (true) {
-        HEDDLE_ASSIGN_OR_RETURN(bool item, r.NextItem(key, &pfirst));
-        if (!item) break;
-        RankSchedule rs;
-        HEDDLE_RETURN_IF_ERROR(ReadRank(r, absl::StrCat("per_rank[", s.per_rank.size(), "]"), &rs));
-        s.per_rank.push_back(std::move(rs));
-      }
-    } else {
-      return f.Unknown(key, at,
-                       "format, format_version, collective, pieces, intent, ranks, "
-                       "topology_digest, slot_bytes, predicted_s, per_rank");
-    }
-  }
+  const Path root;
+  std::string scratch;
+  static constexpr absl::string_view kNames[] = {
+      "format", "format_version",  "collective", "pieces",      "intent",
+      "ranks",  "topology_digest", "slot_bytes", "predicted_s", "per_rank"};
+  Fields f(&r, &root, kNames);
+  HEDDLE_RETURN_IF_ERROR(ReadObject(
+      r, root, "a JSON object (a heddle schedule)", f, [&](int i, const Path& p) -> absl::Status {
+        r.SkipWs();
+        const size_t at = r.pos();
+        switch (i) {
+          case 0:
+            HEDDLE_RETURN_IF_ERROR(r.String(p, &scratch));
+            if (scratch != kFormatName) {
+              return r.ErrorAt(
+                  at, p,
+                  absl::StrCat("\"", scratch, "\" is not a heddle schedule (expected \"",
+                               kFormatName, "\")"));
+            }
+            return absl::OkStatus();
+          case 1: {
+            HEDDLE_ASSIGN_OR_RETURN(uint64_t v, r.Uint(p, UINT32_MAX));
+            if (v != kScheduleFormatVersion) {
+              return r.ErrorAt(
+                  at, p,
+                  absl::StrCat("format_version ", v, " is not supported; this build reads ",
+                               kScheduleFormatVersion));
+            }
+            s.version = static_cast<uint32_t>(v);
+            return absl::OkStatus();
+          }
+          case 2:
+            return ReadCollective(r, p, &scratch, &s.collective);
+          case 3:
+            return ReadUint(r, p, &s.pieces);
+          case 4:
+            return r.String(p, &s.intent);
+          case 5:
+            return ReadArray(r, p, "an array of rank names", [&](const Path& e) {
+              s.ranks.emplace_back();
+              return r.String(e, &s.ranks.back());
+            });
+          case 6: {
+            HEDDLE_RETURN_IF_ERROR(r.String(p, &scratch));
+            uint64_t v = 0;
+            auto [end, ec] =
+                std::from_chars(scratch.data(), scratch.data() + scratch.size(), v, 16);
+            if (scratch.empty() || scratch.size() > 16 || ec != std::errc() ||
+                end != scratch.data() + scratch.size()) {
+              return r.ErrorAt(
+                  at, p,
+                  absl::StrCat("\"", scratch, "\" is not a 64-bit hex digest (1-16 hex digits)"));
+            }
+            s.topology_digest = v;
+            return absl::OkStatus();
+          }
+          case 7:
+            return ReadUint(r, p, &s.slot_bytes);
+          case 8: {
+            HEDDLE_ASSIGN_OR_RETURN(s.predicted_s, r.Double(p));
+            return absl::OkStatus();
+          }
+          default:
+            return ReadArray(r, p, "an array with one object per rank", [&](const Path& e) {
+              s.per_rank.emplace_back();
+              return ReadRank(r, e, &scratch, &s.per_rank.back());
+            });
+        }
+      }));
   HEDDLE_RETURN_IF_ERROR(f.Require({"format", "format_version", "collective", "pieces", "intent",
                                     "ranks", "topology_digest", "slot_bytes", "per_rank"}));
   HEDDLE_RETURN_IF_ERROR(r.End());
@@ -837,9 +848,18 @@ uint64_t ScheduleDigest(const Schedule& s) {
 absl::StatusOr<Schedule> ReadScheduleFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the schedule file"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  // One read into a string of the file's size (a stringstream would hold the text twice).
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::DataLossError(absl::StrCat(path, ": cannot size the schedule file"));
+  if (static_cast<uint64_t>(size) > kMaxScheduleFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes; at most ", kMaxScheduleFileBytes));
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  in.read(text.data(), size);
+  if (!in) return absl::DataLossError(absl::StrCat(path, ": reading the schedule file failed"));
   absl::StatusOr<Schedule> s = ScheduleFromJson(text);
   if (!s.ok()) {
     // "schedule:LINE:COL: ..." becomes "PATH:LINE:COL: ...".

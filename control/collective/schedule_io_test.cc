@@ -206,7 +206,7 @@ TEST(ScheduleIo, HostileInputIsRejectedWithWhereAndWhat) {
   EXPECT_THAT(ErrorOf(Replace(good, "\"0000000000000000\"", "\"xyz\"")),
               HasSubstr("topology_digest: \"xyz\" is not a 64-bit hex digest"));
   EXPECT_THAT(ErrorOf(Replace(good, "\"deps\": []", "\"deps\": [1,]")),
-              HasSubstr("deps: expected a number, found ']'"));
+              HasSubstr("per_rank[0].ops[0].deps[1]: expected a number, found ']'"));
   EXPECT_THAT(ErrorOf(Replace(good, "\"deps\": []", "\"deps\": [01]")),
               HasSubstr("leading zeros are not allowed"));
   EXPECT_THAT(ErrorOf(Replace(good, "\"end_s\": 0}", "\"end_s\": 1e999}")),

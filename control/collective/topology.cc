@@ -57,7 +57,11 @@ absl::StatusOr<double> ParseWithUnit(absl::string_view text, const char* what,
     return absl::InvalidArgumentError(absl::StrFormat("%s '%s' has no unit; %s", what, text, hint));
   }
   for (const auto& [name, scale] : units) {
-    if (unit == name) return value * scale;
+    if (unit != name) continue;
+    if (!std::isfinite(value * scale)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s '%s' is out of range", what, text));
+    }
+    return value * scale;
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("%s '%s': unknown unit '%s'; %s", what, text, unit, hint));
@@ -70,8 +74,9 @@ constexpr char kLatencyHint[] = "write s, ms, us or ns, e.g. 30ms";
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
+  // Printable ASCII: names travel in YAML, JSON schedules, metrics and command lines unchanged.
   for (unsigned char c : name) {
-    if (c <= ' ' || c == 0x7f) return false;
+    if (c <= ' ' || c >= 0x7f) return false;
   }
   return true;
 }
@@ -227,9 +232,14 @@ class Reader {
   }
   static absl::Status Keys(const YAML::Node& map, absl::string_view key,
                            std::initializer_list<const char*> known) {
+    std::vector<std::string> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
       const YAML::Node k = it->first;
       const std::string name = k.IsScalar() ? k.Scalar() : "?";
+      if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+        return Error(k, key, absl::StrFormat("key '%s' is given twice", name));
+      }
+      seen.push_back(name);
       if (std::none_of(known.begin(), known.end(), [&](const char* x) { return name == x; })) {
         std::vector<std::string> names(known.begin(), known.end());
         return Error(
@@ -244,8 +254,9 @@ class Reader {
     for (size_t i = 0; i < seq.size(); ++i) {
       const YAML::Node n = seq[i];
       if (!n.IsScalar() || !ValidName(n.Scalar())) {
-        return Error(n, absl::StrCat(key, "[", i, "]"),
-                     "must be a non-empty name of at most 128 characters without spaces");
+        return Error(
+            n, absl::StrCat(key, "[", i, "]"),
+            "must be a non-empty name of at most 128 printable ASCII characters without spaces");
       }
       out->push_back(n.Scalar());
       if (out->size() > kMaxTopologyNodes) {
@@ -398,7 +409,7 @@ absl::Status ValidateTopology(const Topology& t) {
   for (uint32_t i = 0; i < t.nodes.size(); ++i) {
     if (!ValidName(t.nodes[i])) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "topology: node %u: name '%s' must be non-empty, at most 128 characters, no spaces", i,
+          "topology: node %u: name '%s' must be 1..128 printable ASCII characters, no spaces", i,
           t.nodes[i]));
     }
     if (!names.emplace(t.nodes[i], i).second) {

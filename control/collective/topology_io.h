@@ -28,7 +28,7 @@ namespace heddle::collective {
 
 // Limits: how many nodes (ranks and switches) and directed links a topology may have.
 inline constexpr uint32_t kMaxTopologyNodes = 1 << 16;
-inline constexpr uint64_t kMaxTopologyLinks = uint64_t{1} << 24;
+inline constexpr uint64_t kMaxTopologyLinks = uint64_t{1} << 20;  // a full mesh of 1024 ranks
 
 // The YAML form documented in topology.h. Validates the result (ValidateTopology).
 absl::StatusOr<Topology> TopologyFromYaml(const YAML::Node& node);

@@ -77,6 +77,18 @@ std::string DescribeOp(const Schedule& s, uint32_t rank, uint32_t op) {
 
 namespace {
 
+// Problems past the cap are only counted: the macro skips formatting them (and evaluating the
+// arguments, which name ops and rank sets), so a badly broken schedule costs no more than a
+// good one.
+#define PROBLEM(...)        \
+  do {                      \
+    if (Full()) {           \
+      ++problem_count_;     \
+    } else {                \
+      Problem(__VA_ARGS__); \
+    }                       \
+  } while (0)
+
 // Symbolic values, hash-consed. A value is a chunk (the data slot whose contributions it holds)
 // and the set of contributing ranks, a bitset of ceil(N/64) words. Copies, sends and receives
 // pass value ids around; only reduces make new sets, and equal sets (e.g. the same partial sum
@@ -246,7 +258,11 @@ absl::Status Verifier::Run(VerifyReport* report, bool want_values) {
   }
   if (problems_.empty()) return absl::OkStatus();
   std::string msg = absl::StrCat("schedule does not verify: ", problems_.front());
-  if (problem_count_ > 1) absl::StrAppend(&msg, " (and ", problem_count_ - 1, " more problems)");
+  // Past the cap some phases stop looking, so the count is then a lower bound.
+  if (problem_count_ > 1) {
+    absl::StrAppend(&msg, " (and ", Full() ? "at least " : "", problem_count_ - 1,
+                    " more problems)");
+  }
   return absl::InvalidArgumentError(msg);
 }
 
@@ -267,89 +283,89 @@ std::string FormatRanks(const std::vector<uint32_t>& r) {
 void Verifier::CheckBuf(uint32_t rank, uint32_t i, const char* role, const BufRef& b) {
   if (b.buffer == BufRef::Buffer::kData) {
     if (b.slot >= slots_) {
-      Problem("%s: %s data slot %u is out of range (the %s has %u data slots)", Name(rank, i), role,
+      PROBLEM("%s: %s data slot %u is out of range (the %s has %u data slots)", Name(rank, i), role,
               b.slot, KindName(s_.collective.kind), slots_);
     }
   } else if (b.buffer == BufRef::Buffer::kScratch) {
     if (b.slot >= s_.per_rank[rank].scratch_slots) {
-      Problem("%s: %s scratch slot %u is out of range (rank %u has %u scratch slots)",
+      PROBLEM("%s: %s scratch slot %u is out of range (rank %u has %u scratch slots)",
               Name(rank, i), role, b.slot, rank, s_.per_rank[rank].scratch_slots);
     }
   } else {
-    Problem("%s: %s buffer %d is neither data nor scratch", Name(rank, i), role,
+    PROBLEM("%s: %s buffer %d is neither data nor scratch", Name(rank, i), role,
             static_cast<int>(b.buffer));
   }
 }
 
 void Verifier::CheckStructure() {
   if (s_.version != kScheduleFormatVersion) {
-    Problem("schedule format version %u; this build knows version %u", s_.version,
+    PROBLEM("schedule format version %u; this build knows version %u", s_.version,
             kScheduleFormatVersion);
     return;
   }
   if (absl::Status st = Validate(s_.collective); !st.ok()) {
-    Problem("%s", st.message());
+    PROBLEM("%s", st.message());
     return;
   }
   n_ = s_.collective.ranks;
   slots_ = SlotCount(s_.collective);
   if (s_.per_rank.size() != n_) {
-    Problem("%u op lists for a collective of %u ranks", s_.per_rank.size(), n_);
+    PROBLEM("%u op lists for a collective of %u ranks", s_.per_rank.size(), n_);
     return;
   }
   if (s_.pieces < 1 || s_.pieces > kMaxSchedulePieces) {
-    Problem("%u pieces per slot; use 1..%u", s_.pieces, kMaxSchedulePieces);
+    PROBLEM("%u pieces per slot; use 1..%u", s_.pieces, kMaxSchedulePieces);
     return;
   }
   if (!s_.ranks.empty() && s_.ranks.size() != n_) {
-    Problem("%u rank names for a collective of %u ranks", s_.ranks.size(), n_);
+    PROBLEM("%u rank names for a collective of %u ranks", s_.ranks.size(), n_);
   }
   for (uint32_t rank = 0; rank < n_ && !Full(); ++rank) {
     const RankSchedule& rs = s_.per_rank[rank];
     if (rs.scratch_slots > kMaxScratchSlots) {
-      Problem("rank %u: %u scratch slots; at most %u", rank, rs.scratch_slots, kMaxScratchSlots);
+      PROBLEM("rank %u: %u scratch slots; at most %u", rank, rs.scratch_slots, kMaxScratchSlots);
       continue;
     }
     if (rs.ops.size() >= UINT32_MAX) {
-      Problem("rank %u: %u ops; at most %u", rank, rs.ops.size(), UINT32_MAX - 1);
+      PROBLEM("rank %u: %u ops; at most %u", rank, rs.ops.size(), UINT32_MAX - 1);
       continue;
     }
     for (uint32_t i = 0; i < rs.ops.size() && !Full(); ++i) {
       const Op& o = rs.ops[i];
       if (o.kind > OpKind::kReduce) {
-        Problem("%s: unknown op kind", Name(rank, i));
+        PROBLEM("%s: unknown op kind", Name(rank, i));
         continue;
       }
       if (o.kind == OpKind::kSend || IsRecv(o.kind)) {
         if (o.peer >= n_) {
-          Problem("%s: peer %u is not one of the %u ranks", Name(rank, i), o.peer, n_);
+          PROBLEM("%s: peer %u is not one of the %u ranks", Name(rank, i), o.peer, n_);
         } else if (o.peer == rank) {
-          Problem("%s: a rank cannot send to or receive from itself (use copy)", Name(rank, i));
+          PROBLEM("%s: a rank cannot send to or receive from itself (use copy)", Name(rank, i));
         }
         if (o.chunk >= slots_) {
-          Problem("%s: chunk %u is out of range (the %s has %u data slots)", Name(rank, i), o.chunk,
+          PROBLEM("%s: chunk %u is out of range (the %s has %u data slots)", Name(rank, i), o.chunk,
                   KindName(s_.collective.kind), slots_);
         }
       }
       if (o.piece >= s_.pieces) {
-        Problem("%s: piece %u is out of range (slots have %u pieces)", Name(rank, i), o.piece,
+        PROBLEM("%s: piece %u is out of range (slots have %u pieces)", Name(rank, i), o.piece,
                 s_.pieces);
       }
       if (Reads(o.kind)) CheckBuf(rank, i, "source", o.src);
       if (Writes(o.kind)) CheckBuf(rank, i, "destination", o.dst);
       if (o.kind == OpKind::kReduce && o.src == o.dst) {
-        Problem("%s: reduces a slot into itself (every contribution twice)", Name(rank, i));
+        PROBLEM("%s: reduces a slot into itself (every contribution twice)", Name(rank, i));
       }
       for (size_t k = 0; k < o.deps.size(); ++k) {
         if (o.deps[k] >= i) {
-          Problem(
+          PROBLEM(
               "%s: dep %u is not an earlier op of rank %u (a dependency cycle or a forward "
               "reference)",
               Name(rank, i), o.deps[k], rank);
           break;
         }
         if (k > 0 && o.deps[k] <= o.deps[k - 1]) {
-          Problem("%s: deps are not strictly increasing (%u after %u)", Name(rank, i), o.deps[k],
+          PROBLEM("%s: deps are not strictly increasing (%u after %u)", Name(rank, i), o.deps[k],
                   o.deps[k - 1]);
           break;
         }
@@ -383,7 +399,7 @@ void Verifier::MatchTransfers() {
     const std::vector<uint32_t>& recvs = lists.second;
     const size_t common = std::min(sends.size(), recvs.size());
     if (sends.size() != recvs.size()) {
-      Problem(
+      PROBLEM(
           "rank %u sends %u pieces to rank %u on channel %u but rank %u receives %u; the first "
           "unmatched is %s",
           a, sends.size(), b, ch, b, recvs.size(),
@@ -393,7 +409,7 @@ void Verifier::MatchTransfers() {
       const Op& so = s_.per_rank[a].ops[sends[k]];
       const Op& ro = s_.per_rank[b].ops[recvs[k]];
       if (so.piece != ro.piece || so.chunk != ro.chunk) {
-        Problem("%s is matched with %s (transfer %u on the channel) but they disagree on the %s",
+        PROBLEM("%s is matched with %s (transfer %u on the channel) but they disagree on the %s",
                 Name(a, sends[k]), Name(b, recvs[k]), k, so.piece != ro.piece ? "piece" : "chunk");
       }
       match_[a][sends[k]] = recvs[k];
@@ -459,7 +475,7 @@ void Verifier::CheckRacesOfRank(uint32_t rank) {
       auto conflict = [&](uint32_t other) {
         if (other == i || Reaches(rank, other, i)) return;
         const bool other_writes = h.writer == other;
-        Problem(
+        PROBLEM(
             "race on rank %u %s piece %u: %s %s it and %s %s it, and neither is ordered "
             "before the other by deps",
             rank, BufName(buf), o.piece, Name(rank, other), other_writes ? "writes" : "reads",
@@ -524,7 +540,7 @@ void Verifier::Execute(bool want_values) {
   auto store = [&](uint32_t r, uint32_t i, const BufRef& dst, uint32_t piece, uint32_t v) {
     if (v != ValueStore::kEmpty && dst.buffer == BufRef::Buffer::kData &&
         values_->Chunk(v) != dst.slot) {
-      Problem("%s writes chunk %u's data into data slot %u", Name(r, i), values_->Chunk(v),
+      PROBLEM("%s writes chunk %u's data into data slot %u", Name(r, i), values_->Chunk(v),
               dst.slot);
     }
     Set(r, dst, piece, v);
@@ -534,18 +550,18 @@ void Verifier::Execute(bool want_values) {
     if (v == ValueStore::kEmpty) return;  // its source's problem was reported
     const uint32_t d = Get(r, dst, piece);
     if (d == ValueStore::kEmpty) {
-      Problem("%s reduces into %s piece %u, which holds nothing (receive or copy into it first)",
+      PROBLEM("%s reduces into %s piece %u, which holds nothing (receive or copy into it first)",
               Name(r, i), BufName(dst), piece);
       return;
     }
     if (values_->Chunk(d) != values_->Chunk(v)) {
-      Problem("%s reduces chunk %u's data into %s, which holds chunk %u's", Name(r, i),
+      PROBLEM("%s reduces chunk %u's data into %s, which holds chunk %u's", Name(r, i),
               values_->Chunk(v), BufName(dst), values_->Chunk(d));
       return;
     }
     uint32_t out = 0, common = 0;
     if (!values_->Union(d, v, &out, &common)) {
-      Problem("%s reduces rank %u's contribution to chunk %u twice (%s already holds %s, adds %s)",
+      PROBLEM("%s reduces rank %u's contribution to chunk %u twice (%s already holds %s, adds %s)",
               Name(r, i), common, values_->Chunk(d), BufName(dst), FormatRanks(values_->Ranks(d)),
               FormatRanks(values_->Ranks(v)));
       return;
@@ -562,9 +578,9 @@ void Verifier::Execute(bool want_values) {
       case OpKind::kSend: {
         const uint32_t v = Get(r, o.src, o.piece);
         if (v == ValueStore::kEmpty) {
-          Problem("%s reads %s piece %u, which holds nothing", Name(r, i), BufName(o.src), o.piece);
+          PROBLEM("%s reads %s piece %u, which holds nothing", Name(r, i), BufName(o.src), o.piece);
         } else if (values_->Chunk(v) != o.chunk) {
-          Problem("%s is labelled chunk %u but carries chunk %u's data", Name(r, i), o.chunk,
+          PROBLEM("%s is labelled chunk %u but carries chunk %u's data", Name(r, i), o.chunk,
                   values_->Chunk(v));
         }
         carried_[r][i] = v;
@@ -586,7 +602,7 @@ void Verifier::Execute(bool want_values) {
       case OpKind::kReduce: {
         const uint32_t v = Get(r, o.src, o.piece);
         if (v == ValueStore::kEmpty) {
-          Problem("%s reads %s piece %u, which holds nothing", Name(r, i), BufName(o.src), o.piece);
+          PROBLEM("%s reads %s piece %u, which holds nothing", Name(r, i), BufName(o.src), o.piece);
         } else if (o.kind == OpKind::kCopy) {
           store(r, i, o.dst, o.piece, v);
         } else {
@@ -652,7 +668,7 @@ void Verifier::Deadlock(const std::vector<std::vector<uint32_t>>& pending) {
   std::string cycle;
   for (const auto& [r, i] : path) absl::StrAppend(&cycle, Name(r, i), " waits for ");
   absl::StrAppend(&cycle, Name(path.front().first, path.front().second));
-  Problem("deadlock: %u ops never run; cycle: %s", stuck, cycle);
+  PROBLEM("deadlock: %u ops never run; cycle: %s", stuck, cycle);
 }
 
 // Every promised (rank, slot), every piece. A slot no op wrote still holds its starting value in
@@ -672,7 +688,7 @@ void Verifier::CheckPromises() {
   };
   auto report = [&](uint32_t r, uint64_t sl, const std::string& pieces, uint32_t v) {
     const std::optional<std::vector<uint32_t>> want = Promise(c, r, sl);
-    Problem("rank %u data[%u] %s ends with %s; the %s promises %s", r, sl, pieces,
+    PROBLEM("rank %u data[%u] %s ends with %s; the %s promises %s", r, sl, pieces,
             v == ValueStore::kEmpty ? std::string("nothing") : FormatRanks(values_->Ranks(v)),
             KindName(c.kind), want.has_value() ? FormatRanks(*want) : "nothing");
   };
@@ -732,3 +748,5 @@ absl::StatusOr<std::vector<std::vector<std::vector<uint32_t>>>> OpValues(const S
 }
 
 }  // namespace heddle::collective
+
+#undef PROBLEM

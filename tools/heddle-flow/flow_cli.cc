@@ -281,6 +281,7 @@ struct CompileArgs {
   std::vector<std::string> params;
   uint64_t slot_bytes = 1 << 20;
   uint32_t pieces = 0;
+  uint32_t chunks = 0;
   bool json = false;
 };
 
@@ -339,6 +340,7 @@ int Compile_(const CompileArgs& a, std::ostream& out, std::ostream& err) {
   }
   eo.params = *params;
   eo.order = *order;
+  eo.chunks_per_rank = a.chunks;
   std::vector<Diagnostic> diags;
   absl::StatusOr<Intent> intent = IntentFromText(text, eo, &diags);
   if (!intent.ok()) {
@@ -672,6 +674,7 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   compile->add_option("--order", ca.order, "virtual-to-physical rank order: indices or names");
   compile->add_option("--slot-bytes", ca.slot_bytes, "bytes of one data slot (default 1 MiB)");
   compile->add_option("--pieces", ca.pieces, "pieces per slot (default: the compiler picks)");
+  compile->add_option("--chunks", ca.chunks, "chunks per rank (default: the program's)");
   compile->add_option("-o,--output", ca.output, "write the schedule (JSON) here");
   compile->add_flag("-j,--json", ca.json, "print the summary as JSON");
 

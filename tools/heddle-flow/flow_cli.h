@@ -5,7 +5,7 @@
 // in-process with string streams.
 //
 //   heddle-flow compile --topology T.yaml (--intent I.flow | --builtin ring) [--collective KIND]
-//                       [--param k=v]... [--order a,b,c] [--slot-bytes N] [--pieces P]
+//                       [--param k=v]... [--order a,b,c] [--chunks K] [--slot-bytes N] [--pieces P]
 //                       [-o schedule.json] [-j]
 //   heddle-flow verify schedule.json [-j]
 //   heddle-flow check --intent I.flow --ranks N [--param k=v]... [--diagnostics json|text]
@@ -15,8 +15,8 @@
 //   heddle-flow predict --topology T.yaml schedule.json [--slot-bytes N] [-j]
 //
 // Exit codes: 0 success; 1 the input was understood and rejected (a schedule that does not
-// verify, an intent with errors, a proposal loop that found nothing); 2 bad input or usage
-// (a file that cannot be read or parsed, an unknown builtin, a bad option).
+// verify, an intent with errors; rejected proposals are not: the search goes on without them);
+// 2 bad input or usage (a file that cannot be read or parsed, an unknown builtin, a bad option).
 #pragma once
 
 #include <ostream>

@@ -91,6 +91,10 @@ TEST_F(FlowCli, CompileIsDeterministic) {
   EXPECT_EQ(outs[0], outs[1]);
   EXPECT_THAT(outs[0], HasSubstr("\"collective\": \"allreduce\""));
   EXPECT_THAT(outs[0], HasSubstr("\"output\": null"));
+  Result k = Flow({"compile", "--topology", kData + "/wan4.yaml", "--builtin", "direct",
+                   "--collective", "alltoall", "--chunks", "2", "-j"});
+  ASSERT_EQ(k.code, cli::kExitOk) << k.err;
+  EXPECT_THAT(k.out, HasSubstr("\"chunks_per_rank\": 2"));
 }
 
 TEST_F(FlowCli, CompileRejectsBadIntentsAndOptions) {

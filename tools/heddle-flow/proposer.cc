@@ -125,24 +125,25 @@ absl::StatusOr<CommandResult> RunCommand(const std::string& command, std::string
 
 namespace {
 
-constexpr char kDslSummary[] = R"(A program is lines of statements; `#` starts a comment.
-  intent NAME                      the program's name (first line)
-  collective KIND                  allgather | reducescatter | allreduce | broadcast | reduce |
-                                   alltoall
-  chunks K                         optional: chunks per rank (default 1)
-  param NAME = VALUE               a parameter the search may vary (top level only)
-  let x = EXPR                     a local value
-  require EXPR                     fails the program (for this N) when EXPR is 0
-  for v in A..B [step S] { ... }   v = A, A+S, ... while < B (> B for a negative step)
+constexpr char kDslSummary[] =
+    R"(A program is lines of statements (a `;` also ends one); `#` starts a comment.
+  intent NAME                        the program's name (first line)
+  collective KIND [chunks K]         allgather | reducescatter | allreduce | broadcast |
+                                     reduce | alltoall; K chunks per rank (default 1)
+  param NAME = EXPR                  a parameter the search may vary (top level only)
+  let x = EXPR                       a local value (names are never shadowed)
+  require EXPR "message"             fails the program (for this N) when EXPR is 0
+  for v in A..B [step S] { ... }     v = A, A+S, ... while < B (> B for a negative step)
   if EXPR { ... } else { ... }
-  copy SLOTS from RANK to RANK     the destination's slots := the source's
-  reduce SLOTS from RANK into RANK the destination's slots := destination ⊕ source
-SLOTS: all (every slot) | a slot number, e.g. chunk(r, j) (rank r's j-th chunk) |
-chunks(R) (every chunk of rank R, or of ranks A..B [step S]; allgather, reducescatter,
-allreduce) | chunks(S, D) (all-to-all: what S sends D) | slots(A..B [step S]).
-Expressions: integers, N (ranks), K, root, + - * / % (% is never negative), ^ & | << >>,
-comparisons, && || !, log2(x), clog2(x), pow2(x), min(...), max(...). Rank arithmetic does
-not wrap by itself: write (r + 1) % N.
+  copy SLOTS from RANK to RANK       the destination's slots := the source's
+  reduce SLOTS from RANK into RANK   the destination's slots := destination + source
+SLOTS: all (every slot) | one slot number, e.g. chunk(v, j) (rank v's j-th chunk) |
+chunks(R) (the K chunks of rank R, or of each rank in A..B [step S]; allgather,
+reducescatter, allreduce) | chunks(S, D) (all-to-all: what S sends D) | slots(A..B).
+Expressions: 64-bit integers, N (ranks), K, root (broadcast and reduce), + - * / %
+(floor division; % is never negative), ^ & | << >>, comparisons, && || !, log2(x),
+clog2(x), pow2(x), min(...), max(...). Rank arithmetic does not wrap by itself: write
+(r + 1) % N. A move from a rank to itself is dropped with a warning.
 Moves run in program order; a move reads the source as the moves before it left it. Each rank
 starts with its own contributions (see the collective) and must end with exactly what the
 collective promises, every contribution reduced exactly once. Time, links, channels and
