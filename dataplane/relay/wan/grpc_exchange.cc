@@ -54,6 +54,8 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "control/collective/compiler.h"
+#include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
@@ -196,12 +198,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   ~Exchange() override { Stop(); }
 
   absl::Status Start() {
-    uint64_t slot_bytes = 0;
-    for (const SliceRef& s : slices_) slot_bytes += FrameBytes(s.count, spec_.chunk_size);
-    HEDDLE_ASSIGN_OR_RETURN(schedule_, ResolveWanSchedule(opt_.schedule, regions_, slot_bytes));
-    HEDDLE_ASSIGN_OR_RETURN(plan_,
-                            ForwardPlan::Build(schedule_, regions_, opt_.region_id, nslices_));
+    for (const SliceRef& s : slices_) slot_bytes_ += FrameBytes(s.count, spec_.chunk_size);
+    HEDDLE_ASSIGN_OR_RETURN(schedule_, ResolveWanSchedule(opt_.schedule, regions_, slot_bytes_));
     schedule_digest_ = WanScheduleDigest(schedule_);
+    HEDDLE_RETURN_IF_ERROR(InstallPlan(0, schedule_));
     std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
     client_creds_ = grpc::InsecureChannelCredentials();
     if (!opt_.tls.cert_file.empty()) {
@@ -265,7 +265,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                "wan: region %u listening on port %d, %zu peers, coordinator region %u, schedule "
                "%s (%s, %u pieces, %" PRIu64 " sends here)",
                opt_.region_id, port_, opt_.peers.size(), coordinator_, schedule_.intent.c_str(),
-               Hex64(schedule_digest_).c_str(), schedule_.pieces, plan_.sends());
+               Hex64(schedule_digest_).c_str(), schedule_.pieces, PlanFor(0).plan->sends());
     return absl::OkStatus();
   }
 
@@ -304,6 +304,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     fin.set_workers(summary.workers);
     fin.set_slices(static_cast<uint32_t>(frames->size()));
     fin.set_frames_digest(wan_internal::FramesDigest(*frames));
+    if (opt_.schedule.measured) {
+      for (const auto& [id, link] : links_) {
+        auto o = opt_.schedule.rate_override.find(id);
+        const double rate = o != opt_.schedule.rate_override.end() ? o->second : SendRate(*link);
+        if (rate <= 0) continue;
+        pb::PeerRate* pr = fin.add_send_rates();
+        pr->set_region_id(id);
+        pr->set_bytes_per_second(rate);
+      }
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       if (r <= published_through_) {
@@ -354,10 +364,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     s.region_id = opt_.region_id;
     s.coordinator = is_coordinator_;
-    s.schedule_name = schedule_.intent;
-    s.schedule_digest = schedule_digest_;
-    s.schedule_pieces = schedule_.pieces;
-    s.schedule_predicted_s = schedule_.predicted_s;
+    const PlanAt in_use = PlanFor(s.published_through + 1);
+    s.schedule_name = in_use.schedule->intent;
+    s.schedule_digest = in_use.digest;
+    s.schedule_pieces = in_use.schedule->pieces;
+    s.schedule_predicted_s = in_use.schedule->predicted_s;
+    s.schedule_switches = schedule_switches_.load(std::memory_order_relaxed);
     s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
     s.malformed_messages = malformed_.load(std::memory_order_relaxed);
     s.duplicate_frames = duplicates_.load(std::memory_order_relaxed);
@@ -376,15 +388,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       p.frames_sent = l->frames_sent.load(std::memory_order_relaxed);
       p.frames_received = l->frames_received.load(std::memory_order_relaxed);
       p.frames_forwarded = l->frames_forwarded.load(std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> g(l->mu);
-        absl::Duration busy = l->push_busy;
-        if (l->pushes_open > 0) busy += absl::Now() - l->push_busy_since;
-        if (busy > absl::ZeroDuration()) {
-          p.send_bytes_per_second =
-              static_cast<double>(l->push_bytes) / absl::ToDoubleSeconds(busy);
-        }
-      }
+      p.send_bytes_per_second = SendRate(*l);
       p.reconnects = l->reconnects.load(std::memory_order_relaxed);
       p.last_summary_round = l->last_summary_round.load(std::memory_order_relaxed);
       s.peers.push_back(std::move(p));
@@ -618,6 +622,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.finished = true;
     rr.summary = *req;
+    for (const pb::PeerRate& pr : req->send_rates()) {
+      if (std::isfinite(pr.bytes_per_second()) && pr.bytes_per_second() > 0 &&
+          std::binary_search(regions_.begin(), regions_.end(), pr.region_id())) {
+        rates_[{caller, pr.region_id()}] = pr.bytes_per_second();
+      }
+    }
     links_.at(caller)->last_summary_round.store(r, std::memory_order_relaxed);
     cv_.notify_all();
     return grpc::Status::OK;
@@ -703,6 +713,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
  private:
+  // A schedule in use from a round on (the configured one from round 0).
+  struct PlanAt {
+    uint64_t from_round = 0;
+    std::shared_ptr<const collective::Schedule> schedule;
+    std::shared_ptr<const ForwardPlan> plan;
+    uint64_t digest = 0;
+  };
   struct RegionRound {
     std::vector<FramePtr> frames;  // provisional, by slice
     uint32_t have = 0;
@@ -1034,13 +1051,106 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // the peer it came from; 0 = this gateway's own). mu_ not held.
   void Forward(uint64_t round_id, uint32_t region, uint32_t slice, const FramePtr& frame,
                uint32_t from) {
-    for (uint32_t peer : plan_.Targets(region, slice)) {
+    const std::shared_ptr<const ForwardPlan> plan = PlanFor(round_id).plan;
+    for (uint32_t peer : plan->Targets(region, slice)) {
       if (peer == from) continue;
       auto it = links_.find(peer);
       if (it == links_.end()) continue;
       Enqueue(*it->second, slice % opt_.streams_per_peer,
               Link::Item{.round_id = round_id, .region = region, .slice = slice, .frame = frame});
     }
+  }
+
+  // ---- schedules ----
+
+  PlanAt PlanFor(uint64_t round) const {
+    std::lock_guard<std::mutex> l(plan_mu_);
+    size_t i = 0;
+    while (i + 1 < plans_.size() && plans_[i + 1].from_round <= round) ++i;
+    return plans_[i];
+  }
+
+  absl::Status InstallPlan(uint64_t from_round, const collective::Schedule& s) {
+    HEDDLE_ASSIGN_OR_RETURN(ForwardPlan plan,
+                            ForwardPlan::Build(s, regions_, opt_.region_id, nslices_));
+    PlanAt p{.from_round = from_round,
+             .schedule = std::make_shared<const collective::Schedule>(s),
+             .plan = std::make_shared<const ForwardPlan>(std::move(plan)),
+             .digest = WanScheduleDigest(s)};
+    std::lock_guard<std::mutex> l(plan_mu_);
+    // A later switch replaces one announced for the same or a later round.
+    while (!plans_.empty() && plans_.back().from_round >= from_round && from_round > 0) {
+      plans_.pop_back();
+    }
+    plans_.push_back(std::move(p));
+    // Keep what rounds in flight may still use: drop schedules superseded two switches ago.
+    while (plans_.size() > 3) plans_.erase(plans_.begin());
+    if (from_round > 0) schedule_switches_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  // Coordinator: the schedule synthesized for the measured topology, with the switch to announce
+  // in *sw, when it is predicted min_gain times faster than the one in use from round r + 2.
+  absl::StatusOr<std::optional<collective::Schedule>> Recompile(
+      uint64_t r, const std::map<std::pair<uint32_t, uint32_t>, double>& rates,
+      pb::ScheduleSwitch* sw) {
+    HEDDLE_ASSIGN_OR_RETURN(collective::Topology base, ResolveWanTopology(opt_.schedule, regions_));
+    const collective::Topology measured = WithMeasuredRates(base, regions_, rates);
+    WanScheduleOptions o = opt_.schedule;
+    o.compiled = nullptr;
+    o.topology_file.clear();
+    o.topology_yaml = collective::TopologyToYaml(measured);
+    HEDDLE_ASSIGN_OR_RETURN(collective::Schedule s, ResolveWanSchedule(o, regions_, slot_bytes_));
+    const PlanAt current = PlanFor(r + 2);
+    const uint64_t digest = WanScheduleDigest(s);
+    if (digest == current.digest) return std::nullopt;
+    HEDDLE_ASSIGN_OR_RETURN(double now,
+                            collective::PredictTime(*current.schedule, measured, slot_bytes_));
+    if (!(s.predicted_s * opt_.schedule.min_gain < now)) return std::nullopt;
+    HEDDLE_LOG(kInfo,
+               "wan: round %" PRIu64
+               ": measured speeds: schedule '%s' (%s) predicted %.3f s "
+               "against %.3f s for '%s'; every gateway switches at round %" PRIu64,
+               r, s.intent.c_str(), Hex64(digest).c_str(), s.predicted_s, now,
+               current.schedule->intent.c_str(), r + 2);
+    sw->set_topology_yaml(o.topology_yaml);
+    sw->set_digest(digest);
+    sw->set_from_round(r + 2);
+    return s;
+  }
+
+  // Follower: compiles the announced schedule and runs it from its round on, if it is the one
+  // the coordinator announced; otherwise keeps the schedule in use (frames of any route are
+  // accepted and what is missing is fetched, so this costs time, never correctness).
+  void ApplySwitch(uint64_t r, const pb::ScheduleSwitch& sw) {
+    if (sw.from_round() <= r || PlanFor(sw.from_round()).digest == sw.digest()) return;
+    WanScheduleOptions o = opt_.schedule;
+    o.compiled = nullptr;
+    o.topology_file.clear();
+    o.topology_yaml = sw.topology_yaml();
+    absl::StatusOr<collective::Schedule> s = ResolveWanSchedule(o, regions_, slot_bytes_);
+    absl::Status st = s.status();
+    if (st.ok() && WanScheduleDigest(*s) != sw.digest()) {
+      st = absl::FailedPreconditionError(
+          absl::StrFormat("compiled digest %s, announced %s (another wan.schedule here?)",
+                          Hex64(WanScheduleDigest(*s)), Hex64(sw.digest())));
+    }
+    if (st.ok()) st = InstallPlan(sw.from_round(), *s);
+    if (!st.ok()) {
+      HEDDLE_LOG(kError,
+                 "wan: region %u: cannot switch to the schedule announced for round %" PRIu64
+                 ": %s; keeping the one in use",
+                 opt_.region_id, sw.from_round(), std::string(st.message()).c_str());
+    }
+  }
+
+  // Frame bytes sent to the peer over the time a push stream to it was open; 0 before any.
+  static double SendRate(Link& l) {
+    std::lock_guard<std::mutex> g(l.mu);
+    absl::Duration busy = l.push_busy;
+    if (l.pushes_open > 0) busy += absl::Now() - l.push_busy_since;
+    if (busy <= absl::ZeroDuration()) return 0;
+    return static_cast<double>(l.push_bytes) / absl::ToDoubleSeconds(busy);
   }
 
   uint64_t PublishedThrough() const {
@@ -1291,6 +1401,33 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                    std::string(abort.message()).c_str());
       }
       pb::Decision d = ToProto(r, g.get(), abort);
+      std::optional<collective::Schedule> next;
+      if (abort.ok() && opt_.schedule.measured && r % opt_.schedule.recompile_every == 0) {
+        std::map<std::pair<uint32_t, uint32_t>, double> rates = rates_;
+        l.unlock();  // compiling takes a while: not under mu_
+        for (const auto& [id, link] : links_) {
+          auto o = opt_.schedule.rate_override.find(id);
+          const double rate = o != opt_.schedule.rate_override.end() ? o->second : SendRate(*link);
+          if (rate > 0) rates[{opt_.region_id, id}] = rate;
+        }
+        absl::StatusOr<std::optional<collective::Schedule>> re =
+            Recompile(r, rates, d.mutable_schedule_switch());
+        if (!re.ok()) {
+          HEDDLE_LOG(kWarning, "wan: round %" PRIu64 ": recompiling from measured speeds: %s", r,
+                     std::string(re.status().message()).c_str());
+        } else {
+          next = *std::move(re);
+        }
+        if (!next) d.clear_schedule_switch();
+        l.lock();
+      }
+      if (next) {
+        // Installed before the decision is out: no gateway opens round r + 2 before it has
+        // published r, so every gateway runs the new schedule from the same round.
+        if (absl::Status st = InstallPlan(d.schedule_switch().from_round(), *next); !st.ok()) {
+          d.clear_schedule_switch();
+        }
+      }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
   }
@@ -1428,6 +1565,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         MarkFailed(coord, g.status());
         continue;
       }
+      if (d.has_schedule_switch()) ApplySwitch(r, d.schedule_switch());
       std::lock_guard<std::mutex> l(mu_);
       if (published_through_ + 1 != r) continue;
       PublishLocked(r, d, *std::move(g), {});
@@ -1634,8 +1772,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   wan_internal::RegionEncoder encoder_;
   // Fixed by Start(): the schedule run for the exchange and this gateway's part of it.
   collective::Schedule schedule_;
-  ForwardPlan plan_;
-  uint64_t schedule_digest_ = 0;
+  uint64_t schedule_digest_ = 0;  // the configured schedule's: what Hello compares
+  uint64_t slot_bytes_ = 0;       // one region's frames of a round
+  // The schedules in use by round: the configured one from round 0, then those switched to from
+  // measured speeds, by increasing from_round.
+  mutable std::mutex plan_mu_;  // after mu_ and the links' mutexes, never before
+  std::vector<PlanAt> plans_;
+  std::atomic<uint64_t> schedule_switches_{0};
+  // Coordinator, wan.schedule measured: the send rates the gateways reported, (src, dst) → B/s.
+  std::map<std::pair<uint32_t, uint32_t>, double> rates_;
 
   std::shared_ptr<grpc::ChannelCredentials> client_creds_;
   std::unique_ptr<grpc::Server> server_;

@@ -82,6 +82,17 @@ struct WanScheduleOptions {
   std::string topology_file;  // or read from this file (when topology_yaml is "")
   // Set: run exactly this schedule (tests; and what Start resolves the fields above into).
   std::shared_ptr<const collective::Schedule> compiled;
+  // With name "auto": every recompile_every rounds the coordinator re-synthesizes the schedule
+  // for `topology` with each link's bandwidth replaced by the send throughput its source gateway
+  // measured, and if that is predicted at least min_gain times faster than the schedule in use
+  // (re-priced on the same measured topology) announces it in the round's decision; every
+  // gateway switches to it two rounds later (docs/relay-wan.md §10).
+  bool measured = false;
+  uint32_t recompile_every = 8;
+  double min_gain = 1.1;
+  // This gateway reports these send rates (bytes/s, by peer region) instead of the measured
+  // ones: tests, or pinning a link known to be slower than a short measurement shows.
+  std::map<uint32_t, double> rate_override;
 };
 
 struct WanOptions {
@@ -162,6 +173,7 @@ struct WanStats {
   uint64_t schedule_digest = 0;
   uint32_t schedule_pieces = 0;
   double schedule_predicted_s = 0;
+  uint64_t schedule_switches = 0;  // schedules switched to from measured speeds
   uint64_t published_through = 0;
   uint64_t rounds_published = 0;
   uint64_t rounds_aborted = 0;

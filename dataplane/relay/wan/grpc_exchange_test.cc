@@ -763,6 +763,65 @@ TEST(GrpcExchangeScheduleTest, ForwarderKilledMidRoundStillPublishesTheSameBitsE
   EXPECT_EQ(s3.digest_mismatches, 0u);
 }
 
+// wan.schedule measured: the gateways report that the link between regions 1 and 3 is slow; the
+// coordinator recompiles after round 2 and every gateway runs the relayed schedule from round 4.
+TEST(GrpcExchangeScheduleTest, MeasuredSpeedsSwitchEveryGatewayAtTheSameRound) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.name = "auto";
+    o.schedule.measured = true;
+    o.schedule.recompile_every = 2;
+    o.schedule.topology_yaml =
+        "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+    // 10 kB/s between 1 and 3, 1 GB/s elsewhere, whatever loopback measures.
+    for (uint32_t peer : {1u, 2u, 3u}) {
+      if (peer == o.region_id) continue;
+      o.schedule.rate_override[peer] = o.region_id + peer == 4 ? 1e4 : 1e9;
+    }
+  });
+  const WanStats before = m.ex(1).Stats();
+  EXPECT_EQ(before.schedule_switches, 0u);
+  Reference ref(m.spec());
+  std::map<uint64_t, uint64_t> forwarded_at;  // hub's forwarded frames after each round
+  for (uint64_t r = 1; r <= 5; ++r) {
+    std::map<uint32_t, std::vector<FramePtr>> frames;
+    for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, r, true);
+    std::vector<std::thread> t;
+    for (uint32_t region : {3u, 1u, 2u}) {
+      t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, r); });
+    }
+    for (std::thread& x : t) x.join();
+    GlobalAggregate want = ref.Aggregate(r, frames);
+    ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
+  }
+  // After round 5 is published everywhere, every gateway runs the same new schedule.
+  const WanStats s1 = m.ex(1).Stats(), s2 = m.ex(2).Stats(), s3 = m.ex(3).Stats();
+  for (const WanStats* s : {&s1, &s2, &s3}) {
+    EXPECT_EQ(s->schedule_switches, 1u);
+    EXPECT_EQ(s->schedule_digest, s1.schedule_digest);
+    EXPECT_NE(s->schedule_digest, before.schedule_digest);
+    EXPECT_EQ(s->digest_mismatches, 0u);
+  }
+  EXPECT_GT(s1.schedule_predicted_s, 0);
+  // The new schedule routes around the slow pair through region 2.
+  EXPECT_GT(Peer(s2, 1).frames_forwarded + Peer(s2, 3).frames_forwarded, 0u);
+  // The handshake still compares the configured schedule: a restarted gateway links up again.
+  m.Kill(3);
+  m.Start(3, [&] {
+    WanOptions o = m.Options(3);
+    o.schedule.name = "auto";
+    o.schedule.measured = true;
+    o.schedule.recompile_every = 2;
+    o.schedule.topology_yaml =
+        "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+    return o;
+  }());
+  m.ConnectAll();
+  // It replays the rounds the coordinator keeps (2..5): round 2's decision carries the switch.
+  for (uint64_t r = 2; r <= 5; ++r) ExpectSameEverywhere(m, r, {1, 2, 3});
+  EXPECT_EQ(m.ex(3).Stats().schedule_digest, s1.schedule_digest);
+}
+
 TEST(GrpcExchangeScheduleTest, GatewaysRunningDifferentSchedulesDoNotLinkUp) {
   Mesh m(TestSpec(), {1, 2});
   m.StartAll([](WanOptions& o) {
@@ -1117,6 +1176,17 @@ TEST(WanOptionsTest, ScheduleAndTopology) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->schedule.name, "file");
   EXPECT_EQ(o->schedule.file, "s.json");
+
+  o = parse("schedule: {name: auto, measured: true, recompile_every: 4}\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->schedule.measured);
+  EXPECT_EQ(o->schedule.recompile_every, 4u);
+  EXPECT_THAT(
+      parse("schedule: {name: ring, measured: true}\n").status().message(),
+      HasSubstr("wan.schedule.measured: recompiling from measured speeds needs name: auto"));
+  EXPECT_THAT(
+      parse("schedule: {name: auto, measured: true, recompile_every: 0}\n").status().message(),
+      HasSubstr("wan.schedule.recompile_every"));
 
   EXPECT_THAT(parse("schedule: {name: ring, file: s.json}\n").status().message(),
               HasSubstr("wan.schedule: give name or file"));

@@ -82,7 +82,8 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
   if (s.IsScalar()) {
     HEDDLE_ASSIGN_OR_RETURN(o.name, Str(s, "schedule"));
   } else if (s.IsMap()) {
-    HEDDLE_RETURN_IF_ERROR(UnknownKeys(s, "wan.schedule.", {"name", "file", "pieces", "params"}));
+    HEDDLE_RETURN_IF_ERROR(UnknownKeys(
+        s, "wan.schedule.", {"name", "file", "pieces", "params", "measured", "recompile_every"}));
     if (s["name"] && s["file"]) return Bad("schedule", "give name or file, not both");
     if (s["file"]) {
       o.name = "file";
@@ -95,6 +96,15 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
     if (s["pieces"]) {
       HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(s["pieces"], "schedule.pieces", 1u << 16));
       o.pieces = static_cast<uint32_t>(v);
+    }
+    if (s["measured"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.measured, Bool(s["measured"], "schedule.measured"));
+    }
+    if (s["recompile_every"]) {
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t v,
+                              U64(s["recompile_every"], "schedule.recompile_every", 1u << 20));
+      if (v < 1) return Bad("schedule.recompile_every", "must be at least 1 (rounds)");
+      o.recompile_every = static_cast<uint32_t>(v);
     }
     if (const YAML::Node p = s["params"]) {
       if (!p.IsMap()) return Bad("schedule.params", "expected {name: integer, ...}");
@@ -113,6 +123,9 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
     return Bad("schedule", "expected direct, ring, auto, a builtin's name, or {name|file, ...}");
   }
   if (o.name.empty()) return Bad("schedule", "empty name (direct, ring, auto, ...)");
+  if (o.measured && o.name != "auto") {
+    return Bad("schedule.measured", "recompiling from measured speeds needs name: auto");
+  }
   if (o.name == "file" && o.file.empty()) {
     return Bad("schedule", "name 'file' needs {file: schedule.json}");
   }

@@ -1,5 +1,6 @@
 #include "dataplane/relay/wan/schedule_source.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -27,10 +28,12 @@ absl::Status Bad(absl::string_view key, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("wan.", key, ": ", what));
 }
 
-// The WAN the schedule is compiled for: wan.topology, or a full mesh of equal links (the
-// prediction is then nominal, and every pattern is priced alike).
-absl::StatusOr<col::Topology> WanTopology(const WanScheduleOptions& o,
-                                          std::span<const uint32_t> regions) {
+}  // namespace
+
+// Without wan.topology, a full mesh of equal links: the prediction is then nominal, and every
+// pattern is priced alike.
+absl::StatusOr<col::Topology> ResolveWanTopology(const WanScheduleOptions& o,
+                                                 std::span<const uint32_t> regions) {
   std::string text = o.topology_yaml;
   if (text.empty() && !o.topology_file.empty()) {
     std::ifstream in(o.topology_file);
@@ -56,6 +59,20 @@ absl::StatusOr<col::Topology> WanTopology(const WanScheduleOptions& o,
   }
   return t;
 }
+
+col::Topology WithMeasuredRates(col::Topology t, std::span<const uint32_t> regions,
+                                const std::map<std::pair<uint32_t, uint32_t>, double>& rates) {
+  for (col::Link& l : t.links) {
+    if (l.src >= regions.size() || l.dst >= regions.size()) continue;  // a switch
+    auto it = rates.find({regions[l.src], regions[l.dst]});
+    if (it != rates.end() && it->second > 0 && std::isfinite(it->second)) {
+      l.bytes_per_second = it->second;
+    }
+  }
+  return t;
+}
+
+namespace {
 
 absl::StatusOr<col::Schedule> CompileBuiltin(const std::string& name, const WanScheduleOptions& o,
                                              uint32_t ranks, const col::Topology& t,
@@ -94,7 +111,7 @@ absl::StatusOr<col::Schedule> ResolveWanSchedule(const WanScheduleOptions& o,
     if (!read.ok()) return Bad("schedule.file", read.status().message());
     s = *std::move(read);
     if (!o.topology_yaml.empty() || !o.topology_file.empty()) {
-      HEDDLE_ASSIGN_OR_RETURN(col::Topology t, WanTopology(o, regions));
+      HEDDLE_ASSIGN_OR_RETURN(col::Topology t, ResolveWanTopology(o, regions));
       if (s.topology_digest != col::TopologyDigest(t)) {
         return Bad("schedule.file",
                    absl::StrFormat("%s was compiled for another topology (digest %016x) than "
@@ -103,7 +120,7 @@ absl::StatusOr<col::Schedule> ResolveWanSchedule(const WanScheduleOptions& o,
       }
     }
   } else {
-    HEDDLE_ASSIGN_OR_RETURN(col::Topology t, WanTopology(o, regions));
+    HEDDLE_ASSIGN_OR_RETURN(col::Topology t, ResolveWanTopology(o, regions));
     col::CompileOptions co;
     co.slot_bytes = std::max<uint64_t>(slot_bytes, 1);
     co.pieces = o.pieces;
