@@ -141,6 +141,7 @@ struct WanOptions {
 //     rpc_timeout: 30s
 //     schedule: ring                # direct (default), ring, auto, a builtin, or
 //                                   # {name: NAME, pieces: P, params: {k: v}} / {file: s.json}
+//                                   # / {name: auto, measured: true, recompile_every: 8}
 //     topology: wan-topology.yaml   # or inline: {ranks: ["1", "2", "3"], default: ..., links: ...}
 // Errors name the key (`wan.peers[1].address: ...`).
 absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
