@@ -317,6 +317,7 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
   w->set_schedule_digest(st.schedule_digest);
   w->set_schedule_pieces(st.schedule_pieces);
   w->set_schedule_predicted_s(st.schedule_predicted_s);
+  w->set_schedule_switches(st.schedule_switches);
   w->set_last_publish_s(st.last_publish_seconds);
   w->set_mean_publish_s(st.publish_count ? st.publish_seconds_sum / double(st.publish_count) : 0);
   for (const WanPeerStats& p : st.peers) {
@@ -418,9 +419,10 @@ std::string RenderStatus(const v1::StatusResponse& s) {
                          w.coordinator() ? "coordinator" : "follower", w.published_through(),
                          w.rounds_published(), w.rounds_aborted(), w.rounds_without_this_region())},
         {"wan schedule",
-         absl::StrFormat("%s (digest %016x, %u pieces, predicted %.3f s per exchange)",
+         absl::StrFormat("%s (digest %016x, %u pieces, predicted %.3f s per exchange; %u "
+                         "switches from measured speeds)",
                          w.schedule_name(), w.schedule_digest(), w.schedule_pieces(),
-                         w.schedule_predicted_s())},
+                         w.schedule_predicted_s(), w.schedule_switches())},
         {"wan time", absl::StrFormat("last %.3f s, mean %.3f s (this region's aggregate -> "
                                      "publication)",
                                      w.last_publish_s(), w.mean_publish_s())},

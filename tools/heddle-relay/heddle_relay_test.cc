@@ -206,7 +206,7 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(table, HasSubstr("10.0.0.3:7443"));
   EXPECT_THAT(table, HasSubstr("down"));
   EXPECT_THAT(table, HasSubstr("auto: direct (digest 0123456789abcdef, 4 pieces, predicted "
-                               "0.250 s per exchange)"));
+                               "0.250 s per exchange; 0 switches from measured speeds)"));
   EXPECT_THAT(table, HasSubstr("FORWARDED"));
   EXPECT_THAT(table, HasSubstr("200.0 Mbit/s"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
