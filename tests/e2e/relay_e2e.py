@@ -6,6 +6,7 @@ next to each, the gateways peering over gRPC (docs/relay.md §7, docs/relay-wan.
   relay_e2e.py --bin ... faults       # a worker killed mid-round; a wrong worker token; a wrong WAN token
   relay_e2e.py --bin ... wan          # root: regions in network namespaces, rate-capped and delayed links
   relay_e2e.py --bin ... wan-faults   # root: a gateway cut off for a while rejoins
+  relay_e2e.py --bin ... schedule     # root: 4 regions, one slow link, a synthesized schedule
 
 What every scenario checks:
   * every worker of every region prints, for each round, the same aggregate digest AND the same
@@ -69,7 +70,7 @@ def fp32_bytes(elements, tensors=2):
 class Region:
     def __init__(self, rid, name, workdir, *, listen_host, wan_listen, peers, worker_token,
                  wan_token, model, workers=2, wan_timeout_s=20, push_timeout_s=30, extra="",
-                 coordinator=0):
+                 coordinator=0, wan_extra=""):
         self.rid, self.name, self.dir = rid, name, os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port_file = os.path.join(self.dir, "port")
@@ -84,7 +85,7 @@ class Region:
                     f"min_token_fraction: 0.3, min_workers: {workers}}}\n"
                     f"wan: {{region: {rid}, listen: '{wan_listen}', peers: [{peer_lines}], "
                     f"token: {wan_token}, wan_timeout: {wan_timeout_s}s, streams_per_peer: 4, "
-                    f"keep_rounds: 8, coordinator: {coordinator}}}\n" + extra)
+                    f"keep_rounds: 8, coordinator: {coordinator}{wan_extra}}}\n" + extra)
         self.listen_host = listen_host
         self.proc = None
         self.workers = []
@@ -353,14 +354,14 @@ def wan_spec():
                       {"between": ["us", "asia"], "rate": "250mbit", "rtt": "80ms"}]}
 
 
-def with_wan(binary, workdir, body):
+def with_wan(binary, workdir, body, spec=None):
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         print("skipped: needs root, ip and tc")
         return SKIP
     from wan_emulate import Wan  # noqa: E402
     wan_port = 7443
     try:
-        w = Wan(wan_spec(), ports=[wan_port])
+        w = Wan(spec or wan_spec(), ports=[wan_port])
     except Exception as e:  # no namespaces in this container
         print(f"skipped: cannot build the emulated WAN: {e}")
         return SKIP
@@ -445,12 +446,81 @@ def scenario_wan_faults(binary, workdir, rounds=8, elements=1_000_000):
     return with_wan(binary, workdir, body)
 
 
+def schedule_wan_spec(slow=("eu", "asia"), names=("eu", "us", "asia", "sa"), rate="200mbit",
+                      slow_rate="50mbit", rtt="40ms"):
+    """A full mesh of equal links but one, `slow` (4x slower by default)."""
+    links = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            r = slow_rate if {a, b} == set(slow) else rate
+            links.append({"between": [a, b], "rate": r, "rtt": rtt})
+    return {"regions": list(names), "links": links}
+
+
+def wan_topology_yaml(spec):
+    """The same WAN as the gateways' `wan.topology` (flow YAML, ranks named by region id)."""
+    names = spec["regions"]
+    rid = {n: str(i + 1) for i, n in enumerate(names)}
+
+    def bw(rate):
+        return rate.replace("mbit", "Mbit").replace("gbit", "Gbit").replace("kbit", "kbit")
+
+    def lat(rtt):
+        return f"{float(rtt[:-2]) / 2:g}ms"
+    links = ", ".join(f"{{between: ['{rid[l['between'][0]]}', '{rid[l['between'][1]]}'], "
+                      f"bandwidth: {bw(l['rate'])}, latency: {lat(l['rtt'])}}}"
+                      for l in spec["links"])
+    ranks = ", ".join(f"'{rid[n]}'" for n in names)
+    return f"{{ranks: [{ranks}], links: [{links}]}}"
+
+
+def scenario_schedule(binary, workdir, rounds=3, elements=4_000_000, schedule="auto"):
+    """Four regions, eu-asia 4x slower than the other links, the gateways running the schedule
+    synthesized for that WAN: bit-identical rounds everywhere, one schedule digest on every
+    gateway, and the slow pair's frames relayed by the others."""
+    spec = schedule_wan_spec()
+
+    def body(wan, c, wan_port):
+        names = spec["regions"]
+        build_regions(c, names, listen_host_of=lambda n: wan.address(n),
+                      wan_listen_of=lambda n: f"0.0.0.0:{wan_port}",
+                      peer_addr=lambda src, dst: wan.peer_address(src, dst, wan_port),
+                      worker_token="wt0ken", wan_token="g4teway", model=model_block(elements),
+                      wan_extra=f", schedule: {schedule}, topology: {wan_topology_yaml(spec)}")
+        for reg in c.regions:
+            c.start_relay(reg)
+        for k, reg in enumerate(c.regions):
+            for w in range(2):
+                c.start_worker(reg, f"{reg.name}-gpu{w}", rounds=rounds, token="wt0ken",
+                               seed=10 * k + w)
+        for reg, name, rc in wait_workers(c, 300):
+            check(rc == 0, f"{reg.name}/{name} exited {rc}: {tail(reg.dir, name + '.err')}")
+        seen = check_identical(c, range(1, rounds + 1), expect_regions=len(names))
+        st = statuses_of(c, "wt0ken")
+        w = {n: st[n].get("wan", {}) for n in names}
+        digests = {str(field(w[n], "schedule_digest")) for n in names}
+        check(len(digests) == 1 and digests != {"0"}, f"schedule digests differ: {digests}")
+        sched = field(w["eu"], "schedule_name", "")
+        forwarded = sum(int(field(p, "frames_forwarded")) for n in names
+                        for p in w[n].get("peers", []))
+        slow = {"eu": "3", "asia": "1"}
+        slow_frames = sum(int(field(p, "frames_sent")) for n in ("eu", "asia")
+                          for p in w[n].get("peers", []) if str(field(p, "region_id")) == slow[n])
+        if schedule == "auto":
+            check(forwarded > 0, f"schedule {sched}: no frame was relayed: {w}")
+        print(f"schedule: {len(names)} regions, eu-asia 4x slower, schedule '{sched}' "
+              f"(predicted {float(field(w['eu'], 'schedule_predicted_s')):.3f} s); {rounds} "
+              f"rounds bit-identical ({', '.join(seen[r][2] for r in sorted(seen))}); "
+              f"{forwarded} frames relayed, {slow_frames} sent over the slow link")
+    return with_wan(binary, workdir, body, spec=spec)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="the heddle-relay binary")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("scenario", choices=["loopback", "faults", "wan", "wan-faults"])
+    ap.add_argument("scenario", choices=["loopback", "faults", "wan", "wan-faults", "schedule"])
     a = ap.parse_args()
     binary = os.path.abspath(a.bin)
     workdir = tempfile.mkdtemp(prefix=f"relay_e2e_{a.scenario}_")
@@ -458,7 +528,7 @@ def main():
     rc = 1
     try:
         fn = {"loopback": scenario_loopback, "faults": scenario_faults, "wan": scenario_wan,
-              "wan-faults": scenario_wan_faults}[a.scenario]
+              "wan-faults": scenario_wan_faults, "schedule": scenario_schedule}[a.scenario]
         rc = fn(binary, workdir) or 0
         if rc == 0:
             print(f"{a.scenario}: PASS")

@@ -10,15 +10,15 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "dataplane/relay/client/client.h"
 #include "dataplane/relay/service/relay.grpc.pb.h"
 #include "dataplane/relay/service/relay_service.h"
+#include "dataplane/relay/wan/grpc_exchange.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/heddle-relay/config.h"
-#include "common/crc32c.h"
-#include "dataplane/relay/wan/grpc_exchange.h"
 #include "tools/heddle-relay/relay_metrics.h"
 #include "tools/heddle-relay/wan_hook.h"
 #include "tools/heddlectl/table.h"
@@ -313,6 +313,11 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
   w->set_malformed_messages(st.malformed_messages);
   w->set_digest_mismatches(st.digest_mismatches);
   w->set_frames_fetched(st.frames_fetched);
+  w->set_schedule_name(st.schedule_name);
+  w->set_schedule_digest(st.schedule_digest);
+  w->set_schedule_pieces(st.schedule_pieces);
+  w->set_schedule_predicted_s(st.schedule_predicted_s);
+  w->set_schedule_switches(st.schedule_switches);
   w->set_last_publish_s(st.last_publish_seconds);
   w->set_mean_publish_s(st.publish_count ? st.publish_seconds_sum / double(st.publish_count) : 0);
   for (const WanPeerStats& p : st.peers) {
@@ -326,6 +331,8 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
     r->set_frames_received(p.frames_received);
     r->set_reconnects(p.reconnects);
     r->set_queued_items(p.queued_items);
+    r->set_frames_forwarded(p.frames_forwarded);
+    r->set_send_bytes_per_second(p.send_bytes_per_second);
   }
 }
 
@@ -406,11 +413,16 @@ std::string RenderStatus(const v1::StatusResponse& s) {
     const v1::WanStatus& w = s.wan();
     out += "\n";
     out += RenderKeyValues({
-        {"wan", absl::StrFormat("%s, published through round %u (%u published, %u aborted, %u "
-                                "without this region)",
-                                w.coordinator() ? "coordinator" : "follower",
-                                w.published_through(), w.rounds_published(), w.rounds_aborted(),
-                                w.rounds_without_this_region())},
+        {"wan",
+         absl::StrFormat("%s, published through round %u (%u published, %u aborted, %u "
+                         "without this region)",
+                         w.coordinator() ? "coordinator" : "follower", w.published_through(),
+                         w.rounds_published(), w.rounds_aborted(), w.rounds_without_this_region())},
+        {"wan schedule",
+         absl::StrFormat("%s (digest %016x, %u pieces, predicted %.3f s per exchange; %u "
+                         "switches from measured speeds)",
+                         w.schedule_name(), w.schedule_digest(), w.schedule_pieces(),
+                         w.schedule_predicted_s(), w.schedule_switches())},
         {"wan time", absl::StrFormat("last %.3f s, mean %.3f s (this region's aggregate -> "
                                      "publication)",
                                      w.last_publish_s(), w.mean_publish_s())},
@@ -426,13 +438,16 @@ std::string RenderStatus(const v1::StatusResponse& s) {
              {"RECEIVED", Table::kRight},
              {"FRAMES-OUT", Table::kRight},
              {"FRAMES-IN", Table::kRight},
+             {"FORWARDED", Table::kRight},
              {"RECONNECTS", Table::kRight},
-             {"QUEUED", Table::kRight}});
+             {"QUEUED", Table::kRight},
+             {"SEND-RATE", Table::kRight}});
     for (const v1::WanPeerRow& r : w.peers()) {
       p.AddRow({absl::StrCat(r.region_id()), r.address(), r.connected() ? "up" : "down",
                 Bytes(r.bytes_sent()), Bytes(r.bytes_received()), absl::StrCat(r.frames_sent()),
-                absl::StrCat(r.frames_received()), absl::StrCat(r.reconnects()),
-                absl::StrCat(r.queued_items())});
+                absl::StrCat(r.frames_received()), absl::StrCat(r.frames_forwarded()),
+                absl::StrCat(r.reconnects()), absl::StrCat(r.queued_items()),
+                absl::StrFormat("%.1f Mbit/s", r.send_bytes_per_second() * 8 / 1e6)});
     }
     out += p.Render();
   }

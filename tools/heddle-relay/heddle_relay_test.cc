@@ -113,8 +113,9 @@ TEST(WanHookTest, DefaultExchangeReadsTheWanBlock) {
   ASSERT_FALSE(ex.ok());
   EXPECT_THAT(std::string(ex.status().message()), HasSubstr("region.id is 2"));
   // One weighting for both levels.
-  ctx.wan_yaml = "{region: 2, listen: 127.0.0.1:0, weighting: tokens, "
-                 "peers: [{region: 1, address: 127.0.0.1:1}]}";
+  ctx.wan_yaml =
+      "{region: 2, listen: 127.0.0.1:0, weighting: tokens, "
+      "peers: [{region: 1, address: 127.0.0.1:1}]}";
   ex = GetWanExchangeFactory()(ctx);
   ASSERT_FALSE(ex.ok());
   EXPECT_THAT(std::string(ex.status().message()), HasSubstr("one weighting"));
@@ -172,9 +173,20 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   st.publish_seconds_sum = 3.0;
   st.publish_count = 6;
   st.last_publish_seconds = 0.75;
-  st.peers.push_back({.region_id = 2, .address = "10.0.0.2:7443", .connected = true,
-                      .bytes_sent = 4096, .bytes_received = 8192});
-  st.peers.push_back({.region_id = 3, .address = "10.0.0.3:7443", .reconnects = 5});
+  st.peers.push_back({.region_id = 2,
+                      .address = "10.0.0.2:7443",
+                      .connected = true,
+                      .bytes_sent = 4096,
+                      .bytes_received = 8192});
+  st.peers.push_back({.region_id = 3,
+                      .address = "10.0.0.3:7443",
+                      .frames_forwarded = 11,
+                      .send_bytes_per_second = 25e6,
+                      .reconnects = 5});
+  st.schedule_name = "auto: direct";
+  st.schedule_digest = 0x0123456789abcdefull;
+  st.schedule_pieces = 4;
+  st.schedule_predicted_s = 0.25;
   v1::StatusResponse s;
   FillWanStatus(st, s.mutable_wan());
   EXPECT_DOUBLE_EQ(s.wan().mean_publish_s(), 0.5);
@@ -185,10 +197,19 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_reconnects_total{peer=\"3\"} 5"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"auth\"} 3"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_publish_seconds{stat=\"last\"} 0.75"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_forwarded_frames_total{peer=\"3\"} 11"));
+  EXPECT_THAT(text,
+              HasSubstr("heddle_relay_wan_schedule_predicted_seconds{schedule=\"auto: direct\"} "
+                        "0.25"));
   const std::string table = RenderStatus(s);
   EXPECT_THAT(table, HasSubstr("coordinator, published through round 7"));
   EXPECT_THAT(table, HasSubstr("10.0.0.3:7443"));
   EXPECT_THAT(table, HasSubstr("down"));
+  EXPECT_THAT(table, HasSubstr("auto: direct (digest 0123456789abcdef, 4 pieces, predicted "
+                               "0.250 s per exchange; 0 switches from measured speeds)"));
+  EXPECT_THAT(table, HasSubstr("FORWARDED"));
+  EXPECT_THAT(table, HasSubstr("200.0 Mbit/s"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
 }
 
 // A child process with stdout and stderr in files.

@@ -27,9 +27,9 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   AddSample(rounds, {{"outcome", "aborted"}}, s.rounds_aborted());
   out.push_back(std::move(rounds));
   MetricFamily round = NewFamily("heddle_relay_round",
-                              "Round ids: the one collecting pushes, the "
-                              "last resolved",
-                              MetricType::Gauge);
+                                 "Round ids: the one collecting pushes, the "
+                                 "last resolved",
+                                 MetricType::Gauge);
   AddSample(round, {{"state", "collecting"}}, s.collecting_round());
   AddSample(round, {{"state", "resolved"}}, s.last_resolved_round());
   out.push_back(std::move(round));
@@ -40,34 +40,34 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   }
   if (last != nullptr) {
     MetricFamily t = NewFamily("heddle_relay_last_round_seconds",
-                            "Time split of the last resolved round: waiting for workers, "
-                            "aggregation and submission, WAN exchange",
-                            MetricType::Gauge);
+                               "Time split of the last resolved round: waiting for workers, "
+                               "aggregation and submission, WAN exchange",
+                               MetricType::Gauge);
     AddSample(t, {{"phase", "wait"}}, last->wait_s());
     AddSample(t, {{"phase", "aggregate"}}, last->aggregate_s());
     AddSample(t, {{"phase", "wan"}}, last->wan_s());
     out.push_back(std::move(t));
     MetricFamily tok =
         NewFamily("heddle_relay_last_round_tokens",
-               "Tokens the region contributed to the last resolved round", MetricType::Gauge);
+                  "Tokens the region contributed to the last resolved round", MetricType::Gauge);
     AddSample(tok, {}, last->tokens());
     out.push_back(std::move(tok));
     MetricFamily w =
         NewFamily("heddle_relay_last_round_workers",
-               "Workers expected in and included in the last resolved round", MetricType::Gauge);
+                  "Workers expected in and included in the last resolved round", MetricType::Gauge);
     AddSample(w, {{"set", "expected"}}, last->expected());
     AddSample(w, {{"set", "included"}}, last->included());
     out.push_back(std::move(w));
     MetricFamily cr = NewFamily("heddle_relay_compression_ratio",
-                             "fp32 bytes of the included workers' model copies over the frame "
-                             "bytes they pushed, last resolved round",
-                             MetricType::Gauge);
+                                "fp32 bytes of the included workers' model copies over the frame "
+                                "bytes they pushed, last resolved round",
+                                MetricType::Gauge);
     AddSample(cr, {}, last->compression_ratio());
     out.push_back(std::move(cr));
   }
   MetricFamily bytes =
       NewFamily("heddle_relay_lan_bytes_total",
-             "Bytes from workers (accepted pushes) and to workers (pulls)", MetricType::Counter);
+                "Bytes from workers (accepted pushes) and to workers (pulls)", MetricType::Counter);
   AddSample(bytes, {{"direction", "in"}}, s.bytes_in_total());
   AddSample(bytes, {{"direction", "out"}}, s.bytes_out_total());
   out.push_back(std::move(bytes));
@@ -75,38 +75,56 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     const v1::WanStatus& w = s.wan();
     // Per peer region: a handful of gateways, a bounded label set.
     MetricFamily wb = NewFamily("heddle_relay_wan_bytes_total",
-                             "Bytes exchanged with each peer gateway", MetricType::Counter);
+                                "Bytes exchanged with each peer gateway", MetricType::Counter);
     MetricFamily wu = NewFamily("heddle_relay_wan_peer_up",
-                             "1 when the link to the peer gateway is up", MetricType::Gauge);
-    MetricFamily wr = NewFamily("heddle_relay_wan_reconnects_total",
-                             "Calls to the peer gateway that failed and reconnected",
-                             MetricType::Counter);
+                                "1 when the link to the peer gateway is up", MetricType::Gauge);
+    MetricFamily wfw = NewFamily("heddle_relay_wan_forwarded_frames_total",
+                                 "Other regions' frames relayed to each peer gateway, as the "
+                                 "exchange schedule routes them",
+                                 MetricType::Counter);
+    MetricFamily wsr = NewFamily("heddle_relay_wan_send_rate_bytes_per_second",
+                                 "Measured send throughput to each peer gateway while push "
+                                 "streams to it were open",
+                                 MetricType::Gauge);
+    MetricFamily wr =
+        NewFamily("heddle_relay_wan_reconnects_total",
+                  "Calls to the peer gateway that failed and reconnected", MetricType::Counter);
     for (const v1::WanPeerRow& p : w.peers()) {
       std::string peer = std::to_string(p.region_id());
       AddSample(wb, {{"peer", peer}, {"direction", "out"}}, p.bytes_sent());
       AddSample(wb, {{"peer", peer}, {"direction", "in"}}, p.bytes_received());
       AddSample(wu, {{"peer", peer}}, p.connected() ? 1 : 0);
       AddSample(wr, {{"peer", peer}}, p.reconnects());
+      AddSample(wfw, {{"peer", peer}}, p.frames_forwarded());
+      AddSample(wsr, {{"peer", peer}}, p.send_bytes_per_second());
     }
     out.push_back(std::move(wb));
     out.push_back(std::move(wu));
     out.push_back(std::move(wr));
+    out.push_back(std::move(wfw));
+    out.push_back(std::move(wsr));
+    MetricFamily ws = NewFamily("heddle_relay_wan_schedule_predicted_seconds",
+                                "The exchange schedule's predicted time for one round (compiler "
+                                "cost model on wan.topology), labelled by the schedule",
+                                MetricType::Gauge);
+    AddSample(ws, {{"schedule", w.schedule_name()}}, w.schedule_predicted_s());
+    out.push_back(std::move(ws));
     MetricFamily wt = NewFamily("heddle_relay_wan_publish_seconds",
-                             "This region's aggregate handed to the WAN -> the round published",
-                             MetricType::Gauge);
+                                "This region's aggregate handed to the WAN -> the round published",
+                                MetricType::Gauge);
     AddSample(wt, {{"stat", "last"}}, w.last_publish_s());
     AddSample(wt, {{"stat", "mean"}}, w.mean_publish_s());
     out.push_back(std::move(wt));
     MetricFamily wf = NewFamily("heddle_relay_wan_refused_total",
-                             "WAN calls and messages refused, by reason", MetricType::Counter);
+                                "WAN calls and messages refused, by reason", MetricType::Counter);
     AddSample(wf, {{"reason", "auth"}}, w.auth_failures());
     AddSample(wf, {{"reason", "handshake"}}, w.handshake_failures());
     AddSample(wf, {{"reason", "malformed"}}, w.malformed_messages());
     AddSample(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
     out.push_back(std::move(wf));
   }
-  MetricFamily refused =
-      NewFamily("heddle_relay_pushes_refused_total", "Pushes refused, by reason", MetricType::Counter);
+  MetricFamily refused = NewFamily("heddle_relay_pushes_refused_total", "Pushes refused, by reason",
+                                   MetricType::Counter);
   for (const char* r :
        {"malformed", "wrong_round", "duplicate", "not_member", "not_expected", "inconsistent"}) {
     auto it = s.refused().find(r);
@@ -115,7 +133,7 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   out.push_back(std::move(refused));
   MetricFamily auth =
       NewFamily("heddle_relay_auth_failures_total",
-             "Calls refused for a missing or wrong bearer token", MetricType::Counter);
+                "Calls refused for a missing or wrong bearer token", MetricType::Counter);
   AddSample(auth, {}, s.auth_failures());
   out.push_back(std::move(auth));
   MetricFamily workers =
@@ -128,20 +146,21 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
   if (s.idle_size() > 0) {
     const v1::IdleRow& i = s.idle(s.idle_size() - 1);
     MetricFamily idle = NewFamily("heddle_relay_straggler_idle_seconds",
-                               "GPU-seconds the workers waited for the slowest, last planner "
-                               "round",
-                               MetricType::Gauge);
+                                  "GPU-seconds the workers waited for the slowest, last planner "
+                                  "round",
+                                  MetricType::Gauge);
     AddSample(idle, {}, i.idle_s());
     out.push_back(std::move(idle));
-    MetricFamily frac = NewFamily("heddle_relay_straggler_idle_fraction",
-                               "Idle share of the GPU time, last planner round", MetricType::Gauge);
+    MetricFamily frac =
+        NewFamily("heddle_relay_straggler_idle_fraction",
+                  "Idle share of the GPU time, last planner round", MetricType::Gauge);
     AddSample(frac, {}, i.idle_fraction());
     out.push_back(std::move(frac));
   }
   MetricFamily batch =
       NewFamily("heddle_relay_plan_batch_size", "Planned batch size per worker", MetricType::Gauge);
-  MetricFamily steps =
-      NewFamily("heddle_relay_plan_inner_steps", "Planned inner steps per worker", MetricType::Gauge);
+  MetricFamily steps = NewFamily("heddle_relay_plan_inner_steps", "Planned inner steps per worker",
+                                 MetricType::Gauge);
   for (const v1::MemberRow& m : s.members()) {
     if (!m.member() || !m.plan().valid()) continue;
     AddSample(batch, {{"worker", m.name()}}, m.plan().batch_size());

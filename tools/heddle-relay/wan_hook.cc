@@ -34,9 +34,9 @@ WanExchangeFactory GetWanExchangeFactory() {
 absl::StatusOr<std::unique_ptr<WanExchange>> DefaultWanExchange(const WanContext& ctx) {
   if (ctx.wan_yaml.empty()) {
     // One region, no peers: the region's own re-compressed frames are the global aggregate.
-    return NewLocalExchange(*ctx.spec, LocalExchangeOptions{.region_id = ctx.region_id,
-                                                            .weighting = ctx.weighting,
-                                                            .keep_rounds = 16});
+    return NewLocalExchange(
+        *ctx.spec, LocalExchangeOptions{
+                       .region_id = ctx.region_id, .weighting = ctx.weighting, .keep_rounds = 16});
   }
   YAML::Node node;
   try {
@@ -47,9 +47,9 @@ absl::StatusOr<std::unique_ptr<WanExchange>> DefaultWanExchange(const WanContext
   absl::StatusOr<WanOptions> opts = WanOptionsFromYaml(node);
   if (!opts.ok()) return opts.status();
   if (opts->region_id != ctx.region_id) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "wan.region: %u, but region.id is %u; they must be the same region", opts->region_id,
-        ctx.region_id));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("wan.region: %u, but region.id is %u; they must be the same region",
+                        opts->region_id, ctx.region_id));
   }
   if (!node["weighting"]) opts->weighting = ctx.weighting;  // one setting for both levels
   if (opts->weighting != ctx.weighting) {
@@ -66,6 +66,8 @@ absl::StatusOr<std::unique_ptr<WanExchange>> DefaultWanExchange(const WanContext
   resolve(opts->tls.cert_file);
   resolve(opts->tls.key_file);
   resolve(opts->tls.ca_file);
+  resolve(opts->schedule.file);
+  resolve(opts->schedule.topology_file);
   return NewGrpcExchange(*ctx.spec, *opts);
 }
 

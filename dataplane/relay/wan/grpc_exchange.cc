@@ -14,6 +14,12 @@
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
+// Schedule. Frames move as the compiled schedule says (schedule_plan.h): a frame this gateway
+// produces or receives is queued, at once, to the peers plan_ names for its region and slice —
+// its own frames in SubmitSlice(), other regions' in the PushFrames handler after they are stored
+// (a duplicate is not forwarded again). The direct schedule gives the full mesh. Whatever a
+// schedule or a dead forwarder fails to deliver, the follower fetches from the coordinator.
+//
 // Invariants. A round is published here only (a) by the coordinator's decider, which is the
 // decision, or (b) by the follower after it holds the coordinator's decision and frames whose
 // GlobalDigest equals the decision's. Publishing r erases every round ≤ r from rounds_ and
@@ -48,10 +54,14 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "control/collective/compiler.h"
+#include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 #include "dataplane/relay/wan/peer.grpc.pb.h"
+#include "dataplane/relay/wan/schedule_plan.h"
+#include "dataplane/relay/wan/schedule_source.h"
 
 namespace heddle::relay {
 namespace {
@@ -133,6 +143,7 @@ class Exchange;
 struct Link {
   struct Item {
     uint64_t round_id = 0;
+    uint32_t region = 0;  // whose frame: this gateway's, or one it forwards
     uint32_t slice = 0;
     FramePtr frame;                          // a frame, or
     std::optional<pb::RegionFinish> finish;  // a summary for the coordinator
@@ -158,7 +169,14 @@ struct Link {
   std::vector<std::thread> threads;
 
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0},
-      reconnects{0}, last_summary_round{0};
+      frames_forwarded{0}, reconnects{0}, last_summary_round{0};
+
+  // Send throughput: the time at least one push stream was open (guarded by mu) and the frame
+  // bytes those streams carried.
+  uint32_t pushes_open = 0;
+  absl::Time push_busy_since;
+  absl::Duration push_busy;
+  uint64_t push_bytes = 0;
 };
 
 class Exchange final : public GrpcExchange, public pb::Peer::Service {
@@ -180,6 +198,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   ~Exchange() override { Stop(); }
 
   absl::Status Start() {
+    for (const SliceRef& s : slices_) slot_bytes_ += FrameBytes(s.count, spec_.chunk_size);
+    HEDDLE_ASSIGN_OR_RETURN(schedule_, ResolveWanSchedule(opt_.schedule, regions_, slot_bytes_));
+    schedule_digest_ = WanScheduleDigest(schedule_);
+    HEDDLE_RETURN_IF_ERROR(InstallPlan(0, schedule_));
     std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
     client_creds_ = grpc::InsecureChannelCredentials();
     if (!opt_.tls.cert_file.empty()) {
@@ -239,8 +261,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     } else {
       round_thread_ = std::thread([this] { FollowLoop(); });
     }
-    HEDDLE_LOG(kInfo, "wan: region %u listening on port %d, %zu peers, coordinator region %u",
-               opt_.region_id, port_, opt_.peers.size(), coordinator_);
+    HEDDLE_LOG(kInfo,
+               "wan: region %u listening on port %d, %zu peers, coordinator region %u, schedule "
+               "%s (%s, %u pieces, %" PRIu64 " sends here)",
+               opt_.region_id, port_, opt_.peers.size(), coordinator_, schedule_.intent.c_str(),
+               Hex64(schedule_digest_).c_str(), schedule_.pieces, PlanFor(0).plan->sends());
     return absl::OkStatus();
   }
 
@@ -263,10 +288,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       rr.frames[s.index] = *f;
       cv_.notify_all();
     }
-    for (auto& [id, link] : links_) {
-      Enqueue(*link, s.index % opt_.streams_per_peer,
-              Link::Item{.round_id = round_id, .slice = s.index, .frame = *f});
-    }
+    Forward(round_id, opt_.region_id, s.index, *f, /*from=*/0);
     return absl::OkStatus();
   }
 
@@ -282,6 +304,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     fin.set_workers(summary.workers);
     fin.set_slices(static_cast<uint32_t>(frames->size()));
     fin.set_frames_digest(wan_internal::FramesDigest(*frames));
+    if (opt_.schedule.measured) {
+      for (const auto& [id, link] : links_) {
+        auto o = opt_.schedule.rate_override.find(id);
+        const double rate = o != opt_.schedule.rate_override.end() ? o->second : SendRate(*link);
+        if (rate <= 0) continue;
+        pb::PeerRate* pr = fin.add_send_rates();
+        pr->set_region_id(id);
+        pr->set_bytes_per_second(rate);
+      }
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       if (r <= published_through_) {
@@ -332,6 +364,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     s.region_id = opt_.region_id;
     s.coordinator = is_coordinator_;
+    const PlanAt in_use = PlanFor(s.published_through + 1);
+    s.schedule_name = in_use.schedule->intent;
+    s.schedule_digest = in_use.digest;
+    s.schedule_pieces = in_use.schedule->pieces;
+    s.schedule_predicted_s = in_use.schedule->predicted_s;
+    s.schedule_switches = schedule_switches_.load(std::memory_order_relaxed);
     s.auth_failures = auth_failures_.load(std::memory_order_relaxed);
     s.malformed_messages = malformed_.load(std::memory_order_relaxed);
     s.duplicate_frames = duplicates_.load(std::memory_order_relaxed);
@@ -349,6 +387,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       p.bytes_received = l->bytes_received.load(std::memory_order_relaxed);
       p.frames_sent = l->frames_sent.load(std::memory_order_relaxed);
       p.frames_received = l->frames_received.load(std::memory_order_relaxed);
+      p.frames_forwarded = l->frames_forwarded.load(std::memory_order_relaxed);
+      p.send_bytes_per_second = SendRate(*l);
       p.reconnects = l->reconnects.load(std::memory_order_relaxed);
       p.last_summary_round = l->last_summary_round.load(std::memory_order_relaxed);
       s.peers.push_back(std::move(p));
@@ -403,9 +443,20 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                           "region %u; every gateway must name the same coordinator",
                           caller, their_coordinator, coordinator_));
     }
+    if (req->schedule_digest() != schedule_digest_) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrFormat("hello from region %u: it runs exchange schedule '%s' (digest %s), this "
+                          "gateway (region %u) runs '%s' (digest %s); every gateway must run the "
+                          "same schedule: give them the same wan.schedule and wan.topology",
+                          caller, req->schedule_name(), Hex64(req->schedule_digest()),
+                          opt_.region_id, schedule_.intent, Hex64(schedule_digest_)));
+    }
     reply->set_protocol_version(kPeerProtocolVersion);
     reply->set_region_id(opt_.region_id);
     reply->set_spec_digest(spec_digest_);
+    reply->set_schedule_digest(schedule_digest_);
     for (uint32_t r : regions_) reply->add_regions(r);
     std::lock_guard<std::mutex> l(mu_);
     reply->set_published_through(published_through_);
@@ -422,7 +473,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     std::vector<uint8_t> buf;
     uint64_t round = 0, total = 0, got = 0;
-    uint32_t slice = 0;
+    uint32_t slice = 0, region = 0;
     auto refuse = [&](grpc::StatusCode code, std::string msg) {
       if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
         // Normal around restarts and catch-up: a round over here, or too far ahead.
@@ -440,11 +491,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         round = c.round_id();
         slice = c.slice();
         total = c.frame_bytes();
-        if (c.region_id() != caller) {
+        region = c.region_id();
+        // Its own frames, or another region's it forwards (any peer may: a schedule can route
+        // over it); never this gateway's own, nor an unknown region's.
+        if (region == opt_.region_id ||
+            !std::binary_search(regions_.begin(), regions_.end(), region)) {
           return refuse(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrFormat("a push from region %u carries a frame of region %u; a "
-                                        "gateway pushes only its own region's frames",
-                                        caller, c.region_id()));
+                                        "gateway pushes its own or another configured region's "
+                                        "frames, never the receiver's own",
+                                        caller, region));
         }
         if (slice >= nslices_) {
           return refuse(grpc::StatusCode::INVALID_ARGUMENT,
@@ -463,7 +519,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         buf.assign(total, 0);
       } else if (c.round_id() != round || c.slice() != slice || c.frame_bytes() != total ||
-                 c.region_id() != caller) {
+                 c.region_id() != region) {
         return refuse(grpc::StatusCode::INVALID_ARGUMENT,
                       absl::StrFormat("round %u slice %u: a chunk of another frame (round %u "
                                       "slice %u) came before this one was complete",
@@ -482,23 +538,25 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       got = 0;
       absl::StatusOr<FrameView> f = ParseFrame(buf);
       absl::Status check =
-          f.ok() ? CheckFrameForSlice(*f, spec_, slices_[slice], round, caller) : f.status();
+          f.ok() ? CheckFrameForSlice(*f, spec_, slices_[slice], round, region) : f.status();
       if (check.ok() && (f->header().token_count != 1 || f->header().inner_steps != 1)) {
         check = absl::InvalidArgumentError(
             "a pushed frame must carry the provisional totals "
             "(1 token, 1 step)");
       }
       if (!check.ok()) {
-        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrFormat("round %u slice %u from region %u: bad frame: %s", round,
-                                      slice, caller, check.message()));
+        return refuse(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrFormat("round %u slice %u of region %u from region %u: bad frame: %s", round,
+                            slice, region, caller, check.message()));
       }
       auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(buf));
       buf = {};
       bool duplicate = false;
-      if (grpc::Status st = StoreFrame(round, caller, slice, frame, &duplicate); !st.ok()) {
+      if (grpc::Status st = StoreFrame(round, region, slice, frame, &duplicate); !st.ok()) {
         return refuse(st.error_code(), st.error_message());
       }
+      if (!duplicate) Forward(round, region, slice, frame, caller);
       link.frames_received.fetch_add(1, std::memory_order_relaxed);
       reply->set_frames(reply->frames() + 1);
       if (duplicate) reply->set_duplicates(reply->duplicates() + 1);
@@ -564,6 +622,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.finished = true;
     rr.summary = *req;
+    for (const pb::PeerRate& pr : req->send_rates()) {
+      if (std::isfinite(pr.bytes_per_second()) && pr.bytes_per_second() > 0 &&
+          std::binary_search(regions_.begin(), regions_.end(), pr.region_id())) {
+        rates_[{caller, pr.region_id()}] = pr.bytes_per_second();
+      }
+    }
     links_.at(caller)->last_summary_round.store(r, std::memory_order_relaxed);
     cv_.notify_all();
     return grpc::Status::OK;
@@ -649,6 +713,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
  private:
+  // A schedule in use from a round on (the configured one from round 0).
+  struct PlanAt {
+    uint64_t from_round = 0;
+    std::shared_ptr<const collective::Schedule> schedule;
+    std::shared_ptr<const ForwardPlan> plan;
+    uint64_t digest = 0;
+  };
   struct RegionRound {
     std::vector<FramePtr> frames;  // provisional, by slice
     uint32_t have = 0;
@@ -935,6 +1006,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_spec_digest(spec_digest_);
     for (uint32_t r : regions_) req.add_regions(r);
     req.set_coordinator(coordinator_);
+    req.set_schedule_digest(schedule_digest_);
+    req.set_schedule_name(schedule_.intent);
     grpc::ClientContext ctx;
     Prepare(ctx, opt_.rpc_timeout);
     ScopedCall reg(this, &ctx);
@@ -947,10 +1020,18 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return absl::OkStatus();
   }
 
-  // Queues an item and drops every queued item of a round this gateway already published:
-  // while a peer is unreachable its sender threads wait in Connect() and do not prune, so this
-  // is what keeps its queues to the round in progress (peers fetch older rounds from the
-  // coordinator).
+  // Whether a queued item is no longer worth sending, this gateway having published through
+  // `pub`: a summary of a published round (the coordinator decided it); a frame of a round
+  // before the last published one. The last published round's frames still go: a peer may be
+  // waiting for them (this gateway may be the only route the schedule gives them) while it
+  // assembles that round; it refuses them once it has published it.
+  static bool Stale(const Link::Item& it, uint64_t pub) {
+    return it.finish ? it.round_id <= pub : it.round_id < pub;
+  }
+
+  // Queues an item and drops every stale queued item (above): while a peer is unreachable its
+  // sender threads wait in Connect() and do not prune, so this is what keeps its queues to the
+  // rounds in progress (peers fetch older rounds from the coordinator).
   void Enqueue(Link& l, uint32_t stripe, Link::Item item) {
     const uint64_t pub = PublishedThrough();
     std::lock_guard<std::mutex> lk(l.mu);
@@ -959,11 +1040,117 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       // safe; the front stays, it may be the one being sent.
       if (q.size() <= 1) continue;
       auto keep = std::remove_if(q.begin() + 1, q.end(),
-                                 [&](const Link::Item& it) { return it.round_id <= pub; });
+                                 [&](const Link::Item& it) { return Stale(it, pub); });
       q.erase(keep, q.end());
     }
     l.queues[stripe].push_back(std::move(item));
     l.cv.notify_all();
+  }
+
+  // Queues a frame of `region` to the peers the schedule names for it (never back to `from`,
+  // the peer it came from; 0 = this gateway's own). mu_ not held.
+  void Forward(uint64_t round_id, uint32_t region, uint32_t slice, const FramePtr& frame,
+               uint32_t from) {
+    const std::shared_ptr<const ForwardPlan> plan = PlanFor(round_id).plan;
+    for (uint32_t peer : plan->Targets(region, slice)) {
+      if (peer == from) continue;
+      auto it = links_.find(peer);
+      if (it == links_.end()) continue;
+      Enqueue(*it->second, slice % opt_.streams_per_peer,
+              Link::Item{.round_id = round_id, .region = region, .slice = slice, .frame = frame});
+    }
+  }
+
+  // ---- schedules ----
+
+  PlanAt PlanFor(uint64_t round) const {
+    std::lock_guard<std::mutex> l(plan_mu_);
+    size_t i = 0;
+    while (i + 1 < plans_.size() && plans_[i + 1].from_round <= round) ++i;
+    return plans_[i];
+  }
+
+  absl::Status InstallPlan(uint64_t from_round, const collective::Schedule& s) {
+    HEDDLE_ASSIGN_OR_RETURN(ForwardPlan plan,
+                            ForwardPlan::Build(s, regions_, opt_.region_id, nslices_));
+    PlanAt p{.from_round = from_round,
+             .schedule = std::make_shared<const collective::Schedule>(s),
+             .plan = std::make_shared<const ForwardPlan>(std::move(plan)),
+             .digest = WanScheduleDigest(s)};
+    std::lock_guard<std::mutex> l(plan_mu_);
+    // A later switch replaces one announced for the same or a later round.
+    while (!plans_.empty() && plans_.back().from_round >= from_round && from_round > 0) {
+      plans_.pop_back();
+    }
+    plans_.push_back(std::move(p));
+    // Keep what rounds in flight may still use: drop schedules superseded two switches ago.
+    while (plans_.size() > 3) plans_.erase(plans_.begin());
+    if (from_round > 0) schedule_switches_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  // Coordinator: the schedule synthesized for the measured topology, with the switch to announce
+  // in *sw, when it is predicted min_gain times faster than the one in use from round r + 2.
+  absl::StatusOr<std::optional<collective::Schedule>> Recompile(
+      uint64_t r, const std::map<std::pair<uint32_t, uint32_t>, double>& rates,
+      pb::ScheduleSwitch* sw) {
+    HEDDLE_ASSIGN_OR_RETURN(collective::Topology base, ResolveWanTopology(opt_.schedule, regions_));
+    const collective::Topology measured = WithMeasuredRates(base, regions_, rates);
+    WanScheduleOptions o = opt_.schedule;
+    o.compiled = nullptr;
+    o.topology_file.clear();
+    o.topology_yaml = collective::TopologyToYaml(measured);
+    HEDDLE_ASSIGN_OR_RETURN(collective::Schedule s, ResolveWanSchedule(o, regions_, slot_bytes_));
+    const PlanAt current = PlanFor(r + 2);
+    const uint64_t digest = WanScheduleDigest(s);
+    if (digest == current.digest) return std::nullopt;
+    HEDDLE_ASSIGN_OR_RETURN(double now,
+                            collective::PredictTime(*current.schedule, measured, slot_bytes_));
+    if (!(s.predicted_s * opt_.schedule.min_gain < now)) return std::nullopt;
+    HEDDLE_LOG(kInfo,
+               "wan: round %" PRIu64
+               ": measured speeds: schedule '%s' (%s) predicted %.3f s "
+               "against %.3f s for '%s'; every gateway switches at round %" PRIu64,
+               r, s.intent.c_str(), Hex64(digest).c_str(), s.predicted_s, now,
+               current.schedule->intent.c_str(), r + 2);
+    sw->set_topology_yaml(o.topology_yaml);
+    sw->set_digest(digest);
+    sw->set_from_round(r + 2);
+    return s;
+  }
+
+  // Follower: compiles the announced schedule and runs it from its round on, if it is the one
+  // the coordinator announced; otherwise keeps the schedule in use (frames of any route are
+  // accepted and what is missing is fetched, so this costs time, never correctness).
+  void ApplySwitch(uint64_t r, const pb::ScheduleSwitch& sw) {
+    if (sw.from_round() <= r || PlanFor(sw.from_round()).digest == sw.digest()) return;
+    WanScheduleOptions o = opt_.schedule;
+    o.compiled = nullptr;
+    o.topology_file.clear();
+    o.topology_yaml = sw.topology_yaml();
+    absl::StatusOr<collective::Schedule> s = ResolveWanSchedule(o, regions_, slot_bytes_);
+    absl::Status st = s.status();
+    if (st.ok() && WanScheduleDigest(*s) != sw.digest()) {
+      st = absl::FailedPreconditionError(
+          absl::StrFormat("compiled digest %s, announced %s (another wan.schedule here?)",
+                          Hex64(WanScheduleDigest(*s)), Hex64(sw.digest())));
+    }
+    if (st.ok()) st = InstallPlan(sw.from_round(), *s);
+    if (!st.ok()) {
+      HEDDLE_LOG(kError,
+                 "wan: region %u: cannot switch to the schedule announced for round %" PRIu64
+                 ": %s; keeping the one in use",
+                 opt_.region_id, sw.from_round(), std::string(st.message()).c_str());
+    }
+  }
+
+  // Frame bytes sent to the peer over the time a push stream to it was open; 0 before any.
+  static double SendRate(Link& l) {
+    std::lock_guard<std::mutex> g(l.mu);
+    absl::Duration busy = l.push_busy;
+    if (l.pushes_open > 0) busy += absl::Now() - l.push_busy_since;
+    if (busy <= absl::ZeroDuration()) return 0;
+    return static_cast<double>(l.push_bytes) / absl::ToDoubleSeconds(busy);
   }
 
   uint64_t PublishedThrough() const {
@@ -982,12 +1169,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         l.cv.wait(lk, [&] { return !q.empty() || Stopping(); });
         if (Stopping()) return;
       }
-      // Rounds this gateway already published are over: peers fetch what they lack from the
-      // coordinator, which decided them.
+      // Older rounds are over: peers fetch what they lack from the coordinator, which decided
+      // them.
       const uint64_t pub = PublishedThrough();
       {
         std::lock_guard<std::mutex> lk(l.mu);
-        while (!q.empty() && q.front().round_id <= pub) q.pop_front();
+        while (!q.empty() && Stale(q.front(), pub)) q.pop_front();
         if (q.empty()) continue;
       }
       std::shared_ptr<grpc::Channel> ch = Connect(l);
@@ -1022,21 +1209,31 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         Prepare(ctx, opt_.push_timeout);
         ScopedCall reg(this, &ctx);
         pb::PushReply reply;
+        {
+          std::lock_guard<std::mutex> lk(l.mu);
+          if (l.pushes_open++ == 0) l.push_busy_since = absl::Now();
+        }
         std::unique_ptr<grpc::ClientWriter<pb::FrameChunk>> w = stub->PushFrames(&ctx, &reply);
         bool ok = true;
         for (const Link::Item& it : batch) {
-          ok = WriteFrameChunks(it.round_id, opt_.region_id, it.slice, *it.frame,
+          ok = WriteFrameChunks(it.round_id, it.region, it.slice, *it.frame,
                                 [&](const pb::FrameChunk& c) { return w->Write(c); });
           if (!ok) break;
           bytes += it.frame->size();
         }
         if (ok) w->WritesDone();
         st = w->Finish();
+        std::lock_guard<std::mutex> lk(l.mu);
+        if (st.ok()) l.push_bytes += bytes;
+        if (--l.pushes_open == 0) l.push_busy += absl::Now() - l.push_busy_since;
       }
       if (st.ok()) {
         if (!batch.front().finish) {
           l.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
           l.frames_sent.fetch_add(batch.size(), std::memory_order_relaxed);
+          uint64_t forwarded = 0;
+          for (const Link::Item& it : batch) forwarded += it.region != opt_.region_id;
+          l.frames_forwarded.fetch_add(forwarded, std::memory_order_relaxed);
         }
       } else if (Transient(st.error_code()) ||
                  (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && ++refusals < 3)) {
@@ -1054,7 +1251,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       // Pop what was sent; Enqueue() may have pruned some of it meanwhile.
       for (const Link::Item& sent : batch) {
         if (!q.empty() && q.front().round_id == sent.round_id && q.front().slice == sent.slice &&
-            q.front().frame == sent.frame &&
+            q.front().region == sent.region && q.front().frame == sent.frame &&
             q.front().finish.has_value() == sent.finish.has_value()) {
           q.pop_front();
         }
@@ -1204,6 +1401,33 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                    std::string(abort.message()).c_str());
       }
       pb::Decision d = ToProto(r, g.get(), abort);
+      std::optional<collective::Schedule> next;
+      if (abort.ok() && opt_.schedule.measured && r % opt_.schedule.recompile_every == 0) {
+        std::map<std::pair<uint32_t, uint32_t>, double> rates = rates_;
+        l.unlock();  // compiling takes a while: not under mu_
+        for (const auto& [id, link] : links_) {
+          auto o = opt_.schedule.rate_override.find(id);
+          const double rate = o != opt_.schedule.rate_override.end() ? o->second : SendRate(*link);
+          if (rate > 0) rates[{opt_.region_id, id}] = rate;
+        }
+        absl::StatusOr<std::optional<collective::Schedule>> re =
+            Recompile(r, rates, d.mutable_schedule_switch());
+        if (!re.ok()) {
+          HEDDLE_LOG(kWarning, "wan: round %" PRIu64 ": recompiling from measured speeds: %s", r,
+                     std::string(re.status().message()).c_str());
+        } else {
+          next = *std::move(re);
+        }
+        if (!next) d.clear_schedule_switch();
+        l.lock();
+      }
+      if (next) {
+        // Installed before the decision is out: no gateway opens round r + 2 before it has
+        // published r, so every gateway runs the new schedule from the same round.
+        if (absl::Status st = InstallPlan(d.schedule_switch().from_round(), *next); !st.ok()) {
+          d.clear_schedule_switch();
+        }
+      }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
   }
@@ -1341,6 +1565,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         MarkFailed(coord, g.status());
         continue;
       }
+      if (d.has_schedule_switch()) ApplySwitch(r, d.schedule_switch());
       std::lock_guard<std::mutex> l(mu_);
       if (published_through_ + 1 != r) continue;
       PublishLocked(r, d, *std::move(g), {});
@@ -1378,15 +1603,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
             g->parts[p].region_id, g->parts[p].weight, w[p]));
       }
     }
-    // Frames still on their way from their own region come faster from there than again from
+    // Frames still on their way (from their own region, or relayed) come faster than again from
     // the coordinator (over what may be the longest link): wait while they keep arriving, and
     // fetch only what stops coming for fetch_grace (a cut link, a peer that died).
     {
-      auto in_flight = [&]() -> uint64_t {  // bytes received so far from the missing regions
+      // Bytes received so far from any peer: a schedule may route a region's frames over
+      // another gateway.
+      auto in_flight = [&]() -> uint64_t {
         uint64_t bytes = 0;
-        for (const RegionPart& part : g->parts) {
-          auto lk = links_.find(part.region_id);
-          if (lk != links_.end()) bytes += lk->second->bytes_received.load(std::memory_order_relaxed);
+        for (const auto& [id, link] : links_) {
+          bytes += link->bytes_received.load(std::memory_order_relaxed);
         }
         return bytes;
       };
@@ -1544,6 +1770,17 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   uint32_t coordinator_ = 0;
   bool is_coordinator_ = false;
   wan_internal::RegionEncoder encoder_;
+  // Fixed by Start(): the schedule run for the exchange and this gateway's part of it.
+  collective::Schedule schedule_;
+  uint64_t schedule_digest_ = 0;  // the configured schedule's: what Hello compares
+  uint64_t slot_bytes_ = 0;       // one region's frames of a round
+  // The schedules in use by round: the configured one from round 0, then those switched to from
+  // measured speeds, by increasing from_round.
+  mutable std::mutex plan_mu_;  // after mu_ and the links' mutexes, never before
+  std::vector<PlanAt> plans_;
+  std::atomic<uint64_t> schedule_switches_{0};
+  // Coordinator, wan.schedule measured: the send rates the gateways reported, (src, dst) → B/s.
+  std::map<std::pair<uint32_t, uint32_t>, double> rates_;
 
   std::shared_ptr<grpc::ChannelCredentials> client_creds_;
   std::unique_ptr<grpc::Server> server_;

@@ -3,9 +3,12 @@
 // The WAN exchange between gateways over gRPC (docs/relay-wan.md). Each gateway runs a gRPC
 // server on its WAN address (not the worker port) and a client link to every other gateway:
 //
-//   - full mesh: a gateway streams its region's frames to every peer as the slices are
-//     submitted, over streams_per_peer parallel streams per peer (slice s on stream
-//     s mod streams_per_peer), frames cut into chunks of at most chunk_bytes;
+//   - a compiled all-gather schedule (WanScheduleOptions; default direct, the full mesh) says
+//     which peers each region frame goes to: a gateway pushes its region's frames as the slices
+//     are submitted, and forwards the frames it receives that the schedule routes over it, over
+//     streams_per_peer parallel streams per peer (slice s on stream s mod streams_per_peer),
+//     frames cut into chunks of at most chunk_bytes; every gateway must run the same schedule
+//     (its digest is checked at the handshake);
 //   - the coordinator (the lowest configured region id) collects every region's FinishRegion,
 //     waits for all of them or wan_timeout after its own region finished, applies the quorum,
 //     and decides the round: included regions, their tokens and τ_eff, the weights and the
@@ -22,12 +25,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "control/collective/schedule.h"
 #include "dataplane/relay/wan/exchange.h"
 
 namespace YAML {
@@ -61,6 +66,35 @@ struct WanTls {
   std::string server_name;  // overrides the name checked in the server's certificate (tests)
 };
 
+// Which compiled schedule the gateways run for the exchange of region frames (an all-gather over
+// the configured regions, docs/relay-wan.md §10). Every gateway must end up with the same one
+// (checked at the handshake by digest).
+struct WanScheduleOptions {
+  // "direct" (every gateway sends its frames to every other: the full mesh), "ring", "auto"
+  // (synthesized for `topology`), another builtin intent's name, or "file" (`file`).
+  std::string name = "direct";
+  std::string file;                       // schedule JSON (`heddle-flow compile`), name "file"
+  std::map<std::string, int64_t> params;  // the builtin's parameters
+  uint32_t pieces = 0;                    // pipelining depth; 0 = the compiler's choice
+  // The WAN between the gateways in the topology YAML format (control/collective/topology.h),
+  // its ranks named by region id; "" = a full mesh of equal links (then auto is direct).
+  std::string topology_yaml;
+  std::string topology_file;  // or read from this file (when topology_yaml is "")
+  // Set: run exactly this schedule (tests; and what Start resolves the fields above into).
+  std::shared_ptr<const collective::Schedule> compiled;
+  // With name "auto": every recompile_every rounds the coordinator re-synthesizes the schedule
+  // for `topology` with each link's bandwidth replaced by the send throughput its source gateway
+  // measured, and if that is predicted at least min_gain times faster than the schedule in use
+  // (re-priced on the same measured topology) announces it in the round's decision; every
+  // gateway switches to it two rounds later (docs/relay-wan.md §10).
+  bool measured = false;
+  uint32_t recompile_every = 8;
+  double min_gain = 1.1;
+  // This gateway reports these send rates (bytes/s, by peer region) instead of the measured
+  // ones: tests, or pinning a link known to be slower than a short measurement shows.
+  std::map<uint32_t, double> rate_override;
+};
+
 struct WanOptions {
   uint32_t region_id = 0;
   std::string listen_address;  // e.g. "0.0.0.0:7443"; port 0 picks one (GrpcExchange::port())
@@ -86,6 +120,7 @@ struct WanOptions {
   absl::Duration fetch_grace = absl::Milliseconds(500);
   absl::Duration backoff_min = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(5);
+  WanScheduleOptions schedule;
 };
 
 // The relay config's `wan:` block:
@@ -104,6 +139,10 @@ struct WanOptions {
 //     weighting: fednova            # or tokens
 //     gateway_error_feedback: true
 //     rpc_timeout: 30s
+//     schedule: ring                # direct (default), ring, auto, a builtin, or
+//                                   # {name: NAME, pieces: P, params: {k: v}} / {file: s.json}
+//                                   # / {name: auto, measured: true, recompile_every: 8}
+//     topology: wan-topology.yaml   # or inline: {ranks: ["1", "2", "3"], default: ..., links: ...}
 // Errors name the key (`wan.peers[1].address: ...`).
 absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
 absl::Status ValidateWanOptions(const WanOptions& options);
@@ -116,6 +155,11 @@ struct WanPeerStats {
   uint64_t bytes_received = 0;
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
+  uint64_t frames_forwarded = 0;  // of frames_sent: other regions' frames relayed to this peer
+  // Measured send throughput to this peer: frame bytes sent over the time at least one push
+  // stream to it was open (acknowledgement round trips included); 0 before the first push. What
+  // a topology of measured speeds would start from (docs/relay-wan.md §10).
+  double send_bytes_per_second = 0;
   uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
   uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
   uint64_t queued_items = 0;        // frames and summaries waiting to be sent to this peer
@@ -124,6 +168,13 @@ struct WanPeerStats {
 struct WanStats {
   uint32_t region_id = 0;
   bool coordinator = false;
+  // The schedule in use: its intent's name, digest, pieces and the compiler's predicted time of
+  // one exchange (0 when built by hand).
+  std::string schedule_name;
+  uint64_t schedule_digest = 0;
+  uint32_t schedule_pieces = 0;
+  double schedule_predicted_s = 0;
+  uint64_t schedule_switches = 0;  // schedules switched to from measured speeds
   uint64_t published_through = 0;
   uint64_t rounds_published = 0;
   uint64_t rounds_aborted = 0;

@@ -17,9 +17,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "control/collective/schedule_io.h"
 #include "dataplane/relay/codec/frame.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 #include "dataplane/relay/wan/peer.grpc.pb.h"
+#include "dataplane/relay/wan/schedule_plan.h"
+#include "dataplane/relay/wan/schedule_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -454,13 +457,14 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
     ExpectSameEverywhere(m, r, {1, 2});
     EXPECT_EQ(PartIds(*m.outcomes(1).Wait(r).aggregate), (std::vector<uint32_t>{1, 2}));
   }
-  // What waits for the dead peer is the round in progress (and at most one older item at the
-  // head of each of its 3 streams' queues), not every round since it died (3 × 7 items).
+  // What waits for the dead peer is the round in progress and the last published one (a peer
+  // may still be assembling it, with this gateway its only route for some frames) and at most
+  // one older item at the head of each of its 3 streams' queues, not every round since it died.
   for (uint32_t gw : {1u, 2u}) {
     const WanPeerStats p3 = m.ex(gw).Stats().peers[1];
     EXPECT_EQ(p3.region_id, 3u);
     EXPECT_FALSE(p3.connected);
-    EXPECT_LE(p3.queued_items, nslices + 3) << "gateway " << gw;
+    EXPECT_LE(p3.queued_items, 2 * nslices + 3) << "gateway " << gw;
   }
   // Restart 3 (a new port): it replays the rounds the coordinator keeps (1..4), then rejoins.
   m.Start(3, m.Options(3));
@@ -629,6 +633,240 @@ std::vector<pb::FrameChunk> Chunks(uint64_t round, uint32_t region, uint32_t sli
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
+// ---- compiled schedules (docs/relay-wan.md §10) ----
+
+collective::Op SchedSend(uint32_t peer, uint32_t chunk, uint32_t piece) {
+  return {.kind = collective::OpKind::kSend,
+          .peer = peer,
+          .chunk = chunk,
+          .piece = piece,
+          .src = {.slot = chunk}};
+}
+collective::Op SchedRecv(uint32_t peer, uint32_t chunk, uint32_t piece) {
+  return {.kind = collective::OpKind::kRecv,
+          .peer = peer,
+          .chunk = chunk,
+          .piece = piece,
+          .dst = {.slot = chunk}};
+}
+
+// An all-gather over ranks 0, 1, 2 where rank 1 is the hub: ranks 0 and 2 never talk; rank 1
+// forwards each one's frames to the other. In two pieces, each routed the same way.
+std::shared_ptr<const collective::Schedule> HubSchedule() {
+  auto s = std::make_shared<collective::Schedule>();
+  s->collective = {.kind = collective::Kind::kAllGather, .ranks = 3, .chunks_per_rank = 1};
+  s->pieces = 2;
+  s->intent = "hub";
+  s->ranks = {"1", "2", "3"};
+  s->per_rank.resize(3);
+  for (uint32_t p = 0; p < 2; ++p) {
+    for (uint32_t edge : {0u, 2u}) {
+      const uint32_t other = 2 - edge;
+      s->per_rank[edge].ops.push_back(SchedSend(1, edge, p));
+      s->per_rank[edge].ops.push_back(SchedRecv(1, 1, p));
+      s->per_rank[edge].ops.push_back(SchedRecv(1, other, p));
+      s->per_rank[1].ops.push_back(SchedRecv(edge, edge, p));
+      s->per_rank[1].ops.push_back(SchedSend(edge, 1, p));
+    }
+    const uint32_t recv0 = static_cast<uint32_t>(s->per_rank[1].ops.size() - 4);
+    s->per_rank[1].ops.push_back(SchedSend(2, 0, p));
+    s->per_rank[1].ops.back().deps = {recv0};
+    s->per_rank[1].ops.push_back(SchedSend(0, 2, p));
+    s->per_rank[1].ops.back().deps = {recv0 + 2};
+  }
+  return s;
+}
+
+const WanPeerStats& Peer(const WanStats& s, uint32_t region) {
+  for (const WanPeerStats& p : s.peers) {
+    if (p.region_id == region) return p;
+  }
+  ADD_FAILURE() << "no peer " << region;
+  return s.peers.front();
+}
+
+TEST(GrpcExchangeScheduleTest, RelayedScheduleReachesTheFarRegionOnlyThroughTheHub) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.compiled = HubSchedule();
+    // Every frame comes through the hub: the follower never has to fetch (it would only after
+    // frames stopped coming for this long).
+    o.fetch_grace = absl::Seconds(600);
+  });
+  const uint64_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  for (uint64_t r = 1; r <= 2; ++r) {
+    std::map<uint32_t, std::vector<FramePtr>> frames;
+    for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, r, true);
+    std::vector<std::thread> t;
+    for (uint32_t region : {3u, 1u, 2u}) {
+      t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, r); });
+    }
+    for (std::thread& x : t) x.join();
+    GlobalAggregate want = ref.Aggregate(r, frames);
+    ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
+  }
+  const WanStats s1 = m.ex(1).Stats(), s2 = m.ex(2).Stats(), s3 = m.ex(3).Stats();
+  for (const WanStats* s : {&s1, &s2, &s3}) {
+    EXPECT_EQ(s->schedule_name, "hub");
+    EXPECT_EQ(s->schedule_digest, s1.schedule_digest);
+    EXPECT_EQ(s->schedule_pieces, 2u);
+    EXPECT_EQ(s->frames_fetched, 0u);
+    EXPECT_EQ(s->malformed_messages, 0u);
+    EXPECT_EQ(s->digest_mismatches, 0u);
+  }
+  // Regions 1 and 3 never exchange a frame; the hub forwards each one's to the other.
+  EXPECT_EQ(Peer(s1, 3).frames_sent, 0u);
+  EXPECT_EQ(Peer(s3, 1).frames_sent, 0u);
+  EXPECT_EQ(Peer(s1, 3).frames_received, 0u);
+  EXPECT_EQ(Peer(s3, 1).frames_received, 0u);
+  EXPECT_EQ(Peer(s2, 3).frames_sent, 2 * 2 * nslices);  // its own and region 1's, two rounds
+  EXPECT_EQ(Peer(s2, 3).frames_forwarded, 2 * nslices);
+  EXPECT_EQ(Peer(s2, 1).frames_forwarded, 2 * nslices);
+  EXPECT_EQ(Peer(s3, 2).frames_received, 2 * 2 * nslices);
+  EXPECT_EQ(Peer(s1, 2).frames_forwarded, 0u);
+  // Send throughput is measured on the links that carried pushes, and only there.
+  EXPECT_GT(Peer(s2, 3).send_bytes_per_second, 0);
+  EXPECT_GT(Peer(s1, 2).send_bytes_per_second, 0);
+  EXPECT_EQ(Peer(s1, 3).send_bytes_per_second, 0);
+  EXPECT_EQ(Peer(s3, 1).send_bytes_per_second, 0);
+}
+
+// Killed in the middle of a round, the hub costs time, never correctness: the coordinator leaves
+// out what it could not get and the far region fetches the rest from it.
+TEST(GrpcExchangeScheduleTest, ForwarderKilledMidRoundStillPublishesTheSameBitsEverywhere) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.compiled = HubSchedule();
+    o.fetch_grace = absl::Milliseconds(50);
+    // Long enough for the hub to die and region 3 to submit before the round is decided.
+    if (o.region_id == 1) o.wan_timeout = absl::Seconds(3);
+  });
+  const size_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  // Round 1: the hub holds region 1's frames (some maybe forwarded, some not) when it dies.
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  WaitUntil([&] { return Peer(m.ex(2).Stats(), 1).frames_received >= nslices; });
+  m.Kill(2);
+  SubmitRegion(m.ex(3), m.spec(), 3, 1);
+  // Region 3's frames never reach the coordinator (only through the hub): after wan_timeout
+  // the round includes region 1 alone, and region 3 fetches what the hub did not forward.
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  frames[1] = ref.Feed(1, 1, true);
+  ref.Feed(3, 1, false);
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 3}, &want);
+  EXPECT_FALSE(m.outcomes(3).Wait(1).includes_this_region);
+  EXPECT_TRUE(m.outcomes(3).Wait(1).retained_by_gateway);
+  const WanStats s3 = m.ex(3).Stats();
+  EXPECT_EQ(s3.frames_fetched + Peer(s3, 2).frames_received, nslices);
+  EXPECT_EQ(s3.digest_mismatches, 0u);
+}
+
+// wan.schedule measured: the gateways report that the link between regions 1 and 3 is slow; the
+// coordinator recompiles after round 2 and every gateway runs the relayed schedule from round 4.
+TEST(GrpcExchangeScheduleTest, MeasuredSpeedsSwitchEveryGatewayAtTheSameRound) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) {
+    o.schedule.name = "auto";
+    o.schedule.measured = true;
+    o.schedule.recompile_every = 2;
+    o.schedule.topology_yaml =
+        "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+    // 10 kB/s between 1 and 3, 1 GB/s elsewhere, whatever loopback measures.
+    for (uint32_t peer : {1u, 2u, 3u}) {
+      if (peer == o.region_id) continue;
+      o.schedule.rate_override[peer] = o.region_id + peer == 4 ? 1e4 : 1e9;
+    }
+  });
+  const WanStats before = m.ex(1).Stats();
+  EXPECT_EQ(before.schedule_switches, 0u);
+  Reference ref(m.spec());
+  std::map<uint64_t, uint64_t> forwarded_at;  // hub's forwarded frames after each round
+  for (uint64_t r = 1; r <= 5; ++r) {
+    std::map<uint32_t, std::vector<FramePtr>> frames;
+    for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, r, true);
+    std::vector<std::thread> t;
+    for (uint32_t region : {3u, 1u, 2u}) {
+      t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, r); });
+    }
+    for (std::thread& x : t) x.join();
+    GlobalAggregate want = ref.Aggregate(r, frames);
+    ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
+  }
+  // After round 5 is published everywhere, every gateway runs the same new schedule.
+  const WanStats s1 = m.ex(1).Stats(), s2 = m.ex(2).Stats(), s3 = m.ex(3).Stats();
+  for (const WanStats* s : {&s1, &s2, &s3}) {
+    EXPECT_EQ(s->schedule_switches, 1u);
+    EXPECT_EQ(s->schedule_digest, s1.schedule_digest);
+    EXPECT_NE(s->schedule_digest, before.schedule_digest);
+    EXPECT_EQ(s->digest_mismatches, 0u);
+  }
+  EXPECT_GT(s1.schedule_predicted_s, 0);
+  // The new schedule routes around the slow pair through region 2.
+  EXPECT_GT(Peer(s2, 1).frames_forwarded + Peer(s2, 3).frames_forwarded, 0u);
+  // The handshake still compares the configured schedule: a restarted gateway links up again.
+  m.Kill(3);
+  m.Start(3, [&] {
+    WanOptions o = m.Options(3);
+    o.schedule.name = "auto";
+    o.schedule.measured = true;
+    o.schedule.recompile_every = 2;
+    o.schedule.topology_yaml =
+        "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+    return o;
+  }());
+  m.ConnectAll();
+  // It replays the rounds the coordinator keeps (2..5): round 2's decision carries the switch.
+  for (uint64_t r = 2; r <= 5; ++r) ExpectSameEverywhere(m, r, {1, 2, 3});
+  EXPECT_EQ(m.ex(3).Stats().schedule_digest, s1.schedule_digest);
+}
+
+TEST(GrpcExchangeScheduleTest, GatewaysRunningDifferentSchedulesDoNotLinkUp) {
+  Mesh m(TestSpec(), {1, 2});
+  m.StartAll([](WanOptions& o) {
+    if (o.region_id == 2) o.schedule.name = "ring";  // with 2 regions the same routing, but
+    o.schedule.pieces = o.region_id == 2 ? 2 : 1;    // another schedule all the same
+  });
+  // The follower (region 2) says hello to the coordinator at once, and is refused.
+  WaitUntil([&] { return m.ex(1).Stats().handshake_failures > 0; });
+  EXPECT_FALSE(m.ex(2).Stats().peers[0].connected);
+  EXPECT_NE(m.ex(1).Stats().schedule_digest, m.ex(2).Stats().schedule_digest);
+
+  RawPeer raw(m.ex(1).port());
+  pb::HelloRequest hello;
+  hello.set_protocol_version(1);
+  hello.set_region_id(2);
+  hello.set_spec_digest(SpecDigest(m.spec()));
+  hello.add_regions(1);
+  hello.add_regions(2);
+  hello.set_schedule_name("ring");
+  hello.set_schedule_digest(m.ex(2).Stats().schedule_digest);
+  grpc::Status st = raw.Hello({.spec = Hex(SpecDigest(m.spec()))}, hello);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("it runs exchange schedule 'ring'"));
+  EXPECT_THAT(st.error_message(), HasSubstr("runs 'direct'"));
+  EXPECT_THAT(st.error_message(), HasSubstr("same schedule"));
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
+  EXPECT_TRUE(raw.Hello({.spec = Hex(SpecDigest(m.spec()))}, hello).ok());
+}
+
+TEST(GrpcExchangeScheduleTest, ScheduleTheRelayCannotRunFailsAtStart) {
+  WanOptions o;
+  o.region_id = 1;
+  o.listen_address = "127.0.0.1:0";
+  o.peers = {{.region_id = 2}, {.region_id = 3}};
+  auto s = std::make_shared<collective::Schedule>(*HubSchedule());
+  s->per_rank[1].ops.pop_back();  // the hub no longer forwards region 3's last piece to region 1
+  o.schedule.compiled = s;
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(TestSpec(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.schedule"));
+  EXPECT_THAT(ex.status().message(), HasSubstr("'hub' does not verify"));
+  o.schedule = {.name = "no-such-schedule"};
+  EXPECT_FALSE(StartGrpcExchange(TestSpec(), o).ok());
+}
+
 TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   Mesh m(TestSpec());
   m.StartAll();
@@ -639,6 +877,7 @@ TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   hello.set_region_id(2);
   hello.set_spec_digest(SpecDigest(m.spec()));
   for (uint32_t r : {1, 2, 3}) hello.add_regions(r);
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
   EXPECT_TRUE(raw.Hello({.spec = spec}, hello).ok());
 
   grpc::Status st = raw.Hello({.token = "", .spec = spec}, hello);
@@ -724,9 +963,15 @@ TEST(GrpcExchangeTest, MalformedPeerMessagesAreRefusedWithClearErrorsAndCounted)
                  "bytes announced");
   expect_refused(raw.Push(md, Chunks(1, 2, 99, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
                  "slice 99");
-  // Another region's frame, a round far ahead, a past round.
+  // A frame passed off as another region's (a forwarder relays frames, but the sender id must
+  // be the region it claims), the callee's own region, an unknown region; a round far ahead, a
+  // past round.
   expect_refused(raw.Push(md, Chunks(1, 3, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
-                 "only its own region's frames");
+                 "sender id is 2, expected 3");
+  expect_refused(raw.Push(md, Chunks(1, 1, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
+                 "never the receiver's own");
+  expect_refused(raw.Push(md, Chunks(1, 9, 0, frames[0])), grpc::StatusCode::INVALID_ARGUMENT,
+                 "carries a frame of region 9");
   expect_refused(raw.Push(md, Chunks(9, 2, 0, frames[0])), grpc::StatusCode::OUT_OF_RANGE,
                  "too far ahead");
   expect_refused(raw.Push(md, Chunks(0, 2, 0, frames[0])), grpc::StatusCode::FAILED_PRECONDITION,
@@ -813,6 +1058,7 @@ TEST(GrpcExchangeTest, MutualTls) {
   hello.set_spec_digest(SpecDigest(m.spec()));
   hello.add_regions(1);
   hello.add_regions(2);
+  hello.set_schedule_digest(m.ex(1).Stats().schedule_digest);
   // With the right client certificate: accepted.
   RawPeer good(m.ex(1).port(),
                grpc::SslCredentials({read("ca.pem"), read("peer.key"), read("peer.pem")}),
@@ -904,6 +1150,134 @@ coordinator: 3
               HasSubstr("wan.coordinator: region 5"));
   EXPECT_THAT(error("region: x\nlisten: a:1"), HasSubstr("wan.region"));
   EXPECT_THAT(error("- 1"), HasSubstr("wan: expected a mapping"));
+}
+
+TEST(WanOptionsTest, ScheduleAndTopology) {
+  const char* base = "region: 1\nlisten: 0.0.0.0:7443\npeers: [{region: 2, address: 'b:1'}]\n";
+  auto parse = [&](const std::string& more) {
+    return WanOptionsFromYaml(YAML::Load(std::string(base) + more));
+  };
+  absl::StatusOr<WanOptions> o = parse("");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->schedule.name, "direct");
+  o = parse("schedule: auto\ntopology: wan.yaml\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->schedule.name, "auto");
+  EXPECT_EQ(o->schedule.topology_file, "wan.yaml");
+  o = parse(
+      "schedule: {name: hierarchical, pieces: 4, params: {G: 2}}\n"
+      "topology: {ranks: ['1', '2'], default: {bandwidth: 1Gbit, latency: 10ms}}\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->schedule.name, "hierarchical");
+  EXPECT_EQ(o->schedule.pieces, 4u);
+  EXPECT_EQ(o->schedule.params.at("G"), 2);
+  EXPECT_THAT(o->schedule.topology_yaml, HasSubstr("ranks"));
+  o = parse("schedule: {file: s.json}\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->schedule.name, "file");
+  EXPECT_EQ(o->schedule.file, "s.json");
+
+  o = parse("schedule: {name: auto, measured: true, recompile_every: 4}\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->schedule.measured);
+  EXPECT_EQ(o->schedule.recompile_every, 4u);
+  EXPECT_THAT(
+      parse("schedule: {name: ring, measured: true}\n").status().message(),
+      HasSubstr("wan.schedule.measured: recompiling from measured speeds needs name: auto"));
+  EXPECT_THAT(
+      parse("schedule: {name: auto, measured: true, recompile_every: 0}\n").status().message(),
+      HasSubstr("wan.schedule.recompile_every"));
+
+  EXPECT_THAT(parse("schedule: {name: ring, file: s.json}\n").status().message(),
+              HasSubstr("wan.schedule: give name or file"));
+  EXPECT_THAT(parse("schedule: {name: ring, depth: 2}\n").status().message(),
+              HasSubstr("wan.schedule.depth: unknown key"));
+  EXPECT_THAT(parse("schedule: {name: ring, params: {G: two}}\n").status().message(),
+              HasSubstr("wan.schedule.params.G"));
+  EXPECT_THAT(parse("schedule: [ring]\n").status().message(), HasSubstr("wan.schedule"));
+  EXPECT_THAT(parse("topology: [1, 2]\n").status().message(), HasSubstr("wan.topology"));
+}
+
+// The schedules the configuration resolves to, on the WAN of the issue: 4 regions, one link 4x
+// slower than the rest.
+TEST(WanScheduleTest, ResolvesDirectRingAutoAndFiles) {
+  const std::vector<uint32_t> regions = {1, 2, 5, 7};
+  WanScheduleOptions o;
+  o.topology_yaml =
+      "ranks: ['1', '2', '5', '7']\ndefault: {bandwidth: 200Mbit, latency: 20ms}\n"
+      "links: [{between: ['1', '5'], bandwidth: 50Mbit, latency: 20ms}]\n";
+  const uint64_t slot = 1 << 20;
+  std::map<std::string, collective::Schedule> got;
+  for (const char* name : {"direct", "ring", "auto"}) {
+    o.name = name;
+    absl::StatusOr<collective::Schedule> s = ResolveWanSchedule(o, regions, slot);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    EXPECT_GT(s->predicted_s, 0) << name;
+    EXPECT_EQ(s->ranks, (std::vector<std::string>{"1", "2", "5", "7"}));
+    // Deterministic: the same configuration, the same schedule (what every gateway relies on).
+    absl::StatusOr<collective::Schedule> again = ResolveWanSchedule(o, regions, slot);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(WanScheduleDigest(*again), WanScheduleDigest(*s)) << name;
+    got[name] = *s;
+  }
+  // Direct: each gateway sends its own frames to every other, nothing forwarded.
+  absl::StatusOr<ForwardPlan> direct = ForwardPlan::Build(got["direct"], regions, 1, 8);
+  ASSERT_TRUE(direct.ok());
+  for (uint32_t slice = 0; slice < 8; ++slice) {
+    EXPECT_THAT(direct->Targets(1, slice), ::testing::ElementsAre(2, 5, 7));
+    EXPECT_TRUE(direct->Targets(5, slice).empty());
+  }
+  // The synthesized schedule beats both on this WAN, by relaying around the slow link.
+  EXPECT_LT(got["auto"].predicted_s * 1.3,
+            std::min(got["direct"].predicted_s, got["ring"].predicted_s));
+  uint64_t forwards = 0;
+  for (uint32_t region : regions) {
+    absl::StatusOr<ForwardPlan> p = ForwardPlan::Build(got["auto"], regions, region, 8);
+    ASSERT_TRUE(p.ok());
+    for (uint32_t other : regions) {
+      if (other == region) continue;
+      for (uint32_t slice = 0; slice < 8; ++slice) forwards += p->Targets(other, slice).size();
+    }
+  }
+  EXPECT_GT(forwards, 0u);
+
+  // A schedule file: the one `auto` gave, read back; another topology's is refused.
+  const std::string path = std::filesystem::temp_directory_path() /
+                           absl::StrFormat("heddle_wan_schedule_%d.json", getpid());
+  ASSERT_TRUE(collective::WriteScheduleFile(path, got["auto"]).ok());
+  WanScheduleOptions f = o;
+  f.name = "file";
+  f.file = path;
+  absl::StatusOr<collective::Schedule> read = ResolveWanSchedule(f, regions, slot);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(WanScheduleDigest(*read), WanScheduleDigest(got["auto"]));
+  f.topology_yaml = "ranks: ['1', '2', '5', '7']\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+  EXPECT_THAT(ResolveWanSchedule(f, regions, slot).status().message(),
+              HasSubstr("compiled for another topology"));
+  std::filesystem::remove(path);
+}
+
+TEST(WanScheduleTest, ConfigurationMistakesNameTheKey) {
+  const std::vector<uint32_t> regions = {1, 2, 3};
+  WanScheduleOptions o;
+  o.topology_yaml = "ranks: [eu, us, asia]\ndefault: {bandwidth: 1Gbit, latency: 5ms}\n";
+  EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(),
+              HasSubstr("wan.topology: ranks [eu, us, asia]; they must be the configured "
+                        "regions by id, in increasing order: [1, 2, 3]"));
+  o.topology_yaml = "ranks: ['1', '2', '3']\ndefault: {bandwidth: fast}\n";
+  EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(), HasSubstr("wan.topology"));
+  o.topology_yaml = "";
+  o.topology_file = "/nonexistent/wan.yaml";
+  EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(),
+              HasSubstr("wan.topology: cannot read /nonexistent/wan.yaml"));
+  o.topology_file = "";
+  o.name = "no-such";
+  EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(),
+              HasSubstr("wan.schedule: 'no-such'"));
+  o.name = "file";
+  o.file = "/nonexistent/s.json";
+  EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(),
+              HasSubstr("wan.schedule.file"));
 }
 
 TEST(GrpcExchangeTest, BadOptionsFailAtStart) {

@@ -77,13 +77,68 @@ absl::Status UnknownKeys(const YAML::Node& n, const std::string& where,
   return absl::OkStatus();
 }
 
+// `schedule: NAME` or `schedule: {name: NAME, pieces: P, params: {k: v}}` or `{file: PATH}`.
+absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
+  if (s.IsScalar()) {
+    HEDDLE_ASSIGN_OR_RETURN(o.name, Str(s, "schedule"));
+  } else if (s.IsMap()) {
+    HEDDLE_RETURN_IF_ERROR(UnknownKeys(
+        s, "wan.schedule.", {"name", "file", "pieces", "params", "measured", "recompile_every"}));
+    if (s["name"] && s["file"]) return Bad("schedule", "give name or file, not both");
+    if (s["file"]) {
+      o.name = "file";
+      HEDDLE_ASSIGN_OR_RETURN(o.file, Str(s["file"], "schedule.file"));
+      if (o.file.empty()) return Bad("schedule.file", "empty (a schedule JSON file)");
+    }
+    if (s["name"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.name, Str(s["name"], "schedule.name"));
+    }
+    if (s["pieces"]) {
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(s["pieces"], "schedule.pieces", 1u << 16));
+      o.pieces = static_cast<uint32_t>(v);
+    }
+    if (s["measured"]) {
+      HEDDLE_ASSIGN_OR_RETURN(o.measured, Bool(s["measured"], "schedule.measured"));
+    }
+    if (s["recompile_every"]) {
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t v,
+                              U64(s["recompile_every"], "schedule.recompile_every", 1u << 20));
+      if (v < 1) return Bad("schedule.recompile_every", "must be at least 1 (rounds)");
+      o.recompile_every = static_cast<uint32_t>(v);
+    }
+    if (const YAML::Node p = s["params"]) {
+      if (!p.IsMap()) return Bad("schedule.params", "expected {name: integer, ...}");
+      for (const auto& kv : p) {
+        const std::string k = kv.first.as<std::string>();
+        const std::string key = "schedule.params." + k;
+        if (!kv.second.IsScalar()) return Bad(key, "expected an integer");
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(kv.second.as<std::string>(), &v)) {
+          return Bad(key, absl::StrFormat("\"%s\" is not an integer", kv.second.as<std::string>()));
+        }
+        o.params[k] = v;
+      }
+    }
+  } else {
+    return Bad("schedule", "expected direct, ring, auto, a builtin's name, or {name|file, ...}");
+  }
+  if (o.name.empty()) return Bad("schedule", "empty name (direct, ring, auto, ...)");
+  if (o.measured && o.name != "auto") {
+    return Bad("schedule.measured", "recompiling from measured speeds needs name: auto");
+  }
+  if (o.name == "file" && o.file.empty()) {
+    return Bad("schedule", "name 'file' needs {file: schedule.json}");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
   if (!wan.IsMap()) return absl::InvalidArgumentError("wan: expected a mapping");
-  HEDDLE_RETURN_IF_ERROR(
-      UnknownKeys(wan, "wan.",
-                  {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum",
-                   "token", "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting",
-                   "gateway_error_feedback", "rpc_timeout", "push_timeout", "coordinator"}));
+  HEDDLE_RETURN_IF_ERROR(UnknownKeys(
+      wan, "wan.",
+      {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum", "token",
+       "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting", "gateway_error_feedback",
+       "rpc_timeout", "push_timeout", "coordinator", "schedule", "topology"}));
   WanOptions o;
   if (!wan["region"]) return Bad("region", "missing (this gateway's region id)");
   HEDDLE_ASSIGN_OR_RETURN(uint64_t region,
@@ -191,6 +246,21 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
   if (wan["gateway_error_feedback"]) {
     HEDDLE_ASSIGN_OR_RETURN(o.gateway_error_feedback,
                             Bool(wan["gateway_error_feedback"], "gateway_error_feedback"));
+  }
+  if (const YAML::Node s = wan["schedule"]) {
+    HEDDLE_RETURN_IF_ERROR(ScheduleFromNode(s, o.schedule));
+  }
+  if (const YAML::Node t = wan["topology"]) {
+    if (t.IsScalar()) {
+      HEDDLE_ASSIGN_OR_RETURN(o.schedule.topology_file, Str(t, "topology"));
+      if (o.schedule.topology_file.empty()) return Bad("topology", "empty (a file name)");
+    } else if (t.IsMap()) {
+      YAML::Emitter e;
+      e << t;
+      o.schedule.topology_yaml = e.c_str();
+    } else {
+      return Bad("topology", "expected a topology file name or an inline topology mapping");
+    }
   }
   HEDDLE_RETURN_IF_ERROR(ValidateWanOptions(o));
   return o;
