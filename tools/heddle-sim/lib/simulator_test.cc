@@ -325,7 +325,14 @@ TEST(SimulatorTest, TrimmingRepairsLossesWithoutTimeouts) {
       }
       return s / static_cast<double>(x.flows.size());
     };
-    EXPECT_LT(mean(r), mean(dropped)) << TransportName(tr);
+    // Selective repeat finds a tail drop only a window later (or at the RTO); a trimmed header
+    // is NAKed at once, so the mean slowdown drops. Go-back-N finds a tail drop at the next
+    // packet's gap as quickly as a trimmed header, and each NAK resends the whole window
+    // behind it either way: which of the two ends with the lower mean depends on how the
+    // flows collide, so only the repairs without timeouts are claimed for it.
+    if (tr == Transport::kSelectiveRepeat) {
+      EXPECT_LT(mean(r), mean(dropped)) << TransportName(tr);
+    }
   }
 }
 
