@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "control/collective/topology_io.h"
@@ -97,7 +98,7 @@ class Network {
   // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
   // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
   // a wider bottleneck), and — when neither exists — the statically shortest path over any
-  // nodes, split at the ranks it passes.
+  // nodes, split at the ranks it passes. The reference stays valid as long as the Network.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
     if (!inserted) return it->second;
@@ -234,7 +235,8 @@ class Network {
   std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
   std::vector<Segment> segments_;
   absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
-  absl::flat_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
+  // Node-based: the scheduler keeps pointers to the route lists.
+  absl::node_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
   absl::flat_hash_map<uint32_t, std::vector<uint32_t>> switch_trees_;
 };
 
@@ -353,7 +355,9 @@ class Scheduler {
         options_(o),
         net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
 
-  absl::StatusOr<Schedule> Run() {
+  // The schedule; nullopt once a committed op ends at or after `give_up_at` (the piece search
+  // passes the time a candidate must beat, so a losing candidate stops early).
+  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
     const uint32_t n = intent_.collective.ranks;
     const size_t mp = size_t{m_count} * pieces_;
@@ -367,6 +371,7 @@ class Scheduler {
     link_free_.assign(net_.link_count(), 0);
     scratch_.assign(size_t{n} * pieces_, {});
     ops_.assign(n, {});
+    src_routes_.assign(dag_.sources.size(), nullptr);
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
@@ -376,13 +381,14 @@ class Scheduler {
       const Entry top = heap_.top();
       heap_.pop();
       const uint32_t m = top.move;
-      HEDDLE_ASSIGN_OR_RETURN(Choice choice, Evaluate(m, cur_[m]));
+      const Choice choice = Evaluate(m, cur_[m]);
       const Entry now{choice.finish, m};
       if (!heap_.empty() && heap_.top() < now) {
         heap_.push(now);  // another piece now finishes earlier
         continue;
       }
       Commit(m, cur_[m], choice);
+      if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
@@ -444,7 +450,8 @@ class Scheduler {
   };
 
   absl::Status Push(uint32_t m) {
-    HEDDLE_ASSIGN_OR_RETURN(Choice c, Evaluate(m, cur_[m]));
+    const Choice c = Evaluate(m, cur_[m]);
+    if (c.finish == kInf) return NoPath(m);
     heap_.push(Entry{c.finish, m});
     return absl::OkStatus();
   }
@@ -473,15 +480,26 @@ class Scheduler {
     return ready;
   }
 
-  absl::StatusOr<Choice> Evaluate(uint32_t m, uint32_t p) {
-    const Move& mv = intent_.moves[m];
+  // The routes from move m's source si (an index into dag_.sources) to its destination.
+  const std::vector<std::vector<uint32_t>>& SourceRoutes(uint32_t m, uint32_t si) {
+    const std::vector<std::vector<uint32_t>>*& r = src_routes_[si];
+    if (r == nullptr) {
+      r = &net_.Routes(dag_.sources[si].rank, intent_.moves[m].dst, options_.multi_hop);
+    }
+    return *r;
+  }
+
+  // The best option for piece p of move m; finish kInf when no source has a route (Push()
+  // reports that as NoPath() before the piece enters the heap; later evaluations only see the
+  // same or more sources).
+  Choice Evaluate(uint32_t m, uint32_t p) {
     const double dst_ready = DstReady(m, p, nullptr);
     Choice best;
     for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
       const Source& src = dag_.sources[si];
       if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
-      const auto& routes = net_.Routes(src.rank, mv.dst, options_.multi_hop);
+      const auto& routes = SourceRoutes(m, si);
       for (uint32_t ri = 0; ri < routes.size(); ++ri) {
         double at = ready;
         for (uint32_t sid : routes[ri]) {
@@ -494,13 +512,15 @@ class Scheduler {
         if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], ri};
       }
     }
-    if (best.finish == kInf) {
-      const Source& src = dag_.sources[dag_.src_start[m]];
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "topology: no path from '%s' to '%s'%s", t_.nodes[src.rank], t_.nodes[mv.dst],
-          options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
-    }
     return best;
+  }
+
+  absl::Status NoPath(uint32_t m) const {
+    const Move& mv = intent_.moves[m];
+    const Source& src = dag_.sources[dag_.src_start[m]];
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "topology: no path from '%s' to '%s'%s", t_.nodes[src.rank], t_.nodes[mv.dst],
+        options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
   }
 
   uint32_t Append(uint32_t rank, Op op) {
@@ -514,7 +534,7 @@ class Scheduler {
     const Move& mv = intent_.moves[m];
     const Source& src = dag_.sources[dag_.src_start[m] + choice.source];
     const std::vector<uint32_t>& route =
-        net_.Routes(src.rank, mv.dst, options_.multi_hop)[choice.route];
+        SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route];
     const size_t mi = Idx(m, p);
     double at = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
     uint32_t dep = src.writer == kNone ? kNone : fin_op_[Idx(src.writer, p)];
@@ -557,6 +577,7 @@ class Scheduler {
         const double ready = DstReady(m, p, &recv.deps);
         recv.end_s = std::max(arrival, ready);
         fin_end_[mi] = recv.end_s;
+        makespan_ = std::max(makespan_, recv.end_s);
         fin_op_[mi] = Append(seg.to, std::move(recv));
       } else {
         // Store and forward through the lowest-numbered scratch slot free by the arrival.
@@ -568,6 +589,7 @@ class Scheduler {
         recv.dst = BufRef{BufRef::Buffer::kScratch, k};
         if (pool[k].reader_op != kNone) recv.deps.push_back(pool[k].reader_op);
         recv.end_s = arrival;
+        makespan_ = std::max(makespan_, arrival);
         dep = Append(seg.to, std::move(recv));
         from = BufRef{BufRef::Buffer::kScratch, k};
         reading = &pool[k];
@@ -586,7 +608,9 @@ class Scheduler {
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
   std::vector<double> link_free_;
+  double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
+  std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
   std::vector<std::vector<Op>> ops_;
   std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
 };
@@ -820,11 +844,15 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
-  auto one = [&](uint32_t pieces) -> absl::StatusOr<Schedule> {
+  // A candidate that cannot beat `give_up_at` is abandoned as soon as one op ends that late
+  // (nullopt): its makespan only grows.
+  auto one = [&](uint32_t pieces,
+                 double give_up_at = kInf) -> absl::StatusOr<std::optional<Schedule>> {
     Scheduler scheduler(intent, topology, dag, pieces, options);
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, scheduler.Run());
-    for (const RankSchedule& r : s.per_rank) {
-      for (const Op& op : r.ops) s.predicted_s = std::max(s.predicted_s, op.end_s);
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at));
+    if (!s) return s;
+    for (const RankSchedule& r : s->per_rank) {
+      for (const Op& op : r.ops) s->predicted_s = std::max(s->predicted_s, op.end_s);
     }
     return s;
   };
@@ -835,8 +863,8 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     return s;
   };
   if (options.pieces != 0) {
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(options.pieces));
-    return replayed(std::move(s));
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(options.pieces));
+    return replayed(std::move(*s));
   }
   // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
   // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
@@ -845,9 +873,11 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   int worse = 0;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(p));
-    if (!best || s.predicted_s < best->predicted_s * (1 - kMinPieceGain)) {
-      best = std::move(s);
+    // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
+    const double must_beat = best ? best->predicted_s * (1 - kMinPieceGain) : kInf;
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, must_beat));
+    if (s && s->predicted_s < must_beat) {
+      best = std::move(*s);
       worse = 0;
     } else if (++worse == 2) {
       break;
