@@ -346,13 +346,17 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 class Scheduler {
  public:
+  // With emit = false the scheduler makes the same choices and computes the same times but
+  // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
+  // piece search compares).
   Scheduler(const Intent& intent, const Topology& t, const Dag& dag, uint32_t pieces,
-            const CompileOptions& o)
+            const CompileOptions& o, bool emit = true)
       : intent_(intent),
         t_(t),
         dag_(dag),
         pieces_(pieces),
         options_(o),
+        emit_(emit),
         net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
 
   // The schedule; nullopt once a committed op ends at or after `give_up_at` (the piece search
@@ -369,8 +373,10 @@ class Scheduler {
     cur_.assign(m_count, 0);
     pending_.assign(m_count, 0);
     link_free_.assign(net_.link_count(), 0);
-    scratch_.assign(size_t{n} * pieces_, {});
-    ops_.assign(n, {});
+    if (emit_) {
+      scratch_.assign(size_t{n} * pieces_, {});
+      ops_.assign(n, {});
+    }
     src_routes_.assign(dag_.sources.size(), nullptr);
 
     for (uint32_t m = 0; m < m_count; ++m) {
@@ -410,6 +416,9 @@ class Scheduler {
       }
     }
     Schedule s;
+    // Every op ends by the latest receive, so this is the latest op end.
+    s.predicted_s = makespan_;
+    if (!emit_) return s;
     s.collective = intent_.collective;
     s.pieces = pieces_;
     s.intent = intent_.name;
@@ -537,6 +546,28 @@ class Scheduler {
         SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route];
     const size_t mi = Idx(m, p);
     double at = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+    if (!emit_) {
+      // Commit()'s times below, without the ops.
+      for (size_t h = 0; h < route.size(); ++h) {
+        const Segment& seg = net_.segment(route[h]);
+        double start = at;
+        for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
+        const double arrival = Arrival(seg, start);
+        for (uint32_t li : seg.links) link_free_[li] = start + seg.busy;
+        if (h == 0) {
+          rd_rank_[mi] = seg.from;
+          rd_end_[mi] = start + seg.busy;
+        }
+        if (seg.to == mv.dst) {
+          fin_end_[mi] = std::max(arrival, DstReady(m, p, nullptr));
+          makespan_ = std::max(makespan_, fin_end_[mi]);
+        } else {
+          makespan_ = std::max(makespan_, arrival);
+          at = arrival;
+        }
+      }
+      return;
+    }
     uint32_t dep = src.writer == kNone ? kNone : fin_op_[Idx(src.writer, p)];
     BufRef from{BufRef::Buffer::kData, mv.slot};
     ScratchSlot* reading = nullptr;  // the scratch slot the next send reads, if any
@@ -603,6 +634,7 @@ class Scheduler {
   const Dag& dag_;
   const uint32_t pieces_;
   const CompileOptions& options_;
+  const bool emit_;
   Network net_;
   std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
   std::vector<double> fin_end_, rd_end_;
@@ -845,16 +877,12 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
   // A candidate that cannot beat `give_up_at` is abandoned as soon as one op ends that late
-  // (nullopt): its makespan only grows.
-  auto one = [&](uint32_t pieces,
+  // (nullopt): its makespan only grows. Candidates are timed without ops (emit = false); only
+  // the chosen piece count is scheduled again with them.
+  auto one = [&](uint32_t pieces, bool emit,
                  double give_up_at = kInf) -> absl::StatusOr<std::optional<Schedule>> {
-    Scheduler scheduler(intent, topology, dag, pieces, options);
-    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at));
-    if (!s) return s;
-    for (const RankSchedule& r : s->per_rank) {
-      for (const Op& op : r.ops) s->predicted_s = std::max(s->predicted_s, op.end_s);
-    }
-    return s;
+    Scheduler scheduler(intent, topology, dag, pieces, options, emit);
+    return scheduler.Run(give_up_at);
   };
   auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
@@ -863,27 +891,30 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     return s;
   };
   if (options.pieces != 0) {
-    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(options.pieces));
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(options.pieces, /*emit=*/true));
     return replayed(std::move(*s));
   }
   // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
   // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
   // executor, and the model's α is often 0. Stop after two that are not kept.
-  std::optional<Schedule> best;
+  uint32_t best_pieces = 0;
+  double best_s = kInf;
   int worse = 0;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
-    const double must_beat = best ? best->predicted_s * (1 - kMinPieceGain) : kInf;
-    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, must_beat));
+    const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, /*emit=*/false, must_beat));
     if (s && s->predicted_s < must_beat) {
-      best = std::move(*s);
+      best_pieces = p;
+      best_s = s->predicted_s;
       worse = 0;
     } else if (++worse == 2) {
       break;
     }
   }
-  return replayed(std::move(*best));
+  HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(best_pieces, /*emit=*/true));
+  return replayed(std::move(*s));
 }
 
 }  // namespace heddle::collective

@@ -5,8 +5,8 @@
 // byte for byte passes; one that makes any prediction worse fails; one that changes a schedule
 // must regenerate the file (and say why in its commit):
 //
-//   HEDDLE_WRITE_GOLDEN=$PWD/control/collective/testdata/compiler_golden.txt \
-//     build/control/collective/collective_compiler_golden_test
+//   export HEDDLE_WRITE_GOLDEN=$PWD/control/collective/testdata/compiler_golden.txt
+//   build/control/collective/collective_compiler_golden_test
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
