@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -378,22 +379,41 @@ class Scheduler {
       ops_.assign(n, {});
     }
     src_routes_.assign(dag_.sources.size(), nullptr);
+    link_groups_.assign(net_.link_count(), {});
+    single_seg_.assign(m_count, kNone);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (dag_.src_start[m + 1] - dag_.src_start[m] != 1) continue;
+      const auto& routes = SourceRoutes(m, dag_.src_start[m]);
+      if (routes.size() == 1 && routes[0].size() == 1) single_seg_[m] = routes[0][0];
+    }
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
       if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
     }
-    while (!heap_.empty()) {
+    for (DropObsolete(); !heap_.empty(); DropObsolete()) {
       const Entry top = heap_.top();
       heap_.pop();
       const uint32_t m = top.move;
-      const Choice choice = Evaluate(m, cur_[m]);
-      const Entry now{choice.finish, m};
-      if (!heap_.empty() && heap_.top() < now) {
-        heap_.push(now);  // another piece now finishes earlier
-        continue;
+      Choice choice;
+      if (top.group != kNone) {
+        // Its key is its finish now (the group's entry is renewed on every change).
+        TakeFromGroup(top.group, m);
+        choice = Choice{top.finish, 0, 0};
+      } else {
+        choice = Evaluate(m, cur_[m]);
+        const Entry now{choice.finish, m};
+        DropObsolete();
+        if (!heap_.empty() && heap_.top() < now) {
+          heap_.push(now);  // another piece now finishes earlier
+          continue;
+        }
       }
       Commit(m, cur_[m], choice);
+      ++commits_;
+      refreshed_.resize(groups_.size(), 0);
+      RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
+      if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
       if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
@@ -440,6 +460,9 @@ class Scheduler {
   struct Entry {
     double finish;
     uint32_t move;
+    // A link group's entry (its current minimum while `version` is the group's), or kNone.
+    uint32_t group = kNone;
+    uint32_t version = 0;
     // Min-heap order: earliest finish, then lowest move index.
     bool operator<(const Entry& o) const {
       return finish < o.finish || (finish == o.finish && move < o.move);
@@ -459,6 +482,21 @@ class Scheduler {
   };
 
   absl::Status Push(uint32_t m) {
+    if (const uint32_t sid = single_seg_[m]; sid != kNone) {
+      // Its one option's finish is max(Arrival(max(ready, F)), dst_ready) where F is when the
+      // segment's links are free; Arrival is monotone, so that is max(Arrival(F), u) with u
+      // fixed from now on.
+      const Segment& seg = net_.segment(sid);
+      const uint32_t p = cur_[m];
+      const Source& src = dag_.sources[dag_.src_start[m]];
+      const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+      const double u = std::max(Arrival(seg, ready), DstReady(m, p, nullptr));
+      Group& g = GroupOf(sid);
+      g.future.emplace_back(u, m);
+      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
+      Refresh(sid);
+      return absl::OkStatus();
+    }
     const Choice c = Evaluate(m, cur_[m]);
     if (c.finish == kInf) return NoPath(m);
     heap_.push(Entry{c.finish, m});
@@ -645,6 +683,92 @@ class Scheduler {
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
   std::vector<std::vector<Op>> ops_;
   std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+
+  // ---- Link groups ----
+  // A move whose only option is one segment (one source, one route of one segment: typical for
+  // reduces on a mesh) has, for piece p, the finish max(A, u): A = Arrival(when the segment's
+  // links are free) is the same for every piece waiting on that segment, u its own fixed part.
+  // Such pieces are kept per segment instead of in the heap: those with u ≤ A all finish at A
+  // (lowest move first), the others at u. The heap holds one entry per group, its minimum,
+  // renewed whenever a link of the segment or the group's members change (older entries are
+  // skipped by version). The lazy re-evaluation of k such pieces after each of the k commits
+  // on their link cost O(k²) evaluations; this costs O(log k) per commit. The choices are the
+  // same: every other heap key is a lower bound of its piece's finish or is re-evaluated when
+  // popped, so the piece committed next is the same (compiler_golden_test).
+  struct Group {
+    std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
+    std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
+    uint32_t version = 0;
+  };
+  Group& GroupOf(uint32_t sid) {
+    auto [it, inserted] = group_index_.try_emplace(sid, static_cast<uint32_t>(groups_.size()));
+    if (inserted) {
+      groups_.emplace_back();
+      group_seg_.push_back(sid);
+      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(it->second);
+    }
+    return groups_[it->second];
+  }
+  // Recomputes group gi's minimum and pushes it as the group's current entry.
+  void RefreshGroup(uint32_t gi) {
+    Group& g = groups_[gi];
+    ++g.version;
+    const Segment& seg = net_.segment(group_seg_[gi]);
+    double free = 0;
+    for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
+    const double a = Arrival(seg, free);
+    while (!g.future.empty() && g.future.front().first <= a) {
+      g.saturated.push_back(g.future.front().second);
+      std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
+    std::optional<Entry> best;
+    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi, g.version};
+    if (!g.future.empty()) {
+      const Entry f{g.future.front().first, g.future.front().second, gi, g.version};
+      if (!best || f < *best) best = f;
+    }
+    if (best) heap_.push(*best);
+  }
+  void Refresh(uint32_t sid) { RefreshGroup(group_index_.find(sid)->second); }
+  // Takes move m, a group's current minimum, out of the group.
+  void TakeFromGroup(uint32_t gi, uint32_t m) {
+    Group& g = groups_[gi];
+    if (!g.saturated.empty() && g.saturated.front() == m) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    } else {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
+  }
+  bool Obsolete(const Entry& e) const {
+    return e.group != kNone && e.version != groups_[e.group].version;
+  }
+  void DropObsolete() {
+    while (!heap_.empty() && Obsolete(heap_.top())) heap_.pop();
+  }
+  // After a commit over `route`: every group of a segment sharing one of its links.
+  void RefreshLinks(const std::vector<uint32_t>& route) {
+    for (uint32_t sid : route) {
+      for (uint32_t li : net_.segment(sid).links) {
+        for (uint32_t gi : link_groups_[li]) {
+          if (refreshed_[gi] != commits_) {
+            refreshed_[gi] = commits_;
+            RefreshGroup(gi);
+          }
+        }
+      }
+    }
+  }
+
+  std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
+  std::vector<Group> groups_;
+  std::vector<uint32_t> group_seg_, refreshed_;
+  absl::flat_hash_map<uint32_t, uint32_t> group_index_;  // segment → group
+  std::vector<std::vector<uint32_t>> link_groups_;       // link → groups
+  uint64_t commits_ = 0;
 };
 
 // ---- The replay (PredictTime) ------------------------------------------------------------------
