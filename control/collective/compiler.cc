@@ -372,6 +372,7 @@ class Scheduler {
     rd_op_.assign(mp, kNone);
     rd_end_.assign(mp, 0);
     cur_.assign(m_count, 0);
+    dst_ready_.assign(m_count, 0);
     pending_.assign(m_count, 0);
     link_free_.assign(net_.link_count(), 0);
     if (emit_) {
@@ -482,6 +483,8 @@ class Scheduler {
   };
 
   absl::Status Push(uint32_t m) {
+    // Fixed while the piece waits: every predecessor has committed it.
+    dst_ready_[m] = DstReady(m, cur_[m], nullptr);
     if (const uint32_t sid = single_seg_[m]; sid != kNone) {
       // Its one option's finish is max(Arrival(max(ready, F)), dst_ready) where F is when the
       // segment's links are free; Arrival is monotone, so that is max(Arrival(F), u) with u
@@ -490,7 +493,7 @@ class Scheduler {
       const uint32_t p = cur_[m];
       const Source& src = dag_.sources[dag_.src_start[m]];
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
-      const double u = std::max(Arrival(seg, ready), DstReady(m, p, nullptr));
+      const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
       Group& g = GroupOf(sid);
       g.future.emplace_back(u, m);
       std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
@@ -540,7 +543,7 @@ class Scheduler {
   // reports that as NoPath() before the piece enters the heap; later evaluations only see the
   // same or more sources).
   Choice Evaluate(uint32_t m, uint32_t p) {
-    const double dst_ready = DstReady(m, p, nullptr);
+    const double dst_ready = dst_ready_[m];  // DstReady(m, p), cached by Push()
     Choice best;
     for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
       const Source& src = dag_.sources[si];
@@ -677,6 +680,7 @@ class Scheduler {
   std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
+  std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
   std::vector<double> link_free_;
   double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
