@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "control/collective/topology_io.h"
@@ -97,7 +99,7 @@ class Network {
   // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
   // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
   // a wider bottleneck), and — when neither exists — the statically shortest path over any
-  // nodes, split at the ranks it passes.
+  // nodes, split at the ranks it passes. The reference stays valid as long as the Network.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
     if (!inserted) return it->second;
@@ -234,7 +236,8 @@ class Network {
   std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
   std::vector<Segment> segments_;
   absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
-  absl::flat_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
+  // Node-based: the scheduler keeps pointers to the route lists.
+  absl::node_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
   absl::flat_hash_map<uint32_t, std::vector<uint32_t>> switch_trees_;
 };
 
@@ -344,16 +347,22 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 class Scheduler {
  public:
+  // With emit = false the scheduler makes the same choices and computes the same times but
+  // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
+  // piece search compares).
   Scheduler(const Intent& intent, const Topology& t, const Dag& dag, uint32_t pieces,
-            const CompileOptions& o)
+            const CompileOptions& o, bool emit = true)
       : intent_(intent),
         t_(t),
         dag_(dag),
         pieces_(pieces),
         options_(o),
+        emit_(emit),
         net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
 
-  absl::StatusOr<Schedule> Run() {
+  // The schedule; nullopt once a committed op ends at or after `give_up_at` (the piece search
+  // passes the time a candidate must beat, so a losing candidate stops early).
+  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
     const uint32_t n = intent_.collective.ranks;
     const size_t mp = size_t{m_count} * pieces_;
@@ -363,26 +372,50 @@ class Scheduler {
     rd_op_.assign(mp, kNone);
     rd_end_.assign(mp, 0);
     cur_.assign(m_count, 0);
+    dst_ready_.assign(m_count, 0);
     pending_.assign(m_count, 0);
     link_free_.assign(net_.link_count(), 0);
-    scratch_.assign(size_t{n} * pieces_, {});
-    ops_.assign(n, {});
+    if (emit_) {
+      scratch_.assign(size_t{n} * pieces_, {});
+      ops_.assign(n, {});
+    }
+    src_routes_.assign(dag_.sources.size(), nullptr);
+    link_groups_.assign(net_.link_count(), {});
+    single_seg_.assign(m_count, kNone);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (dag_.src_start[m + 1] - dag_.src_start[m] != 1) continue;
+      const auto& routes = SourceRoutes(m, dag_.src_start[m]);
+      if (routes.size() == 1 && routes[0].size() == 1) single_seg_[m] = routes[0][0];
+    }
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
       if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
     }
-    while (!heap_.empty()) {
+    for (DropObsolete(); !heap_.empty(); DropObsolete()) {
       const Entry top = heap_.top();
       heap_.pop();
       const uint32_t m = top.move;
-      HEDDLE_ASSIGN_OR_RETURN(Choice choice, Evaluate(m, cur_[m]));
-      const Entry now{choice.finish, m};
-      if (!heap_.empty() && heap_.top() < now) {
-        heap_.push(now);  // another piece now finishes earlier
-        continue;
+      Choice choice;
+      if (top.group != kNone) {
+        // Its key is its finish now (the group's entry is renewed on every change).
+        TakeFromGroup(top.group, m);
+        choice = Choice{top.finish, 0, 0};
+      } else {
+        choice = Evaluate(m, cur_[m]);
+        const Entry now{choice.finish, m};
+        DropObsolete();
+        if (!heap_.empty() && heap_.top() < now) {
+          heap_.push(now);  // another piece now finishes earlier
+          continue;
+        }
       }
       Commit(m, cur_[m], choice);
+      ++commits_;
+      refreshed_.resize(groups_.size(), 0);
+      RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
+      if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
+      if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
@@ -404,6 +437,9 @@ class Scheduler {
       }
     }
     Schedule s;
+    // Every op ends by the latest receive, so this is the latest op end.
+    s.predicted_s = makespan_;
+    if (!emit_) return s;
     s.collective = intent_.collective;
     s.pieces = pieces_;
     s.intent = intent_.name;
@@ -425,6 +461,9 @@ class Scheduler {
   struct Entry {
     double finish;
     uint32_t move;
+    // A link group's entry (its current minimum while `version` is the group's), or kNone.
+    uint32_t group = kNone;
+    uint32_t version = 0;
     // Min-heap order: earliest finish, then lowest move index.
     bool operator<(const Entry& o) const {
       return finish < o.finish || (finish == o.finish && move < o.move);
@@ -444,7 +483,25 @@ class Scheduler {
   };
 
   absl::Status Push(uint32_t m) {
-    HEDDLE_ASSIGN_OR_RETURN(Choice c, Evaluate(m, cur_[m]));
+    // Fixed while the piece waits: every predecessor has committed it.
+    dst_ready_[m] = DstReady(m, cur_[m], nullptr);
+    if (const uint32_t sid = single_seg_[m]; sid != kNone) {
+      // Its one option's finish is max(Arrival(max(ready, F)), dst_ready) where F is when the
+      // segment's links are free; Arrival is monotone, so that is max(Arrival(F), u) with u
+      // fixed from now on.
+      const Segment& seg = net_.segment(sid);
+      const uint32_t p = cur_[m];
+      const Source& src = dag_.sources[dag_.src_start[m]];
+      const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+      const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
+      Group& g = GroupOf(sid);
+      g.future.emplace_back(u, m);
+      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
+      Refresh(sid);
+      return absl::OkStatus();
+    }
+    const Choice c = Evaluate(m, cur_[m]);
+    if (c.finish == kInf) return NoPath(m);
     heap_.push(Entry{c.finish, m});
     return absl::OkStatus();
   }
@@ -473,15 +530,26 @@ class Scheduler {
     return ready;
   }
 
-  absl::StatusOr<Choice> Evaluate(uint32_t m, uint32_t p) {
-    const Move& mv = intent_.moves[m];
-    const double dst_ready = DstReady(m, p, nullptr);
+  // The routes from move m's source si (an index into dag_.sources) to its destination.
+  const std::vector<std::vector<uint32_t>>& SourceRoutes(uint32_t m, uint32_t si) {
+    const std::vector<std::vector<uint32_t>>*& r = src_routes_[si];
+    if (r == nullptr) {
+      r = &net_.Routes(dag_.sources[si].rank, intent_.moves[m].dst, options_.multi_hop);
+    }
+    return *r;
+  }
+
+  // The best option for piece p of move m; finish kInf when no source has a route (Push()
+  // reports that as NoPath() before the piece enters the heap; later evaluations only see the
+  // same or more sources).
+  Choice Evaluate(uint32_t m, uint32_t p) {
+    const double dst_ready = dst_ready_[m];  // DstReady(m, p), cached by Push()
     Choice best;
     for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
       const Source& src = dag_.sources[si];
       if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
-      const auto& routes = net_.Routes(src.rank, mv.dst, options_.multi_hop);
+      const auto& routes = SourceRoutes(m, si);
       for (uint32_t ri = 0; ri < routes.size(); ++ri) {
         double at = ready;
         for (uint32_t sid : routes[ri]) {
@@ -494,13 +562,15 @@ class Scheduler {
         if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], ri};
       }
     }
-    if (best.finish == kInf) {
-      const Source& src = dag_.sources[dag_.src_start[m]];
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "topology: no path from '%s' to '%s'%s", t_.nodes[src.rank], t_.nodes[mv.dst],
-          options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
-    }
     return best;
+  }
+
+  absl::Status NoPath(uint32_t m) const {
+    const Move& mv = intent_.moves[m];
+    const Source& src = dag_.sources[dag_.src_start[m]];
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "topology: no path from '%s' to '%s'%s", t_.nodes[src.rank], t_.nodes[mv.dst],
+        options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
   }
 
   uint32_t Append(uint32_t rank, Op op) {
@@ -514,9 +584,31 @@ class Scheduler {
     const Move& mv = intent_.moves[m];
     const Source& src = dag_.sources[dag_.src_start[m] + choice.source];
     const std::vector<uint32_t>& route =
-        net_.Routes(src.rank, mv.dst, options_.multi_hop)[choice.route];
+        SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route];
     const size_t mi = Idx(m, p);
     double at = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+    if (!emit_) {
+      // Commit()'s times below, without the ops.
+      for (size_t h = 0; h < route.size(); ++h) {
+        const Segment& seg = net_.segment(route[h]);
+        double start = at;
+        for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
+        const double arrival = Arrival(seg, start);
+        for (uint32_t li : seg.links) link_free_[li] = start + seg.busy;
+        if (h == 0) {
+          rd_rank_[mi] = seg.from;
+          rd_end_[mi] = start + seg.busy;
+        }
+        if (seg.to == mv.dst) {
+          fin_end_[mi] = std::max(arrival, DstReady(m, p, nullptr));
+          makespan_ = std::max(makespan_, fin_end_[mi]);
+        } else {
+          makespan_ = std::max(makespan_, arrival);
+          at = arrival;
+        }
+      }
+      return;
+    }
     uint32_t dep = src.writer == kNone ? kNone : fin_op_[Idx(src.writer, p)];
     BufRef from{BufRef::Buffer::kData, mv.slot};
     ScratchSlot* reading = nullptr;  // the scratch slot the next send reads, if any
@@ -557,6 +649,7 @@ class Scheduler {
         const double ready = DstReady(m, p, &recv.deps);
         recv.end_s = std::max(arrival, ready);
         fin_end_[mi] = recv.end_s;
+        makespan_ = std::max(makespan_, recv.end_s);
         fin_op_[mi] = Append(seg.to, std::move(recv));
       } else {
         // Store and forward through the lowest-numbered scratch slot free by the arrival.
@@ -568,6 +661,7 @@ class Scheduler {
         recv.dst = BufRef{BufRef::Buffer::kScratch, k};
         if (pool[k].reader_op != kNone) recv.deps.push_back(pool[k].reader_op);
         recv.end_s = arrival;
+        makespan_ = std::max(makespan_, arrival);
         dep = Append(seg.to, std::move(recv));
         from = BufRef{BufRef::Buffer::kScratch, k};
         reading = &pool[k];
@@ -581,14 +675,104 @@ class Scheduler {
   const Dag& dag_;
   const uint32_t pieces_;
   const CompileOptions& options_;
+  const bool emit_;
   Network net_;
   std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
+  std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
   std::vector<double> link_free_;
+  double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
+  std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
   std::vector<std::vector<Op>> ops_;
   std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+
+  // ---- Link groups ----
+  // A move whose only option is one segment (one source, one route of one segment: typical for
+  // reduces on a mesh) has, for piece p, the finish max(A, u): A = Arrival(when the segment's
+  // links are free) is the same for every piece waiting on that segment, u its own fixed part.
+  // Such pieces are kept per segment instead of in the heap: those with u ≤ A all finish at A
+  // (lowest move first), the others at u. The heap holds one entry per group, its minimum,
+  // renewed whenever a link of the segment or the group's members change (older entries are
+  // skipped by version). The lazy re-evaluation of k such pieces after each of the k commits
+  // on their link cost O(k²) evaluations; this costs O(log k) per commit. The choices are the
+  // same: every other heap key is a lower bound of its piece's finish or is re-evaluated when
+  // popped, so the piece committed next is the same (compiler_golden_test).
+  struct Group {
+    std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
+    std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
+    uint32_t version = 0;
+  };
+  Group& GroupOf(uint32_t sid) {
+    auto [it, inserted] = group_index_.try_emplace(sid, static_cast<uint32_t>(groups_.size()));
+    if (inserted) {
+      groups_.emplace_back();
+      group_seg_.push_back(sid);
+      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(it->second);
+    }
+    return groups_[it->second];
+  }
+  // Recomputes group gi's minimum and pushes it as the group's current entry.
+  void RefreshGroup(uint32_t gi) {
+    Group& g = groups_[gi];
+    ++g.version;
+    const Segment& seg = net_.segment(group_seg_[gi]);
+    double free = 0;
+    for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
+    const double a = Arrival(seg, free);
+    while (!g.future.empty() && g.future.front().first <= a) {
+      g.saturated.push_back(g.future.front().second);
+      std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
+    std::optional<Entry> best;
+    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi, g.version};
+    if (!g.future.empty()) {
+      const Entry f{g.future.front().first, g.future.front().second, gi, g.version};
+      if (!best || f < *best) best = f;
+    }
+    if (best) heap_.push(*best);
+  }
+  void Refresh(uint32_t sid) { RefreshGroup(group_index_.find(sid)->second); }
+  // Takes move m, a group's current minimum, out of the group.
+  void TakeFromGroup(uint32_t gi, uint32_t m) {
+    Group& g = groups_[gi];
+    if (!g.saturated.empty() && g.saturated.front() == m) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    } else {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
+  }
+  bool Obsolete(const Entry& e) const {
+    return e.group != kNone && e.version != groups_[e.group].version;
+  }
+  void DropObsolete() {
+    while (!heap_.empty() && Obsolete(heap_.top())) heap_.pop();
+  }
+  // After a commit over `route`: every group of a segment sharing one of its links.
+  void RefreshLinks(const std::vector<uint32_t>& route) {
+    for (uint32_t sid : route) {
+      for (uint32_t li : net_.segment(sid).links) {
+        for (uint32_t gi : link_groups_[li]) {
+          if (refreshed_[gi] != commits_) {
+            refreshed_[gi] = commits_;
+            RefreshGroup(gi);
+          }
+        }
+      }
+    }
+  }
+
+  std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
+  std::vector<Group> groups_;
+  std::vector<uint32_t> group_seg_, refreshed_;
+  absl::flat_hash_map<uint32_t, uint32_t> group_index_;  // segment → group
+  std::vector<std::vector<uint32_t>> link_groups_;       // link → groups
+  uint64_t commits_ = 0;
 };
 
 // ---- The replay (PredictTime) ------------------------------------------------------------------
@@ -820,13 +1004,13 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
-  auto one = [&](uint32_t pieces) -> absl::StatusOr<Schedule> {
-    Scheduler scheduler(intent, topology, dag, pieces, options);
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, scheduler.Run());
-    for (const RankSchedule& r : s.per_rank) {
-      for (const Op& op : r.ops) s.predicted_s = std::max(s.predicted_s, op.end_s);
-    }
-    return s;
+  // A candidate that cannot beat `give_up_at` is abandoned as soon as one op ends that late
+  // (nullopt): its makespan only grows. Candidates are timed without ops (emit = false); only
+  // the chosen piece count is scheduled again with them.
+  auto one = [&](uint32_t pieces, bool emit,
+                 double give_up_at = kInf) -> absl::StatusOr<std::optional<Schedule>> {
+    Scheduler scheduler(intent, topology, dag, pieces, options, emit);
+    return scheduler.Run(give_up_at);
   };
   auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
@@ -835,25 +1019,30 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     return s;
   };
   if (options.pieces != 0) {
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(options.pieces));
-    return replayed(std::move(s));
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(options.pieces, /*emit=*/true));
+    return replayed(std::move(*s));
   }
   // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
   // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
   // executor, and the model's α is often 0. Stop after two that are not kept.
-  std::optional<Schedule> best;
+  uint32_t best_pieces = 0;
+  double best_s = kInf;
   int worse = 0;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
-    HEDDLE_ASSIGN_OR_RETURN(Schedule s, one(p));
-    if (!best || s.predicted_s < best->predicted_s * (1 - kMinPieceGain)) {
-      best = std::move(s);
+    // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
+    const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, /*emit=*/false, must_beat));
+    if (s && s->predicted_s < must_beat) {
+      best_pieces = p;
+      best_s = s->predicted_s;
       worse = 0;
     } else if (++worse == 2) {
       break;
     }
   }
-  return replayed(std::move(*best));
+  HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(best_pieces, /*emit=*/true));
+  return replayed(std::move(*s));
 }
 
 }  // namespace heddle::collective

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "control/collective/builtins.h"
@@ -27,10 +28,13 @@ namespace {
 
 constexpr double kGbit = 1e9 / 8;
 
-const char* const kAlgorithms[] = {"ring", "direct", "halving-doubling"};
+const char* const kAlgorithms[] = {"ring", "direct", "halving-doubling", "tree", "hierarchical"};
 
 Intent Builtin(const char* name, Kind kind, uint32_t n) {
-  absl::StatusOr<Intent> in = ParseIntent(*BuiltinIntentText(name, kind), {.ranks = n});
+  ExpandOptions e{.ranks = n};
+  // Hierarchical: the group size Synthesize() tries first (the divisor of N nearest √N).
+  if (std::string_view(name) == "hierarchical") e.params["G"] = n == 64 ? 8 : 16;
+  absl::StatusOr<Intent> in = ParseIntent(*BuiltinIntentText(name, kind), e);
   if (!in.ok()) std::abort();
   return *in;
 }
@@ -63,9 +67,12 @@ void BM_Compile(benchmark::State& state) {
 }
 
 void CompileArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t alg = 0; alg < 3; ++alg) {
+  for (int64_t alg = 0; alg < 5; ++alg) {
     for (int64_t kind = 0; kind < 2; ++kind) {
-      if (alg == 2 && kind == 1) continue;
+      if (!BuiltinIntentText(kAlgorithms[alg], kind == 0 ? Kind::kAllReduce : Kind::kAllGather)
+               .ok()) {
+        continue;
+      }
       b->Args({alg, 64, kind, 0});
       b->Args({alg, 64, kind, 1});
       b->Args({alg, 512, kind, 1});
