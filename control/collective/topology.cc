@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/yaml_documents.h"
 #include "control/collective/collective.h"
 #include "control/collective/topology_io.h"
 #include "yaml-cpp/eventhandler.h"
@@ -295,24 +296,6 @@ class Reader {
   absl::flat_hash_map<std::string, uint32_t> index_;
 };
 
-// Records where each YAML document starts; the content is read by YAML::Load.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> marks;
-  void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
 constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
 
@@ -369,12 +352,9 @@ absl::StatusOr<Topology> ParseTopology(std::string_view yaml_text) {
     // yaml-cpp 0.7 neither rejects nor consumes a stray ',' before a document's content (Load()
     // returns an empty document); walk the documents with the event parser first, as the Nüwa
     // DSL does, and refuse a second document.
-    std::istringstream in(text);
-    YAML::Parser events(in);
-    DocumentStarts starts;
-    if (events.HandleNextDocument(starts) && events.HandleNextDocument(starts)) {
-      const YAML::Mark& m = starts.marks.back();
-      if (starts.marks.size() == 2 && m.pos == starts.marks[0].pos) {
+    if (std::optional<SecondYamlDocument> second = FindSecondYamlDocument(text)) {
+      const YAML::Mark& m = second->mark;
+      if (second->stray) {
         return absl::InvalidArgumentError(
             absl::StrFormat("topology:%d:%d: unexpected '%s' where the document should start",
                             m.line + 1, m.column + 1, text.substr(m.pos, 1)));

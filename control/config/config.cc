@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/text_match.h"
+#include "common/yaml_documents.h"
 #include "dataplane/storm/levels.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -1293,24 +1294,6 @@ absl::Status Validate(const Config& c) {
 
 namespace {
 
-// Records where each YAML document starts; the content itself is read by YAML::Load.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> marks;
-  void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
-
 absl::Status SyntaxError(const std::string& source, const YAML::Mark& mark,
                          absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -1459,12 +1442,9 @@ absl::StatusOr<Config> LoadString(const std::string& yaml, const std::string& so
     // returns an empty document and LoadAll() loops forever, yielding more of them. So walk the
     // documents with the event parser, stopping at the second, and treat a document that starts
     // where the previous one started as the syntax error it is.
-    std::istringstream in(yaml);
-    YAML::Parser events(in);
-    DocumentStarts starts;
-    if (events.HandleNextDocument(starts) && events.HandleNextDocument(starts)) {
-      const YAML::Mark& m = starts.marks.back();
-      if (starts.marks.size() == 2 && m.pos == starts.marks[0].pos) {
+    if (std::optional<SecondYamlDocument> second = FindSecondYamlDocument(yaml)) {
+      const YAML::Mark& m = second->mark;
+      if (second->stray) {
         return SyntaxError(
             source, m,
             absl::StrCat("unexpected ", Quote(absl::string_view(yaml).substr(m.pos, 1)),

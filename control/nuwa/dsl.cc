@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/text_match.h"
+#include "common/yaml_documents.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -168,24 +169,6 @@ bool HasPlanePrefix(absl::string_view s) {
   uint32_t plane;
   return slash != absl::string_view::npos && absl::SimpleAtoi(s.substr(0, slash), &plane);
 }
-
-// Records where each YAML document starts; the content itself is read by YAML::Load.
-class DocumentStarts : public YAML::EventHandler {
- public:
-  std::vector<YAML::Mark> marks;
-  void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
-  void OnMapEnd() override {}
-};
 
 class Parser {
  public:
@@ -672,8 +655,7 @@ class Parser {
       return false;
     }
     uint64_t l = 0;
-    if (ParseUint(absl::string_view(text).substr(slash + 1), &l) != UintParse::kOk ||
-        l > max_len) {
+    if (ParseUint(absl::string_view(text).substr(slash + 1), &l) != UintParse::kOk || l > max_len) {
       Error(
           n, path,
           absl::StrCat(Quote(text.substr(slash + 1)), " is not a prefix length; use 0..", max_len));
@@ -1118,12 +1100,9 @@ absl::StatusOr<Fabric> ParseFabricYaml(std::string_view text_in, std::string_vie
     // returns an empty document and LoadAll() loops forever. Walk the documents with the event
     // parser, stopping at the second, and treat a document that starts where the previous one
     // started as the syntax error it is.
-    std::istringstream in(text);
-    YAML::Parser events(in);
-    DocumentStarts starts;
-    if (events.HandleNextDocument(starts) && events.HandleNextDocument(starts)) {
-      const YAML::Mark& m = starts.marks.back();
-      if (starts.marks.size() == 2 && m.pos == starts.marks[0].pos) {
+    if (std::optional<SecondYamlDocument> second = FindSecondYamlDocument(text)) {
+      const YAML::Mark& m = second->mark;
+      if (second->stray) {
         return SyntaxError(
             file, m,
             absl::StrCat("unexpected ", Quote(absl::string_view(text).substr(m.pos, 1)),
