@@ -2,7 +2,7 @@
 //
 // heddle-sim: the packet-level fabric simulator's command line (docs/sim.md §5).
 //
-//   heddle-sim --fabric deploy/examples/fabrics/leaf-spine.yaml --workload websearch --load 0.5 \
+//   heddle-sim --fabric deploy/examples/fabrics/leaf-spine.yaml --workload websearch --load 0.5
 //              --duration 5ms --lb rps --pin on --storm off --transport gbn --seed 1 --out out/
 //
 // Prints the report (FCT slowdown by size bucket, uplink balance, drops, events/s and delivered

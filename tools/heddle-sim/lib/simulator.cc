@@ -1050,7 +1050,6 @@ void Simulator::Impl::TrySend(uint32_t qi) {
 void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint32_t psn,
                                   uint32_t sack, bool ce) {
   Qp& qp = qps[qi];
-  Host& host = hosts[from];
   pkt::PacketDesc d = qp.rev_desc;
   if (kind == kCnp) {
     d.opcode = pkt::op::kCnp;
@@ -1160,7 +1159,6 @@ void Simulator::Impl::ReceiveAck(Packet p) {
   ++res.control_packets_delivered;
   const uint32_t qi = p.qp;
   Qp& qp = qps[qi];
-  Host& host = hosts[qp.src];
   const uint64_t now_ns = now / 1000;
   if (p.kind == kCnp) {
     if (cfg.dcqcn) {

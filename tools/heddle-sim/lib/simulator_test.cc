@@ -374,7 +374,9 @@ TEST(SimulatorTest, CongestionControlCutsDrops) {
     d.ecn_window = cc == 1;
     const SimResult r = RunLoaded(f, d, "websearch", 0.8);
     EXPECT_LT(r.drops_buffer * 2, none.drops_buffer) << cc;
-    if (cc == 0) EXPECT_GT(r.cnps, 0u);
+    if (cc == 0) {
+      EXPECT_GT(r.cnps, 0u);
+    }
     uint64_t finished = 0;
     for (const FlowRecord& fr : r.flows) finished += fr.finish != 0;
     EXPECT_EQ(finished, r.flows.size());
@@ -571,7 +573,9 @@ TEST(SimulatorTest, AllToAllIterationsWaitForTheirInputs) {
       if (r.flows[k].dst == h) inputs = std::max(inputs, r.flows[k].delivered);
     }
     for (size_t k = per_iteration; k < r.flows.size(); ++k) {
-      if (r.flows[k].src == h) EXPECT_EQ(r.flows[k].start, inputs + kGapNs * 1000) << h;
+      if (r.flows[k].src == h) {
+        EXPECT_EQ(r.flows[k].start, inputs + kGapNs * 1000) << h;
+      }
     }
   }
   EXPECT_FALSE(s->AddCollective(Simulator::Collective::kAllToAll, {1, 1}, 10, 0, 1, 0).ok());
