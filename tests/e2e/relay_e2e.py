@@ -462,11 +462,13 @@ def wan_topology_yaml(spec):
     names = spec["regions"]
     rid = {n: str(i + 1) for i, n in enumerate(names)}
 
-    def bw(rate):
-        return rate.replace("mbit", "Mbit").replace("gbit", "Gbit").replace("kbit", "kbit")
+    from wan_emulate import parse_duration, parse_rate  # noqa: E402
 
-    def lat(rtt):
-        return f"{float(rtt[:-2]) / 2:g}ms"
+    def bw(rate):
+        return f"{round(parse_rate(rate))}bit"
+
+    def lat(rtt):  # one way
+        return f"{parse_duration(rtt) * 1e3 / 2:g}ms"
     links = ", ".join(f"{{between: ['{rid[l['between'][0]]}', '{rid[l['between'][1]]}'], "
                       f"bandwidth: {bw(l['rate'])}, latency: {lat(l['rtt'])}}}"
                       for l in spec["links"])
