@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "dataplane/relay/wan/grpc_exchange.h"
+#include "dataplane/relay/wan/schedule_plan.h"
 
 namespace heddle::relay {
 namespace {
@@ -94,7 +95,7 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
       HEDDLE_ASSIGN_OR_RETURN(o.name, Str(s["name"], "schedule.name"));
     }
     if (s["pieces"]) {
-      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(s["pieces"], "schedule.pieces", 1u << 16));
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t v, U64(s["pieces"], "schedule.pieces", kMaxRelayPieces));
       o.pieces = static_cast<uint32_t>(v);
     }
     if (s["measured"]) {

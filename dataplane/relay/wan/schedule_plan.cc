@@ -12,7 +12,6 @@ namespace col = ::heddle::collective;
 namespace {
 
 // More pieces than this is a schedule for another kind of payload (the relay's slices are MiBs).
-constexpr uint32_t kMaxPieces = 1 << 16;
 
 const char* OpName(col::OpKind k) {
   switch (k) {
@@ -55,9 +54,9 @@ absl::Status CheckRelaySchedule(const col::Schedule& s, uint32_t ranks) {
         absl::StrFormat("schedule '%s': ops for %u ranks, the collective has %u", s.intent,
                         s.per_rank.size(), ranks));
   }
-  if (s.pieces < 1 || s.pieces > kMaxPieces) {
+  if (s.pieces < 1 || s.pieces > kMaxRelayPieces) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "schedule '%s': %u pieces; the relay runs 1..%u", s.intent, s.pieces, kMaxPieces));
+        "schedule '%s': %u pieces; the relay runs 1..%u", s.intent, s.pieces, kMaxRelayPieces));
   }
   const uint32_t P = s.pieces;
   // senders[(chunk * P + piece)]: the (from, to) pairs that push it.

@@ -29,6 +29,9 @@
 
 namespace heddle::relay {
 
+// The most pieces a schedule the relay runs may cut each region's frames into.
+inline constexpr uint32_t kMaxRelayPieces = 1u << 16;
+
 // The piece slice s belongs to: the p with ⌊p·S/P⌋ ≤ s < ⌊(p+1)·S/P⌋ (s < S, P ≥ 1).
 uint32_t PieceOfSlice(uint32_t slice, uint32_t slices, uint32_t pieces);
 // ⌊p·S/P⌋: the first slice of piece p (== the next piece's first when the piece is empty).
