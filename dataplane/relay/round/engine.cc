@@ -885,9 +885,7 @@ EngineStatus RoundEngine::Status() const {
       if (r.state == State::kOpen) st.wait_s = Seconds(now - r.opened_at);
     }
     // Points in time on the engine's clock, for lining rounds up across gateways.
-    auto at = [](absl::Time t) {
-      return t == absl::Time() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
-    };
+    auto at = [](absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); };
     st.opened_at_s = at(r.opened_at);
     st.closed_at_s = at(r.closed_at);
     st.finished_at_s = at(r.finished_at);
