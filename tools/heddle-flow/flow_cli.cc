@@ -537,7 +537,9 @@ int Synthesize_(const SynthesizeArgs& a, std::ostream& out, std::ostream& err) {
         << "\n";
     return kExitBadInput;
   }
-  const Collective c{*kind, t->ranks, a.chunks, a.root};
+  // Only broadcast and reduce have a root; the expanded intents of the others carry root 0.
+  const bool rooted = *kind == Kind::kBroadcast || *kind == Kind::kReduce;
+  const Collective c{*kind, t->ranks, a.chunks, rooted ? a.root : 0};
   if (absl::Status st = collective::Validate(c); !st.ok()) {
     err << "heddle-flow synthesize: " << st.message() << "\n";
     return kExitBadInput;
@@ -705,8 +707,17 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   synth->add_option("--proposer", sa.proposer,
                     "shell command: reads a prompt on stdin, prints intent text");
   synth->add_option("--rounds", sa.rounds, "proposal rounds (default 3)");
-  synth->add_option("--proposer-timeout", sa.proposer_timeout_s,
-                    "seconds one proposal may take (default 60)");
+  synth
+      ->add_option("--proposer-timeout", sa.proposer_timeout_s,
+                   "seconds one proposal may take (default 60)")
+      ->check([](const std::string& v) -> std::string {
+        double s = 0;
+        // NaN passes CLI::Range; this refuses it too.
+        if (!absl::SimpleAtod(v, &s) || !(s >= 0.001 && s <= 86400.0)) {
+          return "seconds in 0.001..86400";
+        }
+        return "";
+      });
   synth->add_option("-o,--output", sa.output, "write the best schedule (JSON) here");
   synth->add_flag("-j,--json", sa.json, "print the result as JSON");
 
