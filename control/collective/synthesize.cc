@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -134,7 +135,9 @@ class Search {
       if (!text.ok()) continue;
       std::map<std::string, int64_t> params;
       if (c_.kind == Kind::kBroadcast || c_.kind == Kind::kReduce) params["root"] = c_.root;
-      if (absl::StrContains(*text, "param G")) {
+      absl::StatusOr<IntentInfo> info = InspectIntent(*text);
+      if (!info.ok()) continue;
+      if (absl::c_linear_search(info->params, "G")) {
         for (uint32_t g : GroupSizes()) {
           std::map<std::string, int64_t> p = params;
           p["G"] = g;
