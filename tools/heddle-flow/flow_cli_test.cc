@@ -219,6 +219,23 @@ TEST_F(FlowCli, SynthesizeFindsAVerifiedSchedule) {
   EXPECT_TRUE(collective::VerifySchedule(*s).ok());
 }
 
+// --root names the root of broadcast and reduce; other collectives have none and ignore it.
+TEST_F(FlowCli, SynthesizeIgnoresRootForUnrootedCollectives) {
+  Result r = Flow({"synthesize", "--topology", kData + "/wan4.yaml", "--collective", "allreduce",
+                   "--root", "1", "--budget", "10"});
+  EXPECT_EQ(r.code, cli::kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("verified"));
+}
+
+TEST_F(FlowCli, SynthesizeRefusesABadProposerTimeout) {
+  for (const char* v : {"nan", "0", "1e9"}) {
+    Result r = Flow({"synthesize", "--topology", kData + "/wan4.yaml", "--collective", "allgather",
+                     "--proposer-timeout", v});
+    EXPECT_EQ(r.code, cli::kExitBadInput) << v;
+    EXPECT_THAT(r.err, HasSubstr("--proposer-timeout")) << v;
+  }
+}
+
 TEST_F(FlowCli, SynthesizeFeedsRejectionsBackToTheProposer) {
   Result r = Flow({"synthesize", "--topology", kData + "/wan4.yaml", "--collective", "allreduce",
                    "--budget", "20", "--rounds", "2", "--proposer",
