@@ -269,6 +269,9 @@ TEST(Proposer, RunCommandKillsAHungCommand) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   r = RunCommand("yes", "", 30, 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  // One that closes its stdout and keeps running is killed at the deadline too.
+  r = RunCommand("echo hi; exec >&-; sleep 100", "", 0.5);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(Proposer, PromptAndReply) {

@@ -113,9 +113,22 @@ absl::StatusOr<CommandResult> RunCommand(const std::string& command, std::string
   }
   if (to_child >= 0) close(to_child);
   close(from_child);
-  if (!failure.ok()) kill(-pid, SIGKILL);  // the group we made: the shell and what it started
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // A command that closed its stdout may still run: it gets what is left of the deadline.
+  while (failure.ok()) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      failure = absl::DeadlineExceededError(
+          absl::StrFormat("proposer: did not exit within %gs (killed): %s", timeout_s, command));
+      break;
+    }
+    usleep(10'000);
+  }
+  if (!failure.ok()) {
+    kill(-pid, SIGKILL);  // the group we made: the shell and what it started
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   sigaction(SIGPIPE, &old, nullptr);
   if (!failure.ok()) return failure;
