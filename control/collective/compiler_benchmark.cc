@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -67,7 +68,7 @@ void BM_Compile(benchmark::State& state) {
 }
 
 void CompileArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t alg = 0; alg < 5; ++alg) {
+  for (int64_t alg = 0; alg < static_cast<int64_t>(std::size(kAlgorithms)); ++alg) {
     for (int64_t kind = 0; kind < 2; ++kind) {
       if (!BuiltinIntentText(kAlgorithms[alg], kind == 0 ? Kind::kAllReduce : Kind::kAllGather)
                .ok()) {
@@ -97,8 +98,14 @@ void BM_Wan(benchmark::State& state) {
   o.budget = 100;
   CompileOptions plain = o.compile;
   plain.multi_hop = false;
-  const double ring = Compile(Builtin("ring", kind, n), t, plain)->predicted_s;
-  const double direct = Compile(Builtin("direct", kind, n), t, plain)->predicted_s;
+  absl::StatusOr<Schedule> ring_s = Compile(Builtin("ring", kind, n), t, plain);
+  absl::StatusOr<Schedule> direct_s = Compile(Builtin("direct", kind, n), t, plain);
+  if (!ring_s.ok() || !direct_s.ok()) {
+    state.SkipWithError(std::string((!ring_s.ok() ? ring_s : direct_s).status().message()).c_str());
+    return;
+  }
+  const double ring = ring_s->predicted_s;
+  const double direct = direct_s->predicted_s;
   double synth = 0;
   std::string best;
   for (auto _ : state) {
