@@ -156,7 +156,9 @@ const SignKernels* KernelsFor(Isa isa) {
       return nullptr;
     case Isa::kAvx512:
 #if defined(__x86_64__)
-      if (__builtin_cpu_supports("avx512f")) return internal::Avx512KernelsIfBuilt();
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+        return internal::Avx512KernelsIfBuilt();
+      }
 #endif
       return nullptr;
   }

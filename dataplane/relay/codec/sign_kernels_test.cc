@@ -259,6 +259,39 @@ TEST(SignKernelsTest, PackFormsBitIdenticalToScalar) {
   }
 }
 
+// Every 16-bit word, in order and in a shuffled order: the vector forms take signs and |v| on the
+// raw words (ranges of int16), so every sign, zero, infinity, NaN and subnormal pattern is
+// checked against the scalar definition. The finite words alone also check the magnitudes.
+TEST(SignKernelsTest, PackFormsBitIdenticalOnEvery16BitWord) {
+  const SignKernels& ref = *KernelsFor(Isa::kScalar);
+  std::mt19937_64 rng(16);
+  for (DType d : {DType::kBFloat16, DType::kFloat16}) {
+    std::vector<uint16_t> all(65536), finite;
+    for (uint32_t w = 0; w < 65536; ++w) {
+      all[w] = static_cast<uint16_t>(w);
+      if (std::isfinite(ValueAt(d, reinterpret_cast<const uint8_t*>(&all[w]), 0))) {
+        finite.push_back(all[w]);
+      }
+    }
+    std::vector<uint16_t> shuffled = all;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    for (const std::vector<uint16_t>* words : {&all, &shuffled, &finite}) {
+      const size_t n = words->size();
+      for (size_t chunk : {size_t{64}, size_t{4096}}) {
+        std::vector<uint64_t> w0(Words(n)), w1(Words(n));
+        std::vector<float> m0(Chunks(n, chunk)), m1(Chunks(n, chunk));
+        ref.pack(d, words->data(), n, chunk, w0.data(), m0.data());
+        for (const SignKernels* k : VectorForms()) {
+          k->pack(d, words->data(), n, chunk, w1.data(), m1.data());
+          ASSERT_EQ(w0, w1) << IsaName(k->isa) << " " << DTypeName(d) << " n=" << n;
+          ASSERT_EQ(0, std::memcmp(m0.data(), m1.data(), 4 * m0.size()))
+              << IsaName(k->isa) << " " << DTypeName(d) << " n=" << n << " chunk=" << chunk;
+        }
+      }
+    }
+  }
+}
+
 TEST(SignKernelsTest, PackFormsBitIdenticalOnLargeTensors) {
   const SignKernels& ref = *KernelsFor(Isa::kScalar);
   std::mt19937_64 rng(3);

@@ -1,7 +1,8 @@
-// The AVX-512 (F) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): a sign
-// word's 64 values are four 16-float vectors whose |v| add into one 16-lane fp32 partial, which
-// widens into two 8-double accumulators (lanes 0-7 and 8-15); compares give the sign bits as
-// masks directly.
+// The AVX-512 (F, BW) kernels. Same results as the scalar ones bit for bit (sign_kernels.h): a
+// sign word's 64 values are four 16-float vectors whose |v| add into one 16-lane fp32 partial,
+// which widens into two 8-double accumulators (lanes 0-7 and 8-15); compares give the sign bits as
+// masks directly. 16-bit packing reads 32 values a vector and takes signs and |v| on the 16-bit
+// words before widening (PackHalf16).
 #include "dataplane/relay/codec/internal/kernel_common.h"
 #include "dataplane/relay/codec/internal/kernels.h"
 
@@ -9,10 +10,11 @@
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx2,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx2,f16c"))), \
+                             apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx2,f16c")
+#pragma GCC target("avx512f,avx512bw,avx2,f16c")
 // GCC 12 warns that the "undefined" pass-through operand of its AVX-512 intrinsics
 // (_mm512_undefined_*, deliberately self-initialized) may be used uninitialized; the intrinsics
 // used here write every lane under an all-ones mask, so the operand is never read.
@@ -70,12 +72,60 @@ inline void SignChunk(const void* x, const float* e, size_t nc, uint64_t* words,
   }
 }
 
+// Pack for bf16/fp16 on 16-bit words, 64 values (one sign word) per step. Negative(v) is a range
+// of the raw word read as int16: (-32768, -128] for bf16 (0x8001..0xFF80: -0, -NaN excluded),
+// (-32768, -1024] for fp16 (0x8001..0xFC00). |v| is the word with its sign cleared, widened to the
+// exact fp32 value: bf16 by placing the word in the high half of a lane (unpack with zero after a
+// qword permute, so lane l holds value l, then 16 + l), fp16 by the F16C conversion. The |v| add
+// into the block partial in the same order as the 16-float form (from the first vector; 0 + x is
+// x), so the sums are bit-identical.
+template <DType D>
+inline void SignChunk16(const void* x, size_t nc, uint64_t* words, double* lanes) {
+  static_assert(D != DType::kFloat32);
+  const __m512i lowest = _mm512_set1_epi16(INT16_MIN);
+  const __m512i upper = _mm512_set1_epi16(D == DType::kBFloat16 ? -127 : -1023);
+  const __m512i magnitude_bits = _mm512_set1_epi16(0x7FFF);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i qword_order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  const uint16_t* h = static_cast<const uint16_t*>(x);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  size_t i = 0;
+  for (; i + 64 <= nc; i += 64) {
+    __mmask32 neg[2];
+    __m512 v[4];
+    for (size_t half = 0; half < 2; ++half) {
+      const __m512i raw = _mm512_loadu_si512(h + i + 32 * half);
+      neg[half] = _mm512_mask_cmplt_epi16_mask(_mm512_cmpgt_epi16_mask(raw, lowest), raw, upper);
+      const __m512i a = _mm512_and_si512(raw, magnitude_bits);
+      if constexpr (D == DType::kBFloat16) {
+        const __m512i ordered = _mm512_permutexvar_epi64(qword_order, a);
+        v[2 * half] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, ordered));
+        v[2 * half + 1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, ordered));
+      } else {
+        v[2 * half] = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
+        v[2 * half + 1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(a, 1));
+      }
+    }
+    words[i / 64] = _cvtmask64_u64(_mm512_kunpackd(neg[1], neg[0]));
+    const __m512 p = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), v[2]), v[3]);
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(High8(p)));
+  }
+  _mm512_storeu_pd(lanes, lo);
+  _mm512_storeu_pd(lanes + 8, hi);
+  PackTail<D>(x, i, nc, words, lanes);
+}
+
 template <DType D>
 void Pack(const void* x, size_t n, size_t chunk, uint64_t* signs, float* mags) {
   for (size_t start = 0, k = 0; start < n; start += chunk, ++k) {
     const size_t nc = n - start < chunk ? n - start : chunk;
     double lanes[kLanes];
-    SignChunk<D, false>(Advance<D>(x, start), nullptr, nc, signs + start / 64, lanes);
+    if constexpr (D == DType::kFloat32) {
+      SignChunk<D, false>(Advance<D>(x, start), nullptr, nc, signs + start / 64, lanes);
+    } else {
+      SignChunk16<D>(Advance<D>(x, start), nc, signs + start / 64, lanes);
+    }
     if (mags != nullptr) mags[k] = MagnitudeOf(lanes, nc);
   }
 }
