@@ -134,8 +134,10 @@ class PipelineTest : public ::testing::Test {
   }
   std::unique_ptr<Worker> MakeWorker(bool verify_icrc, bool with_peer = true,
                                      bool uplink_multi_seg = true,
-                                     std::unique_ptr<Stage> first = nullptr) {
+                                     std::unique_ptr<Stage> first = nullptr,
+                                     uint32_t egress_queue_packets = 0) {
     WorkerSetup s;
+    s.egress_queue_packets = egress_queue_packets;
     s.lcore_id = 1;
     s.rx = {{0, host_.port_id, 0}, {1, uplink_.port_id, 0}};
     s.port_ids[0] = host_.port_id;
@@ -279,6 +281,54 @@ TEST_F(PipelineTest, PortWithoutPeerDropsNoEgress) {
   EXPECT_TRUE(Drain(uplink_.tx).empty());
   EXPECT_EQ(Drops(DropReason::kNoEgress), 2u);
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+// Sends packet `index` of every burst to a port index that does not exist.
+class BadEgressStage final : public Stage {
+ public:
+  explicit BadEgressStage(uint16_t index) : index_(index) {}
+  const char* name() const override { return "bad-egress"; }
+  uint16_t Process(WorkerContext&, Burst& b) override {
+    if (index_ < b.n) b.egress[index_] = 7;
+    return b.n;
+  }
+
+ private:
+  uint16_t index_;
+};
+
+TEST_F(PipelineTest, EgressSchedulerPathDropsBadEgressAndChainsForSingleSegmentPorts) {
+  // With the strict-priority egress (STORM's), bursts of more and fewer than eight packets: a
+  // packet for a port that does not exist is dropped, and a chain too where the uplink takes
+  // single segments only, each under its reason; the rest leave in order.
+  for (const bool multi_seg : {true, false}) {
+    for (const uint32_t n : {3u, 12u}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << " multi_seg " << multi_seg);
+      const uint32_t bad = n > 8 ? 5 : n - 1;  // among the first eight, and in the rest
+      std::vector<std::vector<uint8_t>> sent;
+      for (uint32_t i = 0; i < n; ++i) {
+        std::vector<uint8_t> f = Write(i, i == 1 ? 4096 : 64);
+        if (i == 1) {
+          ASSERT_EQ(rte_ring_enqueue(host_.rx, ToChain(f, {1500, 3000})), 0);
+        } else {
+          ASSERT_EQ(rte_ring_enqueue(host_.rx, ToMbuf(f)), 0);
+        }
+        if (i != bad && (i != 1 || multi_seg)) sent.push_back(f);
+      }
+      const uint64_t no_egress = Drops(DropReason::kNoEgress);
+      const uint64_t chains = Drops(DropReason::kTxMultiSeg);
+      auto w = MakeWorker(false, true, multi_seg,
+                          std::make_unique<BadEgressStage>(static_cast<uint16_t>(bad)),
+                          /*egress_queue_packets=*/64);
+      ASSERT_NE(w->egress(), nullptr);
+      for (int i = 0; i < 4; ++i) w->PollOnce();
+      EXPECT_EQ(Drain(uplink_.tx), sent);
+      EXPECT_EQ(Drops(DropReason::kNoEgress) - no_egress, 1u);
+      EXPECT_EQ(Drops(DropReason::kTxMultiSeg) - chains, multi_seg ? 0u : 1u);
+      w.reset();
+      EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+    }
+  }
 }
 
 class PipelineTxFullTest : public PipelineTest {

@@ -4,6 +4,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -439,6 +440,10 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
   for (uint16_t j = 0; n_probe != 0 && j < n_roce; ++j) {
     if (hint[j] != kNeedsProbe) continue;
     hint[j] = j > 0 && hash_[j] == hash_[j - 1] ? hint[j - 1] : table_.Probe(hash_[j]);
+    // Remembered as the lookup would: a hint that proves wrong is replaced when it is used.
+    if (hint[j] != storm::QpTable::kNoSlot) {
+      recent_[hash_[j] & (kRecentSlots - 1)] = {hash_[j], hint[j]};
+    }
   }
 
   // The headers are in the first segment (the parser read them there), so the rewrite touches
@@ -466,11 +471,18 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
        (o_.backlog_source == storm::BacklogSource::kEgressQueue && egress_idle))) {
     const uint8_t top = static_cast<uint8_t>(top_level);
     const uint32_t mtu = o_.mtu;
+    const uint32_t unknown_floor = L.unknown_floor;
     // Everything a packet needs is loaded into locals before its first store: the byte stores
     // (entry fields, the frame, Burst::level) may alias anything, and would make the compiler
     // load it all again.
     uint8_t dscp[storm::kMaxLevels];
     std::memcpy(dscp, L.dscp.data(), sizeof(dscp));
+    const std::array<uint32_t, storm::kMaxLevels - 1> cutoffs = L.cutoffs;
+    uint32_t one_packet = 0;  // one-packet requests, added to the tracker's counters at the end
+    // The previous RoCE packet's QP (hash 0: none; HashKey is never 0) and entry.
+    uint64_t prev_hash = 0;
+    uint32_t prev_qpn_dir = 0;
+    storm::QpEntry* e = nullptr;
     for (uint16_t j = 0; j < n_roce; ++j) {
       const uint16_t i = n_roce == b.n ? j : idx[j];
       const pkt::PacketDesc& d = b.desc[i];
@@ -485,19 +497,20 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
                                           ? storm::RequestKind::kWrite
                                           : storm::RequestKind::kSend;
       const uint64_t h = hash_[j];
-      storm::QpEntry* e;
       storm::InsertResult ir = storm::InsertResult::kFound;
-      if (prev_entry != nullptr && j > 0 && h == hash_[j - 1] && prev_entry->qpn_dir == qpn_dir) {
-        e = prev_entry;
-      } else {
-        e = table_.FindOrInsertHashed(h, qpn_dir, now_ms, &ir, hint[j]);
-        if (e != nullptr) {
-          RecentSlot& r = recent_[h & (kRecentSlots - 1)];
-          const uint32_t slot = table_.SlotOf(e);
-          if (r.hash != h || r.slot != slot) r = {h, slot};
+      // The previous packet's QP: its entry holds that packet (egress_queued > 0), so nothing
+      // evicted it since, and its last_seen is now_ms already.
+      if (h != prev_hash || qpn_dir != prev_qpn_dir) {
+        e = table_.FindAt(hint[j], h, qpn_dir);
+        if (e != nullptr) [[likely]] {
+          e->last_seen = now_ms;  // the hint was remembered or probed: recent_ holds it
+        } else {
+          e = table_.FindOrInsertHashed(h, qpn_dir, now_ms, &ir);
+          if (e != nullptr) recent_[h & (kRecentSlots - 1)] = {h, table_.SlotOf(e)};
         }
+        prev_hash = e != nullptr ? h : 0;
+        prev_qpn_dir = qpn_dir;
       }
-      prev_entry = e;
       uint8_t level;
       if (e != nullptr) [[likely]] {
         if (ir != storm::InsertResult::kFound) [[unlikely]] {
@@ -508,11 +521,20 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         // The in-order guard's cap, clamped as TagPacketTop() clamps it.
         uint8_t ceiling = e->egress_queued > 0 ? e->held_level : top;
         if (ceiling > top) ceiling = top;
-        uint32_t sent_before;
-        if (!(dflags & (pkt::kFlagFirst | pkt::kFlagLast)) &&
-            (e->flags & storm::kEntryLevelValid) &&
-            tracker_.TryContinue(*e, d, kind, &sent_before)) [[likely]] {
+        const uint16_t ends = dflags & (pkt::kFlagFirst | pkt::kFlagLast);
+        uint32_t sent_before, size_sample;
+        if (ends == 0 && (e->flags & storm::kEntryLevelValid) &&
+            tracker_.TryContinue(*e, d, kind, &sent_before)) {
           level = std::min(e->level, ceiling);  // per-message: the request's level
+        } else if (ends == (pkt::kFlagFirst | pkt::kFlagLast) &&
+                   tracker_.TryOnePacket(
+                       *e, d, kind, unknown_floor,
+                       [&](uint64_t r) {
+                         return std::min(storm::UnboostedLevel(cutoffs, top, r), ceiling);
+                       },
+                       &level, &size_sample)) {
+          ++one_packet;  // a whole message: a new request, its level for good
+          if (size_sample) hist_->Add(size_sample);
         } else {
           const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
           if (t.size_sample) hist_->Add(t.size_sample);
@@ -529,6 +551,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       b.level[i] = level;
       storm::SetDscpAt(frame + l3_off, l3, dscp[level]);
     }
+    tracker_.CountOnePacketRequests(one_packet);
   } else {
   for (uint16_t j = 0; j < n_roce; ++j) {
     const uint16_t i = n_roce == b.n ? j : idx[j];

@@ -4,11 +4,43 @@
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
 
+#include <algorithm>
+
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
+
 namespace heddle::pipeline {
+namespace {
+
+// The largest Burst::egress of the burst's packets (0 for an empty burst).
+uint16_t MaxEgress(const Burst& b) {
+  uint16_t i = 0;
+  uint16_t max_out = 0;
+#if defined(__SSE4_1__)
+  if (b.n >= 8) {
+    __m128i m = _mm_setzero_si128();
+    for (; i + 8 <= b.n; i += 8) {
+      m = _mm_max_epu16(m, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&b.egress[i])));
+    }
+    // The horizontal maximum: the minimum of the complements (_mm_minpos_epu16).
+    const __m128i inv = _mm_xor_si128(m, _mm_set1_epi16(-1));
+    max_out = static_cast<uint16_t>(~_mm_cvtsi128_si32(_mm_minpos_epu16(inv)));
+  }
+#endif
+  for (; i < b.n; ++i) max_out = std::max(max_out, b.egress[i]);
+  return max_out;
+}
+
+}  // namespace
 
 Worker::Worker(WorkerSetup setup)
     : s_(std::move(setup)), ctx_(s_.stats), tx_(new std::array<rte_mbuf*, kMaxBurst>[kMaxPorts]) {
   if (s_.burst == 0 || s_.burst > kMaxBurst) s_.burst = 32;
+  all_tx_multi_seg_ = true;
+  for (uint16_t p = 0; p < s_.num_ports && p < kMaxPorts; ++p) {
+    all_tx_multi_seg_ &= s_.tx_multi_seg[p];
+  }
   if (s_.egress_queue_packets > 0) {
     egress_ =
         std::make_unique<PrioEgress>(PrioEgressOptions{.num_ports = s_.num_ports,
@@ -102,15 +134,16 @@ void Worker::ProcessBurst(uint16_t port_index, uint16_t n) {
   // From here every packet leaves heddled: sent, queued for egress, or dropped. A drop releases
   // the packet's held count (the egress scheduler and Transmit() release the others).
   if (egress_) {
-    // The common burst has nothing to drop here: one pass finds that, and only a burst with a
-    // packet to drop is compacted.
-    uint16_t first_bad = 0;
-    for (; first_bad < burst_.n; ++first_bad) {
-      const uint16_t out = burst_.egress[first_bad];
-      if (out >= s_.num_ports) [[unlikely]]
-        break;
-      if (burst_.pkts[first_bad]->nb_segs > 1 && !s_.tx_multi_seg[out]) [[unlikely]]
-        break;
+    // The common burst has nothing to drop here: one pass finds that (the largest egress index,
+    // eight at a time, and the segments only where a port refuses chains), and only a burst with
+    // a packet to drop is compacted.
+    uint16_t first_bad = MaxEgress(burst_) < s_.num_ports ? burst_.n : 0;
+    if (!all_tx_multi_seg_ && first_bad != 0) {
+      for (first_bad = 0; first_bad < burst_.n; ++first_bad) {
+        if (burst_.pkts[first_bad]->nb_segs > 1 && !s_.tx_multi_seg[burst_.egress[first_bad]])
+            [[unlikely]]
+          break;
+      }
     }
     if (first_bad == burst_.n) [[likely]] {
       if (burst_.n) egress_->Send(ctx_, burst_);

@@ -85,6 +85,8 @@ class Worker {
   std::array<uint16_t, kMaxPorts> tx_n_{};
   std::array<uint64_t, kMaxPorts> tx_bytes_{};
   std::unique_ptr<std::array<rte_mbuf*, kMaxBurst>[]> tx_;
+  // Every port takes chained mbufs (s_.tx_multi_seg): a burst's segments need no check.
+  bool all_tx_multi_seg_ = false;
   // Declared after s_: destroyed (freeing what it still holds) while the stages, whose counters
   // the held pointers name, are still alive.
   std::unique_ptr<PrioEgress> egress_;

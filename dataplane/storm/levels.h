@@ -163,6 +163,15 @@ constexpr int TopLevel(const LevelConfig& c) {
   return (c.levels < 1 ? 1 : c.levels > kMaxLevels ? kMaxLevels : c.levels) - 1;
 }
 
+// The level of R = `remaining` bytes without a backlog boost (B = 0 or beta = 0), as
+// ComputeLevel() gives it, from the configuration's cutoffs and TopLevel() computed by the caller.
+inline uint8_t UnboostedLevel(const std::array<uint32_t, kMaxLevels - 1>& cutoffs, int top,
+                              uint64_t remaining) {
+  int above = 0;
+  while (above < top && remaining > cutoffs[above]) ++above;
+  return static_cast<uint8_t>(top - above);
+}
+
 // TagPacket() with TopLevel(c) computed by the caller (once per burst).
 inline uint8_t TagPacketTop(const LevelConfig& c, int top, QpEntry* entry,
                             const pkt::PacketDesc& desc, const TrackResult& track,
@@ -189,10 +198,9 @@ inline uint8_t TagPacketTop(const LevelConfig& c, int top, QpEntry* entry,
   if (reuse && (entry->flags & kEntryLevelValid)) return std::min(entry->level, ceiling);
   if (backlog == 0 || c.beta == 0) {
     // No backlog boost: R against the cutoffs, as ComputeLevel() does it, inline.
-    const uint64_t r = RemainingBytes(*entry, track.sent_before, c.unknown_floor);
-    int above = 0;
-    while (above < top && r > c.cutoffs[above]) ++above;
-    const uint8_t level = std::min(static_cast<uint8_t>(top - above), ceiling);
+    const uint8_t level = std::min(
+        UnboostedLevel(c.cutoffs, top, RemainingBytes(*entry, track.sent_before, c.unknown_floor)),
+        ceiling);
     entry->level = level;
     entry->flags |= kEntryLevelValid;
     return level;

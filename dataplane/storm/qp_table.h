@@ -233,6 +233,16 @@ class QpTable {
     }
     return FindOrInsertSlow(hash, qpn_dir, now_ms, result);
   }
+  // FindOrInsertHashed()'s inline part alone: the entry at slot `hint` if it holds the QP (its
+  // last_seen not touched), else nullptr — then FindOrInsertHashed() without a hint does the rest.
+  QpEntry* FindAt(uint32_t hint, uint64_t hash, uint32_t qpn_dir) {
+    if (hint < capacity_) [[likely]] {
+      QpEntry& g = entries_[hint];
+      if (g.key_hash == hash && g.qpn_dir == qpn_dir) [[likely]]
+        return &g;
+    }
+    return nullptr;
+  }
 
   // A burst's lookups in three passes, so that its cache misses overlap instead of being paid one
   // after another:

@@ -136,6 +136,26 @@ class RequestTracker {
   bool TryContinue(QpEntry& entry, const pkt::PacketDesc& desc, RequestKind kind,
                    uint32_t* sent_before);
 
+  // OnRequestPacket()'s one-packet case on its own, with the level, for the storm-tag stage's
+  // lean path. The caller has checked that `desc` is a first and last packet and that `kind` is
+  // KindOf(desc.roce_class), a WRITE or a SEND. If the QP has no request in progress and the PSN
+  // is the expected one (or the QP's first), it accounts the packet exactly as OnRequestPacket()
+  // would (outcome kStart, completed), except requests_started and requests_completed, which the
+  // caller adds once per burst with CountOnePacketRequests(); then it stores
+  // level_of(R) — R = RemainingBytes() of the new request before its packet, the request's size
+  // or unknown_floor — in entry.level with kEntryLevelValid, as TagPacket() would for a request
+  // that starts, and returns true with the level in *level and TrackResult::size_sample in
+  // *size_sample. Otherwise it changes nothing and returns false.
+  template <typename LevelOf>
+  bool TryOnePacket(QpEntry& entry, const pkt::PacketDesc& desc, RequestKind kind,
+                    uint32_t unknown_floor, LevelOf level_of, uint8_t* level,
+                    uint32_t* size_sample);
+  // Adds n requests started and completed (TryOnePacket()'s).
+  void CountOnePacketRequests(uint32_t n) {
+    counters_.requests_started += n;
+    counters_.requests_completed += n;
+  }
+
   const TrackerCounters& counters() const { return counters_; }
   uint32_t mtu() const { return mtu_; }
 
@@ -191,6 +211,48 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
   e.sent = sent;
   e.next_psn = PsnAdd(psn, 1);
   *sent_before = before;
+  return true;
+}
+
+template <typename LevelOf>
+[[gnu::always_inline]] inline bool RequestTracker::TryOnePacket(
+    QpEntry& e, const pkt::PacketDesc& desc, RequestKind kind, uint32_t unknown_floor,
+    LevelOf level_of, uint8_t* level, uint32_t* size_sample) {
+  const uint32_t psn = desc.psn & kPsnMask;
+  const uint8_t flags = e.flags;
+  if ((flags & kEntryInProgress) || ((flags & kEntryPsnValid) && psn != e.next_psn)) {
+    return false;
+  }
+  const uint32_t data = DataBytes(desc);
+  uint32_t size;
+  bool known;
+  if (kind == RequestKind::kWrite) {
+    known = desc.flags & pkt::kFlagReth;
+    size = known ? desc.dma_length : 0;
+    if (known) [[likely]] {
+      if (size > kMaxMessageBytes) [[unlikely]]
+        ++counters_.bogus_length;
+      if (data > size) [[unlikely]]
+        ++counters_.overrun;
+    }
+  } else {
+    known = true;
+    size = data;
+  }
+  // RemainingBytes() with nothing sent before the packet.
+  const uint8_t l = level_of(known ? uint64_t{size} : uint64_t{unknown_floor});
+  e.kind = static_cast<uint8_t>(kind);
+  e.level = l;
+  e.flags = static_cast<uint8_t>(kEntryPsnValid | kEntryEndPsnValid | kEntryLevelValid |
+                                 (known ? kEntrySizeKnown : 0));
+  e.size = size;
+  e.sent = data;
+  e.first_psn = psn;
+  e.end_psn = psn;
+  e.next_psn = PsnAdd(psn, 1);
+  ++e.completed;
+  *level = l;
+  *size_sample = known ? size : 0;
   return true;
 }
 
