@@ -63,7 +63,7 @@ def main():
                     help="read back runs whose directory holds the same arguments' output")
     ap.add_argument("--out", default="/tmp/heddle-sim-storm", help="output directory")
     ap.add_argument("--duration", default="500us", help="Poisson arrivals per run")
-    ap.add_argument("--seeds", default="1,2,3,4")
+    ap.add_argument("--seeds", default="1,2,3,4,5,6,7,8")
     ap.add_argument("--transports", default="gbn,sr")
     args = ap.parse_args()
     seeds = args.seeds.split(",")
