@@ -18,8 +18,8 @@ go-back-N on a lossless fabric (PFC) and selective repeat with trimming. Three s
                 back.
 
 Workloads: WebSearch and AliStorage2019 at 60 % load (mixed RDMA traffic), WebSearch at 60 % as
-a mix of RDMA operations (60 % WRITE, 30 % READ, 10 % SEND; go-back-N only: READs are modelled
-on it alone), and the LLM pattern —
+mixes of RDMA operations (70 % WRITE, 30 % READ; and 60 % WRITE, 30 % READ, 10 % SEND; go-back-N
+only: READs are modelled on it alone), and the LLM pattern —
 a ring all-reduce and an all-to-all over 32 hosts (4 MB per host per round), under WebSearch
 at 30 % — where the figure of merit is the collective's completion time. Several seeds; the
 figures show the mean and the min-max spread. One simulation at a time, at nice 19.
@@ -40,11 +40,12 @@ SCHEMES = {
     "STORM, no guards": ["--storm", "on", "--storm-guard", "off"],
 }
 # Schemes and workloads run on go-back-N only.
-GBN_ONLY = {"STORM, no guards", "R/W/S mix 60%"}
+GBN_ONLY = {"STORM, no guards", "R/W mix 60%", "R/W/S mix 60%"}
 COLLECTIVE = ["--collective-hosts", "32", "--collective-bytes", "4000000"]
 WORKLOADS = {
     "WebSearch 60%": ["--workload", "websearch", "--load", "0.6"],
     "AliStorage 60%": ["--workload", "alistorage", "--load", "0.6"],
+    "R/W mix 60%": ["--workload", "websearch", "--load", "0.6", "--ops", "write=0.7,read=0.3"],
     "R/W/S mix 60%": ["--workload", "websearch", "--load", "0.6",
                       "--ops", "write=0.6,read=0.3,send=0.1"],
     "ring all-reduce + WebSearch 30%": ["--workload", "websearch", "--load", "0.3",
@@ -152,11 +153,14 @@ def main():
                                      "timeouts"],
                             logy=False,
                             errs=["retx_share_spread", "reordered_spread", "timeouts_spread"])
-            mix = {r["scheme"]: r["dir"] for r in rows if r["transport"] == transport
-                   and r["workload"] == "R/W/S mix 60%" and r["seed"] == seeds[0]}
-            if mix:
-                plot.slowdown_buckets(mix, os.path.join(args.out, "storm_gbn_mix_buckets.png"),
-                                      "WebSearch 60 % as WRITE/READ/SEND 60/30/10, go-back-N")
+            for wl, png, what in (("R/W mix 60%", "storm_gbn_rw_buckets.png", "WRITE/READ 70/30"),
+                                  ("R/W/S mix 60%", "storm_gbn_mix_buckets.png",
+                                   "WRITE/READ/SEND 60/30/10")):
+                mix = {r["scheme"]: r["dir"] for r in rows if r["transport"] == transport
+                       and r["workload"] == wl and r["seed"] == seeds[0]}
+                if mix:
+                    plot.slowdown_buckets(mix, os.path.join(args.out, png),
+                                          f"WebSearch 60 % as {what}, go-back-N")
         one = {r["scheme"]: r["dir"] for r in rows if r["transport"] == transport
                and r["workload"] == "WebSearch 60%" and r["seed"] == seeds[0]}
         if one:
