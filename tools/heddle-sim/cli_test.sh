@@ -53,6 +53,17 @@ expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --load 0
 expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --trim on --pfc on
 grep -q "trimming and PFC" "$dir/err.txt"
 expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --trim maybe
+expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --ops write=1,copy=2
+grep -q -- "--ops write=1,copy=2" "$dir/err.txt"
+expect_2 --fabric "$fabrics/fat-tree-k4.yaml" --ops read=1 --transport sr
+grep -q "go-back-N" "$dir/err.txt"
+# A mix of operations: the flows carry them, the summary has their buckets.
+"$sim" --fabric "$fabrics/fat-tree-k4.yaml" --duration 50us --ops write=1,send=1,read=1 \
+  --storm on --quiet --out "$dir/ops" > /dev/null
+for op in write send read; do
+  grep -q ",$op\$" "$dir/ops/fct.csv"
+  grep -q "^$op-short," "$dir/ops/summary.csv"
+done
 # The plots, when matplotlib is installed (tools/setup/install-deps.sh): four PNGs of the runs.
 if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
   /usr/bin/python3 "$(dirname "$0")/experiments/plot.py" --out "$dir/png" a="$dir/a" \

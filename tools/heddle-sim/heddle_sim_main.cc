@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::string lb_name = "ecmp", pin = "off", storm = "off", storm_mode = "auto";
   std::string transport = "gbn", ecn = "on", pfc = "off", trim = "off", qp_per_message = "off",
               cc = "none", flow_unit = "request";
-  std::string rto = "100us";
+  std::string rto = "100us", ops = "write=1", storm_guard = "on";
   double load = 0.5, latency_ns = 1000, link_gbps = 0;
   uint64_t seed = 1, pin_threshold = 0;
   uint32_t mtu = 4096, levels = 4, buffer_pkts = 100, kmin = 25, kmax = 76, window = 0;
@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
   app.add_option("--pin-threshold", pin_threshold, "bytes; 0: one bandwidth-delay product");
   app.add_option("--flow-unit", flow_unit, "request | qp")->check(CLI::IsMember({"request", "qp"}));
   app.add_option("--storm", storm, "on | off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--ops", ops,
+                 "the Poisson workload's RDMA operations, e.g. write=0.6,read=0.3,send=0.1 "
+                 "(READs need --transport gbn)");
+  app.add_option("--storm-guard", storm_guard,
+                 "on | off: STORM's fabric guard and READ response window (per-message mode)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--storm-mode", storm_mode, "per-message | per-packet | auto (by transport)")
       ->check(CLI::IsMember({"per-message", "per-packet", "auto"}));
   app.add_option("--levels", levels, "priority levels (queues), 1..8");
@@ -194,6 +200,10 @@ int main(int argc, char** argv) {
     c.degraded.push_back(link);
   }
   c.storm = OnOff(storm);
+  c.storm_fabric_guard = OnOff(storm_guard);
+  absl::StatusOr<heddle::sim::OpMix> mix = heddle::sim::ParseOpMix(ops);
+  if (!mix.ok()) return Fail(absl::StrCat("--", mix.status().message()));
+  c.ops = *mix;
   c.levels.levels = static_cast<int>(levels);
   c.levels.control_level = static_cast<uint8_t>(levels - 1);
   if (levels != 4) {

@@ -26,7 +26,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-BUCKETS = ["short", "long", "<=10KB", "10-100KB", "100KB-1MB", "1-10MB", ">10MB", "all"]
+# summary.csv's buckets; the per-operation ones are there only for a mix of operations.
+BUCKETS = ["short", "long", "<=10K", "10K-100K", "100K-1M", "1M-10M", ">10M", "all",
+           "write-short", "write-long", "send-short", "send-long", "read-short", "read-long"]
 DPI = 80  # small PNGs: they are committed
 
 

@@ -29,11 +29,29 @@ std::vector<BucketStats> SlowdownBuckets(const SimResult& r, uint64_t bdp) {
                                 {"1M-10M", 1'000'000, 10'000'000},
                                 {">10M", 10'000'000, kMax},
                                 {"all", 0, kMax}};
-  for (BucketStats& s : b) {
+  // With more than WRITEs, the short, long and all buckets again per operation ("read-short").
+  std::vector<int> op_of(b.size(), -1);
+  bool mixed = false;
+  for (const FlowRecord& f : r.flows) mixed |= f.op != Op::kWrite;
+  if (mixed) {
+    for (Op op : {Op::kWrite, Op::kSend, Op::kRead}) {
+      bool any = false;
+      for (const FlowRecord& f : r.flows) any |= f.op == op;
+      if (!any) continue;
+      const std::string name = OpName(op);
+      b.push_back({name + "-short", 0, bdp});
+      b.push_back({name + "-long", bdp, kMax});
+      b.push_back({name, 0, kMax});
+      op_of.resize(b.size(), static_cast<int>(op));
+    }
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    BucketStats& s = b[i];
     std::vector<double> v;
     double sum = 0;
     for (const FlowRecord& f : r.flows) {
       if (f.finish == 0 || f.size <= s.lo || f.size > s.hi || f.ideal == 0) continue;
+      if (op_of[i] >= 0 && static_cast<int>(f.op) != op_of[i]) continue;
       const double sd = static_cast<double>(f.finish - f.start) / static_cast<double>(f.ideal);
       v.push_back(sd);
       sum += sd;
@@ -104,6 +122,12 @@ std::string FormatReport(const SimResult& r) {
       r.control_packets_delivered, r.drops_buffer, r.drops_unreachable, r.drops_data, r.ecn_marks,
       r.pfc_pauses, r.retransmissions, r.timeouts, r.naks, r.cnps, r.out_of_order, r.trims,
       r.trimmed_delivered);
+  if (r.read_requests != 0 || r.fabric_guarded != 0 || r.response_guarded != 0) {
+    absl::StrAppendFormat(&s,
+                          "reads: requests %u, re-issued %u; storm guards: fabric %u, "
+                          "response window %u\n",
+                          r.read_requests, r.read_reissues, r.fabric_guarded, r.response_guarded);
+  }
   absl::StrAppendFormat(&s, "queues: mean wait %.3f us, deepest %u B; level bytes:",
                         r.mean_queue_delay_ns / 1000, r.max_queue_bytes);
   for (int l = 0; l < c.levels.levels && l < static_cast<int>(r.level_bytes.size()); ++l) {
@@ -135,16 +159,17 @@ absl::Status WriteCsv(const SimResult& r, const std::string& dir) {
     return absl::OkStatus();
   };
   std::string fct =
-      "id,src,dst,size_bytes,start_ps,delivered_ps,finish_ps,fct_ps,ideal_ps,slowdown,collective\n";
+      "id,src,dst,size_bytes,start_ps,delivered_ps,finish_ps,fct_ps,ideal_ps,slowdown,collective,"
+      "op\n";
   for (size_t i = 0; i < r.flows.size(); ++i) {
     const FlowRecord& f = r.flows[i];
     const uint64_t fct_ps = f.finish != 0 ? f.finish - f.start : 0;
-    absl::StrAppendFormat(&fct, "%u,%u,%u,%u,%u,%u,%u,%u,%u,%.6f,%d\n", i, f.src, f.dst, f.size,
+    absl::StrAppendFormat(&fct, "%u,%u,%u,%u,%u,%u,%u,%u,%u,%.6f,%d,%s\n", i, f.src, f.dst, f.size,
                           f.start, f.delivered, f.finish, fct_ps, f.ideal,
                           f.finish != 0 && f.ideal != 0
                               ? static_cast<double>(fct_ps) / static_cast<double>(f.ideal)
                               : 0.0,
-                          f.collective ? 1 : 0);
+                          f.collective ? 1 : 0, OpName(f.op));
   }
   if (absl::Status st = write("fct.csv", fct); !st.ok()) return st;
   std::string sum = "bucket,lo_bytes,hi_bytes,flows,mean,p50,p99,p999\n";
@@ -165,14 +190,17 @@ absl::Status WriteCsv(const SimResult& r, const std::string& dir) {
       "delivered,"
       "control_sent,control_delivered,drops_buffer,drops_unreachable,ecn_marks,pfc_pauses,"
       "retransmissions,timeouts,naks,cnps,out_of_order,mean_queue_wait_ns,trims,drops_data,"
-      "end_ps\n";
+      "end_ps,read_requests,read_reissues,fabric_guarded,response_guarded\n";
   absl::StrAppendFormat(
-      &run, "%u,%u,%u,%.6f,%.6f,%.0f,%.0f,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%.3f,%u,%u,%u\n",
+      &run,
+      "%u,%u,%u,%.6f,%.6f,%.0f,%.0f,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%u,%.3f,%u,%u,%u,%u,%u,%u,"
+      "%u\n",
       r.flows.size(), Finished(r), r.events, r.cpu_seconds, r.wall_seconds, EventsPerSecond(r),
       DeliveredPacketsPerSecond(r), r.data_packets_sent, r.data_packets_delivered,
       r.control_packets_sent, r.control_packets_delivered, r.drops_buffer, r.drops_unreachable,
       r.ecn_marks, r.pfc_pauses, r.retransmissions, r.timeouts, r.naks, r.cnps, r.out_of_order,
-      r.mean_queue_delay_ns, r.trims, r.drops_data, r.end_time);
+      r.mean_queue_delay_ns, r.trims, r.drops_data, r.end_time, r.read_requests, r.read_reissues,
+      r.fabric_guarded, r.response_guarded);
   if (absl::Status st = write("run.csv", run); !st.ok()) return st;
   // Per switch egress port: packets sent, their mean wait, drops and trims. By Little's law a
   // port's time-averaged queue is packets × mean wait ÷ the run's simulated time.

@@ -15,6 +15,7 @@
 #include "dataplane/fwd/hash_model.h"
 #include "dataplane/pkt/builder.h"
 #include "dataplane/pkt/parse.h"
+#include "dataplane/storm/read_streams.h"
 #include "dataplane/storm/tracker.h"
 #include "tools/heddle-sim/lib/rng.h"
 
@@ -35,8 +36,21 @@ enum EventType : uint8_t {
   kPoisson,    // a = host: next Poisson arrival
 };
 
-enum PacketKind : uint8_t { kData, kAck, kNak, kCnp };
-enum PacketFlag : uint8_t { kCe = 1, kFirstPkt = 2, kLastPkt = 4, kTrimmed = 8 };
+// kData: a WRITE or SEND packet, or a READ response (kResp). kReadReq: a READ request (a header
+// with the READ's remaining length in Packet::sack), counted with the control packets.
+enum PacketKind : uint8_t { kData, kAck, kNak, kCnp, kReadReq };
+// kFirstPkt / kLastPkt: of the message, or for a READ response of the stream answering one READ
+// request. kResp: a READ response, from the QP's responder to its requester. kFromResponder: a
+// READ response, ACK or NAK on the responder's STORM entry (counted in its egress_queued while
+// it waits in the NIC: the in-order guard).
+enum PacketFlag : uint8_t {
+  kCe = 1,
+  kFirstPkt = 2,
+  kLastPkt = 4,
+  kTrimmed = 8,
+  kResp = 16,
+  kFromResponder = 32,
+};
 
 struct Packet {
   uint32_t next = kNil;  // the queue it waits in, or the free list
@@ -104,7 +118,19 @@ struct Host {
   std::unique_ptr<const lb::PathTable> paths;
   std::unique_ptr<lb::PinSelector> pin;
   storm::RequestTracker tracker;
+  storm::ReadStreamTracker read_tracker;  // the READ responses it sends as a responder
   Rng rng;
+};
+
+// What a responder sends on a QP, in order: READ response streams and the ACKs and NAKs behind
+// them (a NIC answers a QP's requests in the order they came).
+struct RespItem {
+  uint8_t kind = kData;  // kData: the responses [psn, end) of the READ of `flow`; kAck, kNak
+  bool ce = false;       // kAck, kNak: echo CE
+  uint32_t start = 0;    // kData: the PSN of the READ request answered (the stream's first)
+  uint32_t psn = 0;      // kData: the next response to send; kAck, kNak: the PSN carried
+  uint32_t end = 0;      // kData: one past the last response; kAck, kNak: the SACK
+  uint32_t flow = 0;
 };
 
 struct FlowState {
@@ -112,6 +138,7 @@ struct FlowState {
   uint32_t first_psn = 0;
   uint32_t packets = 0;
   uint32_t barrier = kNil;  // notified when the receiver has all of it (collectives)
+  Op op = Op::kWrite;
 };
 
 // Flows that start once `remaining` others were delivered, `delay` later (collectives).
@@ -141,6 +168,13 @@ struct Qp {
   std::vector<uint32_t> retx;
   size_t retx_head = 0;
   uint32_t high_sack = 0, loss_scan = 0;
+  uint32_t reads = 0;   // READ messages posted and not finished
+  bool rd_gap = false;  // a READ was re-issued since snd_una last advanced
+  // Responder: READ responses and the ACK/NAKs queued behind them.
+  std::vector<RespItem> resp;
+  size_t resp_head = 0;
+  bool resp_in_nic = false;
+  uint32_t resp_max = 0;  // one past the highest response PSN sent (resends are counted)
   // Receiver.
   size_t rcv_msg_head = 0;  // oldest message not yet wholly received
   uint32_t rcv_next = 0;
@@ -178,6 +212,17 @@ uint32_t Q8(double gbps) {
 
 const char* TransportName(Transport t) { return t == Transport::kGoBackN ? "gbn" : "sr"; }
 
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kSend:
+      return "send";
+    case Op::kRead:
+      return "read";
+    default:
+      return "write";
+  }
+}
+
 double JainIndex(const std::vector<uint64_t>& x) {
   double s = 0, s2 = 0;
   for (uint64_t v : x) {
@@ -208,7 +253,9 @@ struct Simulator::Impl {
   std::vector<Host> hosts;
   std::vector<std::vector<uint32_t>> host_digits;  // a_1..a_h per host
   std::vector<Qp> qps;
-  std::vector<storm::QpEntry> entries;
+  std::vector<storm::QpEntry> entries;           // the requester's STORM entry per QP
+  std::vector<storm::QpEntry> rentries;          // the responder's (its READ responses, ACKs, NAKs)
+  std::vector<storm::ReadStreamEntry> rstreams;  // the responder's READ streams per QP
   absl::flat_hash_map<uint64_t, uint32_t> qp_index;
   absl::flat_hash_map<uint64_t, uint32_t> pair_count;
   std::vector<FlowRecord> flows;
@@ -224,6 +271,7 @@ struct Simulator::Impl {
   // Poisson workload.
   std::optional<Cdf> cdf;
   double load = 0;
+  bool op_mix = false;  // cfg.ops is not all WRITEs
   SimResult res;
   uint64_t wait_sum_ps = 0;
   uint64_t finished = 0;
@@ -354,12 +402,17 @@ struct Simulator::Impl {
   // the port's link failed): dropped, counted as unreachable.
   void HostSend(uint32_t h, const lb::PathChoice& c, uint32_t pi) {
     const uint32_t gp = c.path != nullptr ? h * host_ports + c.path->port : kNil;
+    const Packet& p = pool[pi];
     if (gp == kNil || c.path->port >= host_ports || !ports[gp].alive) {
-      const Packet& p = pool[pi];
-      if (p.kind == kData) qps[p.qp].in_nic = false;
+      if (p.flags & kResp) {
+        qps[p.qp].resp_in_nic = false;
+      } else if (p.kind == kData || p.kind == kReadReq) {
+        qps[p.qp].in_nic = false;
+      }
       Drop(pi, false);
       return;
     }
+    if (p.flags & kFromResponder) ++rentries[p.qp].egress_queued;
     Enqueue(gp, pi);
   }
   void StartFlow(uint32_t f);
@@ -376,8 +429,27 @@ struct Simulator::Impl {
   // By value: sending the answer may grow the pool.
   void ReceiveData(uint32_t host, Packet p);
   void ReceiveAck(Packet p);
+  // An ACK, NAK or CNP from the QP's receiver (responder). ACK and NAK wait behind the READ
+  // responses it is sending on the QP.
   void SendControl(uint32_t from_host, uint32_t qi, uint8_t kind, uint32_t psn, uint32_t sack,
                    bool ce);
+  void EmitControl(uint32_t from_host, uint32_t qi, uint8_t kind, uint32_t psn, uint32_t sack,
+                   bool ce);
+  // READs (go-back-N). The requester's READ request; the responder's side: the request
+  // arriving, the pump that sends its responses and the ACK/NAKs behind them one at a time, and
+  // one response; the requester's side: a response arriving, and a gap in them.
+  void SendReadRequest(uint32_t qi, uint32_t f, uint32_t psn, bool retransmission);
+  void ReceiveReadRequest(const Packet& p);
+  void Respond(uint32_t qi);
+  void SendResponse(uint32_t qi);
+  void ReceiveResponse(const Packet& p);
+  void ReadGap(Qp& qp, uint32_t qi);
+  // The first PSN of the QP's messages from snd_una up to `upto` whose READ responses have not
+  // all arrived (upto if none): an acknowledgement beyond it is an implied NAK.
+  uint32_t FirstUnreadPsn(const Qp& qp, uint32_t upto) const;
+  // STORM (dataplane/storm) at the two ends of a QP, with the daemon's guards.
+  uint8_t TagRequest(uint32_t qi, const pkt::PacketDesc& d);
+  uint8_t TagHostResponse(uint32_t qi, const pkt::PacketDesc& d);
   void Acked(Qp& qp, uint32_t qi, uint32_t upto);
   // The receiver's next PSN advanced: messages wholly received are delivered.
   void Delivered(Qp& qp) {
@@ -385,8 +457,9 @@ struct Simulator::Impl {
       const uint32_t f = qp.msgs[qp.rcv_msg_head];
       const FlowState& fs = flow_state[f];
       if (fs.first_psn + fs.packets > qp.rcv_next) break;
-      flows[f].delivered = now;
       ++qp.rcv_msg_head;
+      if (fs.op == Op::kRead) continue;  // delivered at the requester, by its responses
+      flows[f].delivered = now;
       if (fs.barrier != kNil) {
         Barrier& b = barriers[fs.barrier];
         if (--b.remaining == 0) {
@@ -398,13 +471,14 @@ struct Simulator::Impl {
       }
     }
   }
-  size_t MessageOf(const Qp& qp, uint32_t psn) const {
+  size_t MessageOf(const Qp& qp, uint32_t psn, size_t from) const {
     // The last message whose first PSN is <= psn.
     auto it =
-        std::upper_bound(qp.msgs.begin() + static_cast<ptrdiff_t>(qp.msg_head), qp.msgs.end(), psn,
+        std::upper_bound(qp.msgs.begin() + static_cast<ptrdiff_t>(from), qp.msgs.end(), psn,
                          [this](uint32_t v, uint32_t f) { return v < flow_state[f].first_psn; });
     return static_cast<size_t>(it - qp.msgs.begin()) - 1;
   }
+  size_t MessageOf(const Qp& qp, uint32_t psn) const { return MessageOf(qp, psn, qp.msg_head); }
   void DcqcnUpdate(Qp& qp);
   double LineRate() const { return 256.0 / q8[1]; }  // bytes per ps
 
@@ -428,21 +502,32 @@ struct Simulator::Impl {
       reachable = host.paths->LookupAddress(addr.data()).size != 0;
     }
     const uint64_t size = std::min<uint64_t>(cdf->Sample(host.rng), storm::kMaxMessageBytes);
+    // The operation: drawn only for a mix, so that an all-WRITE workload draws what it did
+    // before the mix existed.
+    Op op = Op::kWrite;
+    if (op_mix) {
+      const double u = host.rng.Uniform() * (cfg.ops.write + cfg.ops.send + cfg.ops.read);
+      op = u < cfg.ops.write                  ? Op::kWrite
+           : u < cfg.ops.write + cfg.ops.send ? Op::kSend
+                                              : Op::kRead;
+    }
     if (reachable) {  // else the host is cut off (all its links failed): it sends nothing
-      NewFlow(h, dst, size, now);
+      NewFlow(h, dst, size, now, op);
       StartFlow(static_cast<uint32_t>(flows.size() - 1));
     }
     NextPoisson(h, now);
   }
-  void NewFlow(uint32_t src, uint32_t dst, uint64_t size, TimePs start) {
+  void NewFlow(uint32_t src, uint32_t dst, uint64_t size, TimePs start, Op op = Op::kWrite) {
     FlowRecord r;
     r.src = src;
     r.dst = dst;
     r.size = size;
     r.start = start;
     r.ideal = Ideal(LcaTier(src, dst), size);
+    r.op = op;
     flows.push_back(r);
     flow_state.emplace_back();
+    flow_state.back().op = op;
   }
   void Dispatch(const Event& e);
   SimResult Run();
@@ -496,6 +581,21 @@ absl::Status Simulator::Impl::Build() {
     return absl::InvalidArgumentError("link latency must be >= 0 and ECN pmax in [0, 1]");
   }
   if (cfg.duration_ns == 0) return absl::InvalidArgumentError("duration must be > 0");
+  {
+    const OpMix& m = cfg.ops;
+    if (!(m.write >= 0 && m.send >= 0 && m.read >= 0 && m.write + m.send + m.read > 0) ||
+        !std::isfinite(m.write + m.send + m.read)) {
+      return absl::InvalidArgumentError(absl::StrCat("ops: write=", m.write, ", send=", m.send,
+                                                     ", read=", m.read,
+                                                     "; give shares >= 0, not all 0"));
+    }
+    if (m.read > 0 && cfg.transport != Transport::kGoBackN) {
+      return absl::InvalidArgumentError(
+          "ops: READs are modelled with go-back-N only (the requester takes READ responses in "
+          "order); use --transport gbn or drop read from the mix");
+    }
+    op_mix = m.send > 0 || m.read > 0;
+  }
   for (int t = 1; t <= tiers; ++t) {
     if (!(fabric.link_gbps[t] > 0)) {
       return absl::InvalidArgumentError(
@@ -746,6 +846,8 @@ absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   if (qi + 1 > storm::kQpnMask) return absl::ResourceExhaustedError("more than 2^24 QPs");
   qps.emplace_back();
   entries.emplace_back();
+  rentries.emplace_back();
+  rstreams.emplace_back();
   Qp& qp = qps.back();
   qp.src = src;
   qp.dst = dst;
@@ -788,6 +890,16 @@ absl::StatusOr<uint32_t> Simulator::Impl::QpFor(uint32_t src, uint32_t dst) {
   e.key_hash = qp.flow_hash | 1;
   e.qpn_dir = qp.qpn;
   e.acked_psn = storm::kNoPsn;
+  // The responder's entry: the QP's key from its end. It sends no requests of its own here, so
+  // the fabric guard never holds its level (docs/storm.md §5, "held level").
+  storm::QpEntry& re = rentries.back();
+  std::memset(&re, 0, sizeof(re));
+  re.key_hash = lb::PinSelector::HashRequest(qp.rev_frame.data(), qp.rev_desc) | 1;
+  re.qpn_dir = qp.qpn;
+  re.acked_psn = storm::kNoPsn;
+  std::memset(&rstreams.back(), 0, sizeof(storm::ReadStreamEntry));
+  rstreams.back().key_hash = re.key_hash;
+  rstreams.back().qpn_dir = qp.qpn;
   if (!cfg.qp_per_message) qp_index.emplace(key, qi);
   return qi;
 }
@@ -827,10 +939,18 @@ void Simulator::Impl::StartTx(uint32_t gp) {
     }
   }
   q.Push(now + Ser(port, p.wire), kTxDone, gp, pi);
-  if (port.host && p.kind == kData) {
-    Qp& qp = qps[p.qp];
-    qp.in_nic = false;
-    TrySend(p.qp);
+  if (port.host) {
+    // Copies: sending the QP's next packet may grow the pool.
+    const uint32_t qi = p.qp;
+    const uint8_t kind = p.kind, flags = p.flags;
+    if (flags & kFromResponder) --rentries[qi].egress_queued;
+    if (flags & kResp) {
+      qps[qi].resp_in_nic = false;
+      Respond(qi);
+    } else if (kind == kData || kind == kReadReq) {
+      qps[qi].in_nic = false;
+      TrySend(qi);
+    }
   }
 }
 
@@ -924,6 +1044,7 @@ void Simulator::Impl::StartFlow(uint32_t f) {
   qp.psn_alloc += fs.packets;
   qp.msgs.push_back(f);
   qp.backlog += r.size;
+  if (fs.op == Op::kRead) ++qp.reads;
   TrySend(*qi);
 }
 
@@ -997,32 +1118,37 @@ void Simulator::Impl::TrySend(uint32_t qi) {
     qp.max_sent = psn + 1;
     if (first) qp.backlog -= size;
   }
+  if (fs.op == Op::kRead) {
+    SendReadRequest(qi, f, psn, retransmission);
+    return;
+  }
 
-  // The packet as the NIC sends it: an RDMA WRITE first/middle/last/only.
-  Host& host = hosts[qp.src];
+  // The packet as the NIC sends it: an RDMA WRITE or SEND first/middle/last/only. A SEND has no
+  // RETH: STORM and PIN learn its size at its last packet.
   pkt::PacketDesc d = qp.desc;
-  d.opcode = first && last ? pkt::op::kWriteOnly
-             : first       ? pkt::op::kWriteFirst
-             : last        ? pkt::op::kWriteLast
-                           : pkt::op::kWriteMiddle;
-  d.roce_class = pkt::RoceClass::kWrite;
-  d.flags = static_cast<uint16_t>((d.flags & ~(pkt::kFlagFirst | pkt::kFlagLast | pkt::kFlagReth)) |
-                                  (first ? pkt::kFlagFirst | pkt::kFlagReth : 0) |
-                                  (last ? pkt::kFlagLast : 0));
+  const bool send = fs.op == Op::kSend;
+  if (send) {
+    d.opcode = first && last ? pkt::op::kSendOnly
+               : first       ? pkt::op::kSendFirst
+               : last        ? pkt::op::kSendLast
+                             : pkt::op::kSendMiddle;
+  } else {
+    d.opcode = first && last ? pkt::op::kWriteOnly
+               : first       ? pkt::op::kWriteFirst
+               : last        ? pkt::op::kWriteLast
+                             : pkt::op::kWriteMiddle;
+  }
+  d.roce_class = send ? pkt::RoceClass::kSend : pkt::RoceClass::kWrite;
+  d.flags =
+      static_cast<uint16_t>((d.flags & ~(pkt::kFlagFirst | pkt::kFlagLast | pkt::kFlagReth)) |
+                            (first ? pkt::kFlagFirst : 0) | (first && !send ? pkt::kFlagReth : 0) |
+                            (last ? pkt::kFlagLast : 0));
   d.psn = psn & storm::kPsnMask;
-  d.dma_length = static_cast<uint32_t>(size);
+  d.dma_length = send ? 0 : static_cast<uint32_t>(size);
   d.payload_len = static_cast<uint16_t>(std::min<uint32_t>(payload, 0xffff));
   d.pad_count = 0;
   d.ip_len = static_cast<uint16_t>(std::min<uint32_t>(payload + cfg.header_bytes, 0xffff));
-  uint8_t level = 0;
-  if (cfg.storm) {
-    storm::QpEntry& e = entries[qi];
-    e.host_backlog = static_cast<uint32_t>(std::min<uint64_t>(qp.backlog, UINT32_MAX));
-    const storm::TrackResult t = host.tracker.OnRequestPacket(e, d);
-    level =
-        storm::TagPacket(cfg.levels, &e, d, t,
-                         storm::BacklogBytes(e, storm::BacklogSource::kHostShim, cfg.mtu), cfg.mtu);
-  }
+  const uint8_t level = cfg.storm ? TagRequest(qi, d) : 0;
   const lb::PathChoice c = Pin(qp.src).Choose(d, qp.frame.data(), qp.hdr_len, now / 1000);
 
   const uint32_t pi = Alloc();
@@ -1047,7 +1173,325 @@ void Simulator::Impl::TrySend(uint32_t qi) {
   HostSend(qp.src, c, pi);
 }
 
+// ---- STORM at the two ends of a QP ----------------------------------------------------------
+//
+// The level of every packet comes from dataplane/storm: RequestTracker and TagPacket for the
+// requester's packets, ReadStreamTracker and ComputeLevel for the responder's READ responses. The
+// guards around them are the storm-tag stage's (dataplane/pipeline/storm_stage.cc:
+// FabricCeiling, TagHostResponse, TagReadResponse), which are private members of a DPDK stage
+// the simulator cannot link; they are followed here rule for rule, with the simulator's exact
+// join in place of the shim's.
+
+// The fabric guard's largest unacknowledged window (StormTagStage::kMaxGuardedUnacked): beyond
+// it the join is taken for lost and the request is not capped.
+constexpr uint32_t kMaxGuardedUnacked = 1u << 15;
+
+uint8_t Simulator::Impl::TagRequest(uint32_t qi, const pkt::PacketDesc& d) {
+  const Qp& qp = qps[qi];
+  storm::QpEntry& e = entries[qi];
+  e.host_backlog = static_cast<uint32_t>(std::min<uint64_t>(qp.backlog, UINT32_MAX));
+  const storm::TrackResult t = hosts[qp.src].tracker.OnRequestPacket(e, d);
+  // The in-order guard has nothing to cap: a QP has at most one packet in the NIC, and the next
+  // is tagged once it left. The fabric guard (docs/storm.md §6.5): a request starting while the
+  // QP's earlier packets are unacknowledged takes no level above the newest one's.
+  uint8_t ceiling = storm::kMaxLevels - 1;
+  if (cfg.storm_fabric_guard && cfg.levels.mode == storm::Mode::kPerMessage &&
+      (t.outcome == storm::TrackOutcome::kStart || t.outcome == storm::TrackOutcome::kOrphan)) {
+    const uint32_t acked = storm::LoadAckedPsn(e);
+    if (acked != storm::kNoPsn) {
+      const uint32_t unacked = ((e.first_psn - 1) - acked) & storm::kPsnMask;
+      if (unacked != 0 && unacked <= kMaxGuardedUnacked) {
+        ++res.fabric_guarded;
+        ceiling = e.held_level;
+      }
+    }
+  }
+  const uint8_t level = storm::TagPacket(
+      cfg.levels, &e, d, t, storm::BacklogBytes(e, storm::BacklogSource::kHostShim, cfg.mtu),
+      cfg.mtu, ceiling);
+  e.held_level = level;
+  return level;
+}
+
+uint8_t Simulator::Impl::TagHostResponse(uint32_t qi, const pkt::PacketDesc& d) {
+  const storm::LevelConfig& L = cfg.levels;
+  storm::QpEntry& e = rentries[qi];
+  storm::ReadStreamEntry& s = rstreams[qi];
+  const bool per_message = L.mode == storm::Mode::kPerMessage;
+  // The in-order guard: nothing above the QP's packets still waiting in the NIC.
+  uint8_t ceiling = per_message && e.egress_queued > 0 ? e.held_level : storm::kMaxLevels - 1;
+  if (ceiling > top_level) ceiling = static_cast<uint8_t>(top_level);
+  const bool window = per_message && cfg.storm_fabric_guard && cfg.storm_response_window_ms > 0;
+  const auto now_ms = static_cast<uint32_t>(now / 1'000'000'000);
+  const bool in_window =
+      (s.flags & storm::kStreamTagged) && now_ms - s.tagged_ms <= cfg.storm_response_window_ms;
+  uint8_t level;
+  if (d.roce_class == pkt::RoceClass::kReadResponse) {
+    const storm::StreamResult r = hosts[qps[qi].dst].read_tracker.OnResponse(s, d);
+    const bool reuse = r.outcome == storm::StreamOutcome::kDuplicate ||
+                       r.outcome == storm::StreamOutcome::kMalformed ||
+                       (r.outcome == storm::StreamOutcome::kContinue && per_message);
+    if (reuse && (s.flags & storm::kStreamLevelValid)) {
+      level = std::min(s.level, ceiling);
+    } else if (r.outcome == storm::StreamOutcome::kMalformed) {
+      level = std::min(storm::DefaultLevel(L, cfg.mtu), ceiling);
+    } else {
+      bool windowed = false;
+      if (window && r.outcome != storm::StreamOutcome::kContinue && in_window &&
+          s.resp_level < ceiling) {
+        ceiling = s.resp_level;
+        windowed = true;
+      }
+      // B: the READs queued behind this one at the responder (the host source).
+      const uint8_t computed =
+          storm::ComputeLevel(L, storm::ReadStreamRemaining(s, r.sent_before, L.unknown_floor),
+                              storm::PendingReadBytes(s), cfg.mtu);
+      level = std::min(computed, ceiling);
+      if (windowed && computed > level) ++res.response_guarded;
+      s.level = level;
+      s.flags |= storm::kStreamLevelValid;
+    }
+    s.resp_level = level;
+    s.tagged_ms = now_ms;
+    s.flags |= storm::kStreamTagged;
+  } else {
+    level = std::min(L.control_level, ceiling);
+    if (window && in_window && s.resp_level < level) {
+      level = s.resp_level;
+      ++res.response_guarded;
+    }
+  }
+  e.held_level = level;  // the responder's entry has no requests of its own unacknowledged
+  return level;
+}
+
+// ---- READs ---------------------------------------------------------------------------------
+
+void Simulator::Impl::SendReadRequest(uint32_t qi, uint32_t f, uint32_t psn, bool retransmission) {
+  Qp& qp = qps[qi];
+  const FlowState& fs = flow_state[f];
+  const uint64_t size = flows[f].size;
+  const uint32_t idx = psn - fs.first_psn;
+  // The READ's PSNs are its responses': the next request goes after them (RoCE).
+  qp.snd_nxt = fs.first_psn + fs.packets;
+  if (!retransmission) qp.max_sent = qp.snd_nxt;
+  // From `psn` on (a re-issue asks for the rest of the READ).
+  const auto length = static_cast<uint32_t>(size - uint64_t{idx} * cfg.mtu);
+  pkt::PacketDesc d = qp.desc;
+  d.opcode = pkt::op::kReadRequest;
+  d.roce_class = pkt::RoceClass::kReadRequest;
+  d.flags = static_cast<uint16_t>((d.flags & ~(pkt::kFlagFirst | pkt::kFlagLast)) |
+                                  pkt::kFlagFirst | pkt::kFlagLast | pkt::kFlagReth);
+  d.psn = psn & storm::kPsnMask;
+  d.dma_length = length;
+  d.payload_len = 0;
+  d.pad_count = 0;
+  d.ip_len = static_cast<uint16_t>(cfg.header_bytes);
+  const uint8_t level = cfg.storm ? TagRequest(qi, d) : static_cast<uint8_t>(top_level);
+  const lb::PathChoice c = Pin(qp.src).Choose(d, qp.frame.data(), qp.hdr_len, now / 1000);
+  const uint32_t pi = Alloc();
+  Packet& p = pool[pi];
+  p.qp = qi;
+  p.psn = psn;
+  p.sack = length;
+  p.hash_x = qp.hash_base ^ SportA(c.path != nullptr ? c.path->entropy : 0);
+  p.dst_ip = hosts[qp.dst].ip;
+  p.dst = qp.dst;
+  p.payload = 0;
+  p.wire = cfg.header_bytes;
+  p.kind = kReadReq;
+  p.prio = level;
+  p.flags = kFirstPkt | kLastPkt;
+  ++res.control_packets_sent;
+  ++res.read_requests;
+  qp.in_nic = true;
+  if (!qp.rto_pending) ArmRto(qp, qi);
+  HostSend(qp.src, c, pi);
+}
+
+void Simulator::Impl::ReceiveReadRequest(const Packet& p) {
+  ++res.control_packets_delivered;
+  const uint32_t qi = p.qp;
+  Qp& qp = qps[qi];
+  if (p.psn > qp.rcv_next) {  // out of order: a sequence NAK, once per gap, as for data
+    ++res.out_of_order;
+    if (!qp.nak_sent) {
+      qp.nak_sent = true;
+      ++res.naks;
+      SendControl(qp.dst, qi, kNak, qp.rcv_next, p.psn, false);
+    }
+    return;
+  }
+  const size_t m = MessageOf(qp, p.psn, 0);
+  const uint32_t f = qp.msgs[m];
+  const FlowState& fs = flow_state[f];
+  const uint32_t end = fs.first_psn + fs.packets;
+  if (p.psn == qp.rcv_next) {
+    qp.rcv_next = end;
+    qp.nak_sent = false;
+    Delivered(qp);
+  } else {
+    // A re-issued READ (the requester found a gap in its responses, or timed out): go-back-N
+    // re-sends everything after it too, so the responses queued from its PSN on are dropped.
+    for (size_t i = qp.resp_head; i < qp.resp.size(); ++i) {
+      RespItem& it = qp.resp[i];
+      if (it.kind != kData) continue;
+      if (it.start >= p.psn) {
+        it.psn = it.end;  // nothing left to send
+      } else if (it.end > p.psn) {
+        it.end = std::max(it.psn, p.psn);
+      }
+    }
+  }
+  if (cfg.storm) {
+    // The READ join (docs/storm.md §6.6): the responses of the READ at this PSN are sized by it.
+    hosts[qp.dst].read_tracker.AddPending(rstreams[qi], p.psn & storm::kPsnMask, p.sack);
+  }
+  RespItem it;
+  it.kind = kData;
+  it.start = it.psn = p.psn;
+  it.end = end;
+  it.flow = f;
+  qp.resp.push_back(it);
+  Respond(qi);
+}
+
+void Simulator::Impl::Respond(uint32_t qi) {
+  Qp& qp = qps[qi];
+  while (!qp.resp_in_nic && qp.resp_head < qp.resp.size()) {
+    const RespItem it = qp.resp[qp.resp_head];
+    if (it.kind != kData) {
+      ++qp.resp_head;
+      EmitControl(qp.dst, qi, it.kind, it.psn, it.end, it.ce);
+      continue;
+    }
+    if (it.psn >= it.end) {
+      ++qp.resp_head;
+      continue;
+    }
+    SendResponse(qi);  // sets resp_in_nic
+  }
+  if (qp.resp_head == qp.resp.size() && !qp.resp.empty()) {
+    qp.resp.clear();
+    qp.resp_head = 0;
+  }
+}
+
+void Simulator::Impl::SendResponse(uint32_t qi) {
+  Qp& qp = qps[qi];
+  RespItem& it = qp.resp[qp.resp_head];
+  const uint32_t psn = it.psn++;
+  const FlowState& fs = flow_state[it.flow];
+  const uint64_t size = flows[it.flow].size;
+  const uint32_t idx = psn - fs.first_psn;
+  const bool first = psn == it.start, last = psn + 1 == it.end;
+  const auto payload = static_cast<uint32_t>(idx + 1 == fs.packets ? size - uint64_t{idx} * cfg.mtu
+                                                                   : uint64_t{cfg.mtu});
+  if (psn < qp.resp_max) {
+    ++res.retransmissions;
+  } else {
+    qp.resp_max = psn + 1;
+  }
+  pkt::PacketDesc d = qp.rev_desc;
+  d.opcode = first && last ? pkt::op::kReadResponseOnly
+             : first       ? pkt::op::kReadResponseFirst
+             : last        ? pkt::op::kReadResponseLast
+                           : pkt::op::kReadResponseMiddle;
+  d.roce_class = pkt::RoceClass::kReadResponse;
+  // First, Last and Only carry an AETH, Middle none.
+  d.flags = static_cast<uint16_t>(
+      (d.flags & ~(pkt::kFlagFirst | pkt::kFlagLast | pkt::kFlagAeth | pkt::kFlagReth)) |
+      (first ? pkt::kFlagFirst : 0) | (last ? pkt::kFlagLast : 0) |
+      (first || last ? pkt::kFlagAeth : 0));
+  d.psn = psn & storm::kPsnMask;
+  d.dma_length = 0;
+  d.payload_len = static_cast<uint16_t>(std::min<uint32_t>(payload, 0xffff));
+  d.pad_count = 0;
+  d.ip_len = static_cast<uint16_t>(std::min<uint32_t>(payload + cfg.header_bytes, 0xffff));
+  const uint8_t level = cfg.storm ? TagHostResponse(qi, d) : 0;
+  const lb::PathChoice c = Pin(qp.dst).Choose(d, qp.rev_frame.data(), qp.rev_hdr_len, now / 1000);
+  const uint32_t pi = Alloc();
+  Packet& p = pool[pi];
+  p.qp = qi;
+  p.psn = psn;
+  p.sack = 0;
+  p.hash_x = qp.rev_hash_base ^ SportA(c.path != nullptr ? c.path->entropy : 0);
+  p.dst_ip = hosts[qp.src].ip;
+  p.dst = qp.src;
+  p.payload = payload;
+  p.wire = payload + cfg.header_bytes;
+  p.kind = kData;
+  p.prio = level;
+  p.flags = static_cast<uint8_t>(kResp | kFromResponder | (first ? kFirstPkt : 0) |
+                                 (last ? kLastPkt : 0));
+  ++res.data_packets_sent;
+  res.data_bytes_sent += payload;
+  res.level_bytes[level] += payload;
+  qp.resp_in_nic = true;
+  HostSend(qp.dst, c, pi);
+}
+
+uint32_t Simulator::Impl::FirstUnreadPsn(const Qp& qp, uint32_t upto) const {
+  if (qp.reads == 0 || upto <= qp.snd_una) return upto;
+  for (size_t m = MessageOf(qp, qp.snd_una); m < qp.msgs.size(); ++m) {
+    const FlowState& fs = flow_state[qp.msgs[m]];
+    if (fs.first_psn >= upto) break;
+    if (fs.op == Op::kRead) return std::max(qp.snd_una, fs.first_psn);
+  }
+  return upto;
+}
+
+void Simulator::Impl::ReadGap(Qp& qp, uint32_t qi) {
+  if (qp.rd_gap) return;  // once per gap, as a NAK
+  qp.rd_gap = true;
+  ++res.read_reissues;
+  if (qp.snd_una < qp.snd_nxt) qp.snd_nxt = qp.snd_una;  // go back N
+  TrySend(qi);
+}
+
+void Simulator::Impl::ReceiveResponse(const Packet& p) {
+  const uint32_t qi = p.qp;
+  Qp& qp = qps[qi];
+  if (p.flags & kTrimmed) {
+    ++res.trimmed_delivered;
+    if (p.psn >= qp.snd_una) ReadGap(qp, qi);
+    return;
+  }
+  ++res.data_packets_delivered;
+  // In order: the next PSN the requester waits for, or the first response of a READ with only
+  // WRITEs and SENDs before it (a response acknowledges every PSN before its own).
+  const bool accept = p.psn == qp.snd_una || (p.psn > qp.snd_una && (p.flags & kFirstPkt) &&
+                                              FirstUnreadPsn(qp, p.psn) == p.psn);
+  if (accept) {
+    res.unique_bytes_delivered += p.payload;
+    Pin(qp.src).OnFeedback(qp.flow_hash, qp.qpn,
+                           {.kind = lb::FeedbackKind::kAck, .psn = p.psn & storm::kPsnMask},
+                           now / 1000);
+    Acked(qp, qi, p.psn + 1);
+    TrySend(qi);
+  } else if (p.psn > qp.snd_una) {
+    ++res.out_of_order;
+    ReadGap(qp, qi);
+  }
+  // Else a response the requester already has (a re-issued READ's).
+}
+
 void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint32_t psn,
+                                  uint32_t sack, bool ce) {
+  Qp& qp = qps[qi];
+  if (kind != kCnp && (qp.resp_in_nic || qp.resp_head < qp.resp.size())) {
+    RespItem it;
+    it.kind = kind;
+    it.ce = ce;
+    it.psn = psn;
+    it.end = sack;
+    qp.resp.push_back(it);
+    return;
+  }
+  EmitControl(from, qi, kind, psn, sack, ce);
+}
+
+void Simulator::Impl::EmitControl(uint32_t from, uint32_t qi, uint8_t kind, uint32_t psn,
                                   uint32_t sack, bool ce) {
   Qp& qp = qps[qi];
   pkt::PacketDesc d = qp.rev_desc;
@@ -1056,6 +1500,8 @@ void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint
     d.roce_class = pkt::RoceClass::kCnp;
   }
   d.psn = psn & storm::kPsnMask;
+  const uint8_t level =
+      cfg.storm && kind != kCnp ? TagHostResponse(qi, d) : static_cast<uint8_t>(top_level);
   const lb::PathChoice c = Pin(from).Choose(d, qp.rev_frame.data(), qp.rev_hdr_len, now / 1000);
   const uint32_t pi = Alloc();
   Packet& p = pool[pi];
@@ -1068,8 +1514,8 @@ void Simulator::Impl::SendControl(uint32_t from, uint32_t qi, uint8_t kind, uint
   p.payload = 0;
   p.wire = cfg.header_bytes;
   p.kind = kind;
-  p.prio = static_cast<uint8_t>(top_level);
-  p.flags = ce ? kCe : 0;
+  p.prio = level;
+  p.flags = static_cast<uint8_t>((ce ? kCe : 0) | (kind != kCnp ? kFromResponder : 0));
   ++res.control_packets_sent;
   HostSend(from, c, pi);
 }
@@ -1140,6 +1586,7 @@ void Simulator::Impl::Acked(Qp& qp, uint32_t qi, uint32_t upto) {
     for (uint32_t s = qp.snd_una; s < upto; ++s) qp.st[s & (ring - 1)] = 0;
   }
   qp.snd_una = upto;
+  qp.rd_gap = false;
   if (qp.snd_nxt < upto) qp.snd_nxt = upto;
   qp.rto_deadline = now + cfg.rto_ns * 1000;
   if (cfg.storm) {
@@ -1150,6 +1597,10 @@ void Simulator::Impl::Acked(Qp& qp, uint32_t qi, uint32_t upto) {
     const FlowState& fs = flow_state[f];
     if (fs.first_psn + fs.packets > qp.snd_una) break;
     flows[f].finish = now;
+    if (fs.op == Op::kRead) {  // its last response arrived
+      flows[f].delivered = now;
+      --qp.reads;
+    }
     ++finished;
     ++qp.msg_head;
   }
@@ -1193,7 +1644,11 @@ void Simulator::Impl::ReceiveAck(Packet p) {
       qp.round_end = qp.snd_nxt;
     }
   }
-  Acked(qp, qi, p.psn);
+  // An acknowledgement past a READ whose responses have not all arrived: they were lost or
+  // overtaken, and the requester re-issues the READ (RoCE's implied NAK).
+  const uint32_t upto = FirstUnreadPsn(qp, p.psn);
+  Acked(qp, qi, upto);
+  if (upto < p.psn) ReadGap(qp, qi);
   if (p.kind == kNak) {
     Pin(qp.src).OnFeedback(qp.flow_hash, qp.qpn,
                            {.kind = lb::FeedbackKind::kNak, .psn = p.psn & storm::kPsnMask},
@@ -1259,8 +1714,12 @@ void Simulator::Impl::HostReceive(uint32_t host, uint32_t pi) {
     return;
   }
   Free(pi);
-  if (p.kind == kData) {
+  if (p.flags & kResp) {
+    ReceiveResponse(p);
+  } else if (p.kind == kData) {
     ReceiveData(host, p);
+  } else if (p.kind == kReadReq) {
+    ReceiveReadRequest(p);
   } else {
     ReceiveAck(p);
   }
@@ -1389,7 +1848,8 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(const nuwa::Fabric&
   return std::unique_ptr<Simulator>(new Simulator(std::move(impl)));
 }
 
-absl::Status Simulator::AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint64_t start_ns) {
+absl::Status Simulator::AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint64_t start_ns,
+                                Op op) {
   Impl& m = *impl_;
   if (src >= m.num_hosts || dst >= m.num_hosts || src == dst) {
     return absl::InvalidArgumentError(absl::StrCat("flow ", src, " -> ", dst, ": hosts are 0..",
@@ -1399,7 +1859,11 @@ absl::Status Simulator::AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint6
     return absl::InvalidArgumentError(
         absl::StrCat("flow size ", size, ": give 1..", storm::kMaxMessageBytes, " bytes"));
   }
-  m.NewFlow(src, dst, size, start_ns * 1000);
+  if (op == Op::kRead && m.cfg.transport != Transport::kGoBackN) {
+    return absl::InvalidArgumentError(
+        "a READ needs go-back-N (the requester takes READ responses in order)");
+  }
+  m.NewFlow(src, dst, size, start_ns * 1000, op);
   m.q.Push(start_ns * 1000, kFlowStart, static_cast<uint32_t>(m.flows.size() - 1), 0);
   return absl::OkStatus();
 }

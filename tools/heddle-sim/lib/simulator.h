@@ -53,6 +53,16 @@ enum class Transport : uint8_t {
 };
 const char* TransportName(Transport t);  // "gbn", "sr"
 
+// The RDMA operation of a message (docs/sim.md §2.3). Its packets carry the real RoCEv2 opcodes,
+// so STORM's tracker and PIN see what they would see in the daemon.
+enum class Op : uint8_t {
+  kWrite,  // WRITE first/middle/last/only; the size is in the RETH of the first packet
+  kSend,   // SEND first/middle/last/only; the size is known at the last packet only
+  kRead,   // one READ request (RETH: the size) to the responder, which streams READ responses
+           // back; the FCT ends when the last response arrived. Go-back-N only.
+};
+const char* OpName(Op op);  // "write", "send", "read"
+
 struct SimConfig {
   // ---- Fabric ----
   double link_latency_ns = 1000;  // every link, one way
@@ -105,6 +115,13 @@ struct SimConfig {
   // ---- STORM (dataplane/storm) ----
   bool storm = false;
   storm::LevelConfig levels;  // levels.levels priority queues everywhere; control at the top
+  // The daemon's ordering guards in per-message mode (docs/storm.md §5, §6.5; storm.fabric_guard
+  // and storm.response_window_ms): a request that starts while the QP has packets unacknowledged
+  // takes no level above the newest one's; a READ response stream and the ACKs a responder sends
+  // take none above its last READ response's for the window after it. The simulator knows the
+  // join of responses to their requests exactly (the daemon needs the verbs shim for it).
+  bool storm_fabric_guard = true;
+  uint32_t storm_response_window_ms = 2;
 
   // ---- PIN and balancers (dataplane/lb) ----
   // seed, flow_capacity, link_gbps and rtt_ns are filled in per host; a flow entry idle this
@@ -126,6 +143,9 @@ struct SimConfig {
   };
   std::vector<Degraded> degraded;
 
+  // The operations of the Poisson workload's messages (incasts and collectives are WRITEs).
+  OpMix ops;
+
   uint64_t seed = 1;
   // Arrivals stop at `duration_ns`; the run ends when every flow finished, or at
   // `max_time_ns` (0: 20 × duration_ns + 10 ms).
@@ -142,6 +162,7 @@ struct FlowRecord {
   TimePs finish = 0;     // when the sender had the last ACK: FCT = finish - start; 0: not yet
   TimePs ideal = 0;      // its FCT alone in an empty network (IdealFct)
   bool collective = false;
+  Op op = Op::kWrite;
 };
 
 struct PortStats {
@@ -173,6 +194,16 @@ struct SimResult {
   uint64_t naks = 0;
   uint64_t cnps = 0;
   uint64_t out_of_order = 0;  // data packets that arrived ahead of the receiver's next PSN
+  // READs: requests sent (re-issues included; counted as control packets), and re-issues after a
+  // gap in a READ's responses or an ACK past them (RoCE's implied NAK: the responses were lost
+  // or overtaken).
+  uint64_t read_requests = 0;
+  uint64_t read_reissues = 0;
+  // STORM's guards (SimConfig::storm_fabric_guard): requests started behind unacknowledged
+  // packets of their QP (capped at the newest one's level), and READ response streams and ACKs
+  // whose level the response window lowered.
+  uint64_t fabric_guarded = 0;
+  uint64_t response_guarded = 0;
   // SimConfig::trim: data packets cut to their header, and those headers that reached their
   // receiver (the others were dropped: counted in drops_buffer and drops_data).
   uint64_t trims = 0;
@@ -227,8 +258,10 @@ class Simulator {
   ~Simulator();
 
   // Work. All of it must be added before Run().
-  // One message of `size` bytes from host `src` to host `dst` at `start_ns`.
-  absl::Status AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint64_t start_ns);
+  // One message of `size` bytes from host `src` to host `dst` at `start_ns`: `src` WRITEs or
+  // SENDs it to `dst`, or READs it from `dst` (the bytes then flow from `dst` to `src`).
+  absl::Status AddFlow(uint32_t src, uint32_t dst, uint64_t size, uint64_t start_ns,
+                       Op op = Op::kWrite);
   // Every host sends messages with sizes from `cdf` to uniformly random other hosts it has a
   // path to, Poisson arrivals at `load` × its link rate, from 0 to duration_ns.
   absl::Status SetPoissonWorkload(const Cdf& cdf, double load);
@@ -256,7 +289,8 @@ class Simulator {
 
   // The analytic FCT of a message alone in an empty network (docs/sim.md §3): its packets
   // back to back at the first link's rate, store-and-forward at every hop, the last packet's
-  // ACK back. Exact for this model when link rates do not decrease towards the hosts.
+  // ACK back. Exact for this model when link rates do not decrease towards the hosts. A READ's
+  // is the same: its request (a header, like an ACK) out, then the responses back to back.
   TimePs IdealFct(uint32_t src, uint32_t dst, uint64_t size) const;
   // Base round trip of one MTU packet and its ACK between hosts whose lowest common ancestor is
   // at tier `lca_tier`.

@@ -64,6 +64,15 @@ class TempDir {
   std::string path_;
 };
 
+SimResult RunLoaded(const nuwa::Fabric& f, SimConfig c, const std::string& workload, double load) {
+  std::unique_ptr<Simulator> s = Make(f, c);
+  EXPECT_NE(s, nullptr);
+  absl::StatusOr<Cdf> cdf = LoadNamedCdf(workload);
+  EXPECT_TRUE(cdf.ok()) << cdf.status();
+  EXPECT_TRUE(s->SetPoissonWorkload(*cdf, load).ok());
+  return s->Run();
+}
+
 // The switches' hash as the simulator evaluates it, (H(seed, 0) ^ H(0, key) ^ H(0, 0)), is the
 // hash model's: every CRC of fwd::hash_model is affine in the key.
 TEST(SimulatorTest, AffineSwitchHashMatchesTheHashModel) {
@@ -123,6 +132,151 @@ TEST(SimulatorTest, LoneFlowFctIsExactlyTheIdeal) {
       EXPECT_EQ(r.drops_buffer + r.retransmissions + r.out_of_order, 0u);
     }
   }
+}
+
+// A lone READ's FCT is its request one way, then size/rate and the responses' way back: the
+// request is a header like an ACK, so it is the WRITE's closed form to the picosecond. A lone
+// SEND's is the WRITE's too. With and without STORM, ECMP and RPS + PIN.
+TEST(SimulatorTest, LoneReadAndSendFctIsExactlyTheIdeal) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  // 100 000 B read by host 0 from host 4 across the spines: the 64-byte request over 4 links
+  // (5.12 ns and 1 µs each), then 24 responses of 4096 + 64 B (t = 332.8 ns) and one of
+  // 1696 + 64 B (t' = 140.8 ns) back to back over 4 links: 27 t + t' + 4 µs.
+  constexpr TimePs kByHand = 4 * (5'120 + 1'000'000) + 27 * 332'800 + 140'800 + 4'000'000;
+  for (bool storm : {false, true}) {
+    for (lb::BalancerKind k : {lb::BalancerKind::kEcmp, lb::BalancerKind::kRps}) {
+      SimConfig c;
+      c.lb.balancer = k;
+      c.lb.pin = k == lb::BalancerKind::kRps;
+      c.storm = storm;
+      std::unique_ptr<Simulator> s = Make(f, c);
+      ASSERT_NE(s, nullptr);
+      EXPECT_EQ(s->IdealFct(0, 4, 100'000), kByHand);
+      const std::vector<std::tuple<uint32_t, uint32_t, uint64_t>> sizes = {
+          {0, 1, 1}, {0, 1, 1000}, {0, 4, 4096}, {0, 4, 4097}, {0, 4, 100'000}, {5, 15, 1'000'000}};
+      uint64_t t = 0, reads = 0;
+      for (Op op : {Op::kRead, Op::kSend}) {
+        for (const auto& [src, dst, size] : sizes) {
+          ASSERT_TRUE(s->AddFlow(src, dst, size, t, op).ok());
+          t += 1'000'000;  // 1 ms apart: each flow alone
+          reads += op == Op::kRead;
+        }
+      }
+      const SimResult r = s->Run();
+      ASSERT_EQ(r.flows.size(), 2 * sizes.size());
+      for (const FlowRecord& fr : r.flows) {
+        ASSERT_NE(fr.finish, 0u);
+        EXPECT_EQ(fr.finish - fr.start, fr.ideal)
+            << OpName(fr.op) << " " << fr.size << " B " << fr.src << "->" << fr.dst << " storm "
+            << storm << " " << lb::BalancerKindName(k);
+        if (fr.op == Op::kRead) EXPECT_EQ(fr.delivered, fr.finish);  // the last response
+      }
+      EXPECT_EQ(r.read_requests, reads);
+      EXPECT_EQ(r.drops_buffer + r.retransmissions + r.out_of_order + r.read_reissues, 0u);
+    }
+  }
+}
+
+// READs, SENDs and WRITEs on go-back-N with losses: every packet sent is delivered or counted
+// dropped, every flow finishes, and every byte arrives once — READ responses included, whose
+// losses the requester repairs by re-issuing the READ.
+TEST(SimulatorTest, ConservationWithReads) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  c.duration_ns = 400'000;
+  c.buffer_bytes = 8 * 4160;  // small: drops
+  c.lb.balancer = lb::BalancerKind::kRps;
+  c.rto_ns = 40'000;
+  c.ops = {.write = 0.4, .send = 0.2, .read = 0.4};
+  for (bool storm : {false, true}) {
+    c.storm = storm;
+    const SimResult r = RunLoaded(f, c, "websearch", 0.8);
+    uint64_t bytes = 0, finished = 0, reads = 0, sends = 0;
+    for (const FlowRecord& fr : r.flows) {
+      bytes += fr.size;
+      finished += fr.finish != 0;
+      reads += fr.op == Op::kRead;
+      sends += fr.op == Op::kSend;
+    }
+    EXPECT_GT(reads, 10u);
+    EXPECT_GT(sends, 4u);
+    EXPECT_GT(r.drops_buffer, 0u);
+    EXPECT_EQ(finished, r.flows.size());
+    EXPECT_EQ(r.data_packets_sent, r.data_packets_delivered + r.drops_data);
+    EXPECT_EQ(r.control_packets_sent,
+              r.control_packets_delivered + r.drops_buffer + r.drops_unreachable - r.drops_data);
+    EXPECT_EQ(r.unique_bytes_delivered, bytes);
+    EXPECT_GE(r.read_requests, reads);
+    EXPECT_GT(r.read_reissues + r.timeouts, 0u);
+  }
+}
+
+// A mix of operations is as deterministic as WRITEs alone: one seed, the same bytes.
+TEST(SimulatorTest, MixedOpsSameSeedSameOutputBytes) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  SimConfig c;
+  c.duration_ns = 300'000;
+  c.storm = true;
+  c.pfc = true;
+  c.ops = {.write = 0.5, .send = 0.2, .read = 0.3};
+  std::vector<std::string> texts;
+  for (uint64_t seed : {9u, 9u, 10u}) {
+    c.seed = seed;
+    const SimResult r = RunLoaded(f, c, "websearch", 0.6);
+    TempDir dir;
+    ASSERT_TRUE(WriteCsv(r, dir.path()).ok());
+    texts.push_back(ReadFile(dir.path() + "/fct.csv") + ReadFile(dir.path() + "/summary.csv") +
+                    ReadFile(dir.path() + "/levels.csv"));
+    EXPECT_NE(texts.back().find(",read\n"), std::string::npos);
+    EXPECT_NE(texts.back().find("send-short"), std::string::npos);
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_NE(texts[0], texts[2]);
+}
+
+// Go-back-N on a lossless fabric (PFC, ECMP: one path per QP), so every out-of-order arrival is
+// reordering by priority. One QP from host 0 to host 5 carries a 2 MB WRITE, then a READ of
+// 256 KB, then a 4 KiB WRITE; other hosts keep deep queues at both ends' ToR ports. Strict
+// priority lets the READ request (control level) and the short WRITE (top level) overtake the
+// long WRITE's tail, and host 5's ACK of the short WRITE overtake its READ responses — unless
+// STORM's per-message guards hold them at the level of what is still in the fabric. With them,
+// nothing is reordered or resent; without them the responder NAKs and the requester re-issues.
+TEST(SimulatorTest, StormGuardsKeepGoBackNInOrder) {
+  const nuwa::Fabric f = Parse(kLeafSpine);
+  auto run = [&](bool storm, bool guard) {
+    SimConfig c;
+    c.pfc = true;
+    c.storm = storm;
+    c.storm_fabric_guard = guard;
+    c.lb.balancer = lb::BalancerKind::kEcmp;
+    c.lb.pin = false;
+    c.window_packets = 200;  // deep standing queues
+    c.rto_ns = 10'000'000;   // no timeout in this run: every resend is a NAK's
+    std::unique_ptr<Simulator> s = Make(f, c);
+    EXPECT_NE(s, nullptr);
+    EXPECT_TRUE(s->AddFlow(0, 5, 2'000'000, 0).ok());
+    EXPECT_TRUE(s->AddFlow(0, 5, 256'000, 0, Op::kRead).ok());
+    EXPECT_TRUE(s->AddFlow(0, 5, 4096, 0).ok());
+    EXPECT_TRUE(s->AddFlow(1, 5, 10'000'000, 0).ok());  // towards host 5
+    EXPECT_TRUE(s->AddFlow(6, 0, 10'000'000, 0).ok());  // towards host 0
+    SimResult r = s->Run();
+    for (const FlowRecord& fr : r.flows) EXPECT_NE(fr.finish, 0u);
+    EXPECT_EQ(r.drops_buffer + r.timeouts, 0u);
+    return r;
+  };
+  const SimResult fifo = run(false, false);
+  const SimResult unguarded = run(true, false);
+  const SimResult guarded = run(true, true);
+  auto reordered = [](const SimResult& r) {
+    return r.out_of_order + r.naks + r.read_reissues + r.retransmissions;
+  };
+  EXPECT_GT(reordered(unguarded), 0u);
+  EXPECT_GT(unguarded.retransmissions, 0u);
+  EXPECT_GT(guarded.fabric_guarded, 0u);
+  EXPECT_GT(guarded.response_guarded, 0u);
+  EXPECT_EQ(reordered(guarded), 0u);
+  EXPECT_LE(reordered(guarded), reordered(fifo));
+  EXPECT_EQ(guarded.unique_bytes_delivered, unguarded.unique_bytes_delivered);
 }
 
 // Single-packet messages from 15 hosts to one, Poisson, sizes exponential: the receiver's ToR
@@ -224,15 +378,6 @@ TEST(SimulatorTest, EcmpSplitsManyFlowsEvenly) {
     EXPECT_GT(JainIndex(leaf0), k == lb::BalancerKind::kEcmp ? 0.98 : 0.9999)
         << lb::BalancerKindName(k);
   }
-}
-
-SimResult RunLoaded(const nuwa::Fabric& f, SimConfig c, const std::string& workload, double load) {
-  std::unique_ptr<Simulator> s = Make(f, c);
-  EXPECT_NE(s, nullptr);
-  absl::StatusOr<Cdf> cdf = LoadNamedCdf(workload);
-  EXPECT_TRUE(cdf.ok()) << cdf.status();
-  EXPECT_TRUE(s->SetPoissonWorkload(*cdf, load).ok());
-  return s->Run();
 }
 
 // The same seed gives the same bytes; another seed another run.
@@ -610,6 +755,21 @@ TEST(SimulatorTest, BadInputIsAnError) {
   bad = c;
   bad.qps_per_pair = 0;
   EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad = c;
+  bad.ops = {.write = 0, .send = 0, .read = 0};
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad.ops = {.write = 1, .send = -1, .read = 0};
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  // READs are modelled on go-back-N only.
+  bad = c;
+  bad.transport = Transport::kSelectiveRepeat;
+  bad.ops = {.write = 1, .send = 0, .read = 1};
+  EXPECT_FALSE(Simulator::Create(f, bad).ok());
+  bad.ops = {};
+  std::unique_ptr<Simulator> sr = Make(f, bad);
+  ASSERT_NE(sr, nullptr);
+  EXPECT_FALSE(sr->AddFlow(0, 1, 10, 0, Op::kRead).ok());
+  EXPECT_TRUE(sr->AddFlow(0, 1, 10, 0, Op::kSend).ok());
 }
 
 }  // namespace

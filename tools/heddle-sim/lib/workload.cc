@@ -11,6 +11,30 @@
 
 namespace heddle::sim {
 
+absl::StatusOr<OpMix> ParseOpMix(std::string_view text) {
+  OpMix m{0, 0, 0};
+  bool seen[3] = {false, false, false};
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    const std::vector<absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    double v = 0;
+    const absl::string_view name = absl::StripAsciiWhitespace(kv[0]);
+    const int i = name == "write" ? 0 : name == "send" ? 1 : name == "read" ? 2 : -1;
+    if (kv.size() != 2 || i < 0 || seen[i] ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(kv[1]), &v) || !(v >= 0) || !(v < 1e9)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ops ", std::string(text), ": at \"", part,
+                       "\"; give write=W,send=S,read=R with shares >= 0, each at most once"));
+    }
+    seen[i] = true;
+    (i == 0 ? m.write : i == 1 ? m.send : m.read) = v;
+  }
+  if (!(m.write + m.send + m.read > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ops ", std::string(text), ": the shares are all 0"));
+  }
+  return m;
+}
+
 absl::StatusOr<Cdf> Cdf::Make(std::vector<std::pair<double, double>> points, std::string name) {
   if (points.size() < 2) {
     return absl::InvalidArgumentError(

@@ -1,7 +1,8 @@
 // File: tools/heddle-sim/lib/workload.h
 //
 // Traffic for the simulator: flow-size CDFs (the data files under tools/heddle-sim/data, each
-// citing its source) with Poisson arrivals at a target load, and incast.
+// citing its source) with Poisson arrivals at a target load, the mix of RDMA operations, and
+// incast.
 //
 //   HEDDLE_ASSIGN_OR_RETURN(Cdf cdf, LoadNamedCdf("websearch"));   // or LoadCdfFile(path)
 //   Rng rng(seed);
@@ -23,6 +24,13 @@
 #include "tools/heddle-sim/lib/rng.h"
 
 namespace heddle::sim {
+
+// The share of each RDMA operation among a Poisson workload's messages (weights, normalized).
+struct OpMix {
+  double write = 1, send = 0, read = 0;
+};
+// "write=0.6,read=0.3,send=0.1" (any order, each at most once, missing ones 0, not all 0).
+absl::StatusOr<OpMix> ParseOpMix(std::string_view text);
 
 class Cdf {
  public:
