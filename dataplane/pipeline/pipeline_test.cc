@@ -299,34 +299,40 @@ class BadEgressStage final : public Stage {
 
 TEST_F(PipelineTest, EgressSchedulerPathDropsBadEgressAndChainsForSingleSegmentPorts) {
   // With the strict-priority egress (STORM's), bursts of more and fewer than eight packets: a
-  // packet for a port that does not exist is dropped, and a chain too where the uplink takes
-  // single segments only, each under its reason; the rest leave in order.
+  // packet for a port that does not exist is dropped (none, inside the first block of eight, or
+  // in the tail after it), and a chain too where the uplink takes single segments only, each
+  // under its reason; the rest leave in order.
+  constexpr uint32_t kNone = 0xFFFF;
   for (const bool multi_seg : {true, false}) {
     for (const uint32_t n : {3u, 12u}) {
-      SCOPED_TRACE(testing::Message() << "n " << n << " multi_seg " << multi_seg);
-      const uint32_t bad = n > 8 ? 5 : n - 1;  // among the first eight, and in the rest
-      std::vector<std::vector<uint8_t>> sent;
-      for (uint32_t i = 0; i < n; ++i) {
-        std::vector<uint8_t> f = Write(i, i == 1 ? 4096 : 64);
-        if (i == 1) {
-          ASSERT_EQ(rte_ring_enqueue(host_.rx, ToChain(f, {1500, 3000})), 0);
-        } else {
-          ASSERT_EQ(rte_ring_enqueue(host_.rx, ToMbuf(f)), 0);
+      const std::vector<uint32_t> bads =
+          n > 8 ? std::vector<uint32_t>{kNone, 5, 10, n - 1} : std::vector<uint32_t>{kNone, n - 1};
+      for (const uint32_t bad : bads) {
+        SCOPED_TRACE(testing::Message()
+                     << "n " << n << " multi_seg " << multi_seg << " bad " << bad);
+        std::vector<std::vector<uint8_t>> sent;
+        for (uint32_t i = 0; i < n; ++i) {
+          std::vector<uint8_t> f = Write(i, i == 1 ? 4096 : 64);
+          if (i == 1) {
+            ASSERT_EQ(rte_ring_enqueue(host_.rx, ToChain(f, {1500, 3000})), 0);
+          } else {
+            ASSERT_EQ(rte_ring_enqueue(host_.rx, ToMbuf(f)), 0);
+          }
+          if (i != bad && (i != 1 || multi_seg)) sent.push_back(f);
         }
-        if (i != bad && (i != 1 || multi_seg)) sent.push_back(f);
+        const uint64_t no_egress = Drops(DropReason::kNoEgress);
+        const uint64_t chains = Drops(DropReason::kTxMultiSeg);
+        auto w = MakeWorker(false, true, multi_seg,
+                            std::make_unique<BadEgressStage>(static_cast<uint16_t>(bad)),
+                            /*egress_queue_packets=*/64);
+        ASSERT_NE(w->egress(), nullptr);
+        for (int i = 0; i < 4; ++i) w->PollOnce();
+        EXPECT_EQ(Drain(uplink_.tx), sent);
+        EXPECT_EQ(Drops(DropReason::kNoEgress) - no_egress, bad == kNone ? 0u : 1u);
+        EXPECT_EQ(Drops(DropReason::kTxMultiSeg) - chains, multi_seg ? 0u : 1u);
+        w.reset();
+        EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
       }
-      const uint64_t no_egress = Drops(DropReason::kNoEgress);
-      const uint64_t chains = Drops(DropReason::kTxMultiSeg);
-      auto w = MakeWorker(false, true, multi_seg,
-                          std::make_unique<BadEgressStage>(static_cast<uint16_t>(bad)),
-                          /*egress_queue_packets=*/64);
-      ASSERT_NE(w->egress(), nullptr);
-      for (int i = 0; i < 4; ++i) w->PollOnce();
-      EXPECT_EQ(Drain(uplink_.tx), sent);
-      EXPECT_EQ(Drops(DropReason::kNoEgress) - no_egress, 1u);
-      EXPECT_EQ(Drops(DropReason::kTxMultiSeg) - chains, multi_seg ? 0u : 1u);
-      w.reset();
-      EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
     }
   }
 }
@@ -415,12 +421,12 @@ class StormTagTest : public PipelineTest {
     std::bitset<kMaxPorts> hosts;
     hosts.set(0);
     control_ = std::make_unique<StormControl>(StormLevels(mode), 1);
-    auto stage = std::make_unique<StormTagStage>(StormTagStage::Options{
-        .table = {.capacity = 1024, .idle_ms = 1000},
-        .mtu = 1024,
-        .host_ports = hosts,
-        .control = control_.get(),
-        .clock = [] { return uint32_t{5}; }});
+    auto stage = std::make_unique<StormTagStage>(
+        StormTagStage::Options{.table = {.capacity = 1024, .idle_ms = 1000},
+                               .mtu = 1024,
+                               .host_ports = hosts,
+                               .control = control_.get(),
+                               .clock = [] { return uint32_t{5}; }});
     return MakeWorker(false, true, true, std::move(stage));
   }
   std::vector<std::vector<uint8_t>> RunHost(storm::Mode mode,
