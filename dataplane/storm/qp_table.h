@@ -223,13 +223,10 @@ class QpTable {
   // `hint`: Probe()'s answer for this hash (below); checked first, inline.
   QpEntry* FindOrInsertHashed(uint64_t hash, uint32_t qpn_dir, uint32_t now_ms,
                               InsertResult* result, uint32_t hint = kNoSlot) {
-    if (hint < capacity_) [[likely]] {
-      QpEntry& g = entries_[hint];
-      if (g.key_hash == hash && g.qpn_dir == qpn_dir) [[likely]] {
-        g.last_seen = now_ms;
-        if (result) *result = InsertResult::kFound;
-        return &g;
-      }
+    if (QpEntry* g = FindAt(hint, hash, qpn_dir)) [[likely]] {
+      g->last_seen = now_ms;
+      if (result) *result = InsertResult::kFound;
+      return g;
     }
     return FindOrInsertSlow(hash, qpn_dir, now_ms, result);
   }
