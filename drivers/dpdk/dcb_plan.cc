@@ -83,7 +83,7 @@ absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::stri
   if (info.nb_tcs == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         where, " reports 0 traffic classes after DCB TX was configured with ", int{plan.nb_tcs},
-        ": the PMD did not enable DCB TX (i40e and ice set DCB up from the RX DCB mode, which "
+        ": the PMD did not enable DCB TX (i40e sets DCB up only with an RX DCB mode, which "
         "heddled leaves at RSS)",
         kFix));
   }
@@ -99,6 +99,7 @@ absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::stri
   for (int t = 0; t < plan.nb_tcs; ++t) {
     q.tc_base[t] = info.tc_queue.tc_txq[0][t].base;
     q.tc_count[t] = info.tc_queue.tc_txq[0][t].nb_queue;
+    q.tc_bws[t] = info.tc_bws[t];
   }
   // Only the TCs a level uses need a queue per worker.
   for (int l = 0; l < kDcbLevels; ++l) {

@@ -57,6 +57,7 @@ struct DcbQueues {
   uint8_t nb_tcs = 0;
   std::array<uint16_t, 8> tc_base{};   // first TX queue of TC t (pool 0)
   std::array<uint16_t, 8> tc_count{};  // TX queues of TC t
+  std::array<uint8_t, 8> tc_bws{};     // TX bandwidth share of TC t, percent (the PMD's ETS)
   std::array<uint8_t, kDcbLevels> level_tc{};
   std::vector<std::array<uint16_t, kDcbLevels>> level_queue;  // [worker][level] -> TX queue
 };

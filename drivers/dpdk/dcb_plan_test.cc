@@ -33,6 +33,7 @@ rte_eth_dcb_info IxgbeInfo(uint8_t nb_tcs) {
     const uint16_t n = nb_tcs == 4 ? four[t] : eight[t];
     info.tc_queue.tc_txq[0][t].base = base;
     info.tc_queue.tc_txq[0][t].nb_queue = n;
+    info.tc_bws[t] = static_cast<uint8_t>(100 / nb_tcs);
     base += n;
   }
   return info;
@@ -63,6 +64,7 @@ TEST(DcbPlanTest, FourTcsOnIxgbe) {
   // Worker w sends level l on TC l's first queue + w; levels past K-1 on the top TC.
   EXPECT_EQ(q->level_queue[0], (std::array<uint16_t, 8>{0, 64, 96, 112, 112, 112, 112, 112}));
   EXPECT_EQ(q->level_queue[1], (std::array<uint16_t, 8>{1, 65, 97, 113, 113, 113, 113, 113}));
+  EXPECT_EQ(q->tc_bws[3], 25);  // the PMD's ETS shares, reported for the log
   EXPECT_EQ(DescribeDcbQueues(*q, 4),
             "4 TCs: L0->TC0 q0-1, L1->TC1 q64-65, L2->TC2 q96-97, "
             "L3->TC3 q112-113");

@@ -379,9 +379,13 @@ absl::Status Daemon::Impl::Start() {
           e.levels.push_back(
               {static_cast<uint32_t>(l), static_cast<uint32_t>(tc), q->tc_base[tc], num_workers});
         }
-        HEDDLE_LOG(kInfo, "port %s: STORM levels on DCB TX queues, %s%s", e.port.c_str(),
-                   dpdk::DescribeDcbQueues(*q, cfg.storm.levels.levels).c_str(),
-                   cfg.storm.dcb_pfc ? ", PFC on" : "");
+        std::string shares;
+        for (int t = 0; t < q->nb_tcs; ++t) absl::StrAppend(&shares, t ? "/" : "", q->tc_bws[t]);
+        // The PMD's ETS shares: the TCs are served by weight, not in strict priority, unless the
+        // operator changes that (docs/storm.md §6.7).
+        HEDDLE_LOG(kInfo, "port %s: STORM levels on DCB TX queues, %s; TX shares %s %%%s",
+                   e.port.c_str(), dpdk::DescribeDcbQueues(*q, cfg.storm.levels.levels).c_str(),
+                   shares.c_str(), cfg.storm.dcb_pfc ? ", PFC on" : "");
       }
       storm_egress.push_back(std::move(e));
     }
