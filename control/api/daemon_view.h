@@ -101,6 +101,20 @@ struct StormLevelView {
 };
 
 // The STORM state in force and its counters, summed over workers.
+// How one port serves the STORM levels (storm.egress, docs/storm.md §6.7).
+struct StormEgressLevelView {
+  uint32_t level = 0, tc = 0;
+  uint32_t first_queue = 0, queues = 0;  // the TC's TX queues the workers use
+};
+struct StormEgressPortView {
+  std::string port;
+  std::string configured;        // storm.egress for this port: "software" | "dcb" | "auto"
+  std::string mode;              // in force: "software" | "dcb"
+  std::string fallback;          // why `auto` serves this port from software ("" otherwise)
+  uint32_t traffic_classes = 0;  // with dcb
+  std::vector<StormEgressLevelView> levels;  // with dcb: level -> TC, queues
+};
+
 struct StormView {
   bool enabled = false;
   uint32_t levels = 0;
@@ -135,6 +149,7 @@ struct StormView {
            response_guarded = 0;
   uint64_t rreq_local = 0, rreq_remote = 0, rreq_no_pair = 0, rreq_no_entry = 0, rreq_ring_full = 0,
            rreq_malformed = 0, rreq_pending_full = 0, rreq_stale = 0, rreq_too_late = 0;
+  std::vector<StormEgressPortView> egress_ports;  // one per port, in config order
 };
 
 // One tracked QP (an entry of a worker's QpTable, docs/storm.md §2).

@@ -122,6 +122,21 @@ void ToProto(const StormView& in, v1::Storm* out) {
     level->set_egress_drops(l.egress_drops);
     level->set_egress_queue_depth(l.egress_queue_depth);
   }
+  for (const StormEgressPortView& e : in.egress_ports) {
+    v1::StormEgressPort* port = out->add_egress_ports();
+    port->set_port(e.port);
+    port->set_configured(e.configured);
+    port->set_mode(e.mode);
+    port->set_fallback(e.fallback);
+    port->set_traffic_classes(e.traffic_classes);
+    for (const StormEgressLevelView& l : e.levels) {
+      v1::StormEgressLevel* level = port->add_levels();
+      level->set_level(l.level);
+      level->set_tc(l.tc);
+      level->set_first_queue(l.first_queue);
+      level->set_queues(l.queues);
+    }
+  }
   v1::StormQpTable* table = out->mutable_qp_table();
   table->set_live(in.qp_live);
   table->set_capacity(in.qp_capacity);

@@ -35,6 +35,7 @@
 #include "common/text_match.h"
 #include "common/yaml_documents.h"
 #include "dataplane/storm/levels.h"
+#include "dataplane/storm/tc_map.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -91,7 +92,12 @@ constexpr absl::string_view kStormKeys[] = {"enabled",
                                             "qps_per_host",
                                             "fabric_guard",
                                             "read_stream_capacity",
-                                            "response_window_ms"};
+                                            "response_window_ms",
+                                            "egress",
+                                            "dcb_pfc"};
+constexpr absl::string_view kStormEgressNames[] = {"software", "dcb", "auto"};
+constexpr StormEgress kStormEgressValues[] = {StormEgress::kSoftware, StormEgress::kDcb,
+                                              StormEgress::kAuto};
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinReadStreams = 64;
@@ -683,6 +689,10 @@ class Parser {
     if (auto v = Child(n, "response_window_ms")) {
       Uint(*v, "storm.response_window_ms", 0, 1000, &s->response_window_ms);
     }
+    if (auto v = Child(n, "egress")) {
+      Choice(*v, "storm.egress", kStormEgressNames, kStormEgressValues, &s->egress);
+    }
+    if (auto v = Child(n, "dcb_pfc")) Bool(*v, "storm.dcb_pfc", &s->dcb_pfc);
   }
 
   // One of `names` (in the order of `values`); else reported with the list.
@@ -975,6 +985,10 @@ class Parser {
 
 const char* PortRoleName(PortRole r) { return r == PortRole::kHost ? "host" : "uplink"; }
 
+const char* StormEgressName(StormEgress e) {
+  return e == StormEgress::kDcb ? "dcb" : e == StormEgress::kAuto ? "auto" : "software";
+}
+
 uint64_t MbufsNeeded(const Config& c) {
   const uint64_t workers = c.worker_lcores.size();
   uint64_t n = 0;
@@ -985,6 +999,14 @@ uint64_t MbufsNeeded(const Config& c) {
   n += uint64_t{c.mbuf_cache} * (workers + 1);
   // STORM's strict-priority egress queues hold up to queue_packets per port per worker.
   if (c.storm.enabled) n += workers * c.ports.size() * c.storm.queue_packets;
+  // With DCB TX an uplink's workers each fill one TX ring per traffic class, not one.
+  if (c.storm.enabled && c.storm.egress != StormEgress::kSoftware) {
+    if (absl::StatusOr<storm::TcMap> m = storm::MapLevelsToTcs(c.storm.levels); m.ok()) {
+      for (const PortConfig& p : c.ports) {
+        if (p.role == PortRole::kUplink) n += workers * p.tx_desc * (m->nb_tcs - 1u);
+      }
+    }
+  }
   return n;
 }
 
@@ -1182,12 +1204,23 @@ absl::Status Validate(const Config& c) {
                        " are needed (sum over ports of rx_queues*rx_desc + workers*tx_desc, "
                        "+ workers*burst_size*2 + cache*(workers+1)",
                        c.storm.enabled ? " + workers*ports*storm.queue_packets" : "",
+                       c.storm.enabled && c.storm.egress != StormEgress::kSoftware
+                           ? " + workers*tx_desc*(traffic classes - 1) per uplink for DCB TX"
+                           : "",
                        "); set mbufs: ", SuggestedMbufs(need), " or shrink the rings"));
   }
 
   // storm: the level parameters are checked by the library, whose messages name storm.* keys.
   if (absl::Status s = storm::ValidateLevelConfig(c.storm.levels); !s.ok()) {
     p.Add(std::string(s.message()));
+  } else if (c.storm.egress != StormEgress::kSoftware) {
+    // DCB TX needs a traffic class per level (docs/storm.md §6.7).
+    if (absl::StatusOr<storm::TcMap> m = storm::MapLevelsToTcs(c.storm.levels); !m.ok()) {
+      p.Add(std::string(m.status().message()));
+    }
+  }
+  if (c.storm.dcb_pfc && c.storm.egress == StormEgress::kSoftware) {
+    p.Add("storm.dcb_pfc: true needs DCB TX; set storm.egress: dcb (or auto), or drop dcb_pfc");
   }
   auto power_of_two = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };
   if (c.storm.qp_capacity != 0 &&
@@ -1590,6 +1623,8 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "fabric_guard" << YAML::Value << c.storm.fabric_guard;
   out << YAML::Key << "read_stream_capacity" << YAML::Value << c.storm.read_stream_capacity;
   out << YAML::Key << "response_window_ms" << YAML::Value << c.storm.response_window_ms;
+  out << YAML::Key << "egress" << YAML::Value << StormEgressName(c.storm.egress);
+  out << YAML::Key << "dcb_pfc" << YAML::Value << c.storm.dcb_pfc;
   out << YAML::EndMap;
 
   const lb::LbConfig& lp = c.lb.params;

@@ -39,6 +39,14 @@ struct PortConfig {
   friend bool operator==(const PortConfig&, const PortConfig&) = default;
 };
 
+// How an uplink port serves the STORM levels (storm.egress, docs/storm.md §6.7).
+enum class StormEgress : uint8_t {
+  kSoftware,  // per-level software queues in strict priority in front of one TX queue per worker
+  kDcb,       // each level on its DCB traffic class's TX queue; start-up fails where impossible
+  kAuto,      // DCB where the port supports it, software elsewhere (logged, shown)
+};
+const char* StormEgressName(StormEgress e);  // "software" / "dcb" / "auto"
+
 // STORM tagging (docs/storm.md, docs/config.md `storm`). The level formula's parameters are the
 // library's own LevelConfig, validated by storm::ValidateLevelConfig().
 struct StormConfig {
@@ -71,6 +79,10 @@ struct StormConfig {
   // Strict-priority egress: packets held per egress port per worker under backpressure, shared by
   // the levels (a full port drops the newest packet of its lowest level); 16..65536.
   uint32_t queue_packets = 512;
+  // Uplink ports' egress: software queues, DCB TX queues per level's traffic class, or auto.
+  // The level -> TC map is storm::MapLevelsToTcs() of the levels at start-up.
+  StormEgress egress = StormEgress::kSoftware;
+  bool dcb_pfc = false;  // with DCB TX: also enable priority flow control (RTE_ETH_DCB_PFC_SUPPORT)
 
   friend bool operator==(const StormConfig&, const StormConfig&) = default;
 };

@@ -835,6 +835,67 @@ TEST(StormConfigTest, EgressQueuesCountInTheMbufMinimum) {
   EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "storm.queue_packets"));
 }
 
+TEST(StormConfigTest, EgressModes) {
+  // Default: the software queues, no PFC.
+  Config d = Minimal();
+  EXPECT_EQ(d.storm.egress, StormEgress::kSoftware);
+  EXPECT_FALSE(d.storm.dcb_pfc);
+  EXPECT_THAT(ToYaml(d), HasSubstr("egress: software"));
+
+  // Each worker fills one TX ring per traffic class on an uplink: DCB needs more mbufs.
+  const std::string pool = "mempool: { mbufs: 16383 }\n";
+  EXPECT_TRUE(HasError(Fails(std::string(kMinimal) + "storm: { enabled: true, egress: dcb }\n"),
+                       "mempool.mbufs", "for DCB TX"));
+  absl::StatusOr<Config> c = LoadString(std::string(kMinimal) + pool +
+                                        "storm: { enabled: true, egress: dcb, dcb_pfc: true }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->storm.egress, StormEgress::kDcb);
+  EXPECT_TRUE(c->storm.dcb_pfc);
+  absl::StatusOr<Config> back = LoadString(ToYaml(*c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->storm, c->storm);
+  EXPECT_THAT(ToYaml(*c), HasSubstr("egress: dcb"));
+
+  c = LoadString(std::string(kMinimal) + pool + "storm: { enabled: true, egress: auto }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->storm.egress, StormEgress::kAuto);
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kAuto)), "auto");
+
+  // A PCP on every level maps the levels through it; none maps them in order.
+  c = LoadString(std::string(kMinimal) + pool +
+                 "storm: { enabled: true, egress: auto, pcp: [1, 2, 2, 5] }\n");
+  EXPECT_TRUE(c.ok()) << c.status();
+
+  auto bad = [](const std::string& storm) {
+    return Fails(std::string(kMinimal) + "storm: " + storm + "\n");
+  };
+  EXPECT_TRUE(HasError(bad("{ egress: hardware }"), "storm.egress", "\"software\""));
+  EXPECT_TRUE(HasError(bad("{ egress: dcb, pcp: [-1, 3, 4, 5] }"), "storm.pcp",
+                       "give every level a PCP or none"));
+  EXPECT_TRUE(HasError(bad("{ egress: auto, pcp: [1, 5, 3, 6] }"), "storm.pcp",
+                       "level 2 has PCP 3, below level 1's PCP 5"));
+  EXPECT_TRUE(HasError(bad("{ dcb_pfc: true }"), "storm.dcb_pfc", "storm.egress: dcb"));
+  EXPECT_TRUE(
+      HasError(bad("{ egress: dcb, dcb_pfc: yes please }"), "storm.dcb_pfc", "true or false"));
+  // The software egress does not care about a partial PCP list.
+  EXPECT_TRUE(LoadString(std::string(kMinimal) + "storm: { pcp: [-1, 3, 4, 5] }\n").ok());
+}
+
+TEST(StormConfigTest, DcbTxRingsCountInTheMbufMinimum) {
+  Config c = Minimal();
+  c.storm.enabled = true;
+  const uint64_t software = MbufsNeeded(c);
+  c.storm.egress = StormEgress::kDcb;  // 4 levels: 4 traffic classes, 3 more TX rings per worker
+  uint64_t uplink_rings = 0;
+  for (const PortConfig& p : c.ports) {
+    if (p.role == PortRole::kUplink) uplink_rings += c.worker_lcores.size() * p.tx_desc * 3;
+  }
+  ASSERT_GT(uplink_rings, 0u);
+  EXPECT_EQ(MbufsNeeded(c), software + uplink_rings);
+  c.mbufs = static_cast<uint32_t>(MbufsNeeded(c) - 1);
+  EXPECT_TRUE(HasError(Validate(c), "mempool.mbufs", "for DCB TX"));
+}
+
 TEST(StormConfigTest, ValidateChecksProgrammaticConfigs) {
   Config c = Minimal();
   c.storm.levels.levels = 2;  // control_level stays 3

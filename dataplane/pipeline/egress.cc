@@ -27,7 +27,21 @@ PrioEgress::PrioEgress(const PrioEgressOptions& o, LcoreStats* stats)
       port_ids_(o.port_ids),
       tx_queue_(o.tx_queue),
       cap_(std::max<uint32_t>(o.queue_packets, 1)),
+      dcb_ports_(o.dcb_ports & ((num_ports_ >= 32 ? 0u : 1u << num_ports_) - 1)),
       stats_(stats) {
+  // The distinct queues of each DCB port, highest level's first, and the levels on each.
+  for (uint16_t p = 0; p < num_ports_; ++p) {
+    if (!(dcb_ports_ & (1u << p))) continue;
+    DcbGroups& g = groups_[p];
+    for (int l = kLevels - 1; l >= 0; --l) {
+      const uint16_t queue = o.level_queue[p][l];
+      int k = 0;
+      while (k < g.n && g.queue[k] != queue) ++k;
+      if (k == g.n) g.queue[g.n++] = queue;
+      g.of_level[l] = static_cast<uint8_t>(k);
+      g.levels[k] |= 1u << l;
+    }
+  }
   const size_t slots = static_cast<size_t>(num_ports_) * kLevels * cap_;
   mbufs_.reset(new rte_mbuf*[slots]);
   held_.reset(new uint32_t*[slots]);
@@ -52,6 +66,10 @@ uint32_t PrioEgress::queued(uint16_t port, int level) const {
 
 void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
   if (b.n == 0) return;
+  if (dcb_ports_ != 0) [[unlikely]] {
+    SendSorted(ctx, b);
+    return;
+  }
   // The common case: the whole burst leaves on one port that has nothing queued. It goes to the
   // driver as it came; only what the driver refuses is queued, each packet at its level.
   // One pass checks the port and sums the bytes and per-level packets before the driver call
@@ -90,6 +108,10 @@ void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
     StoreDepth();
     return;
   }
+  SendSorted(ctx, b);
+}
+
+void PrioEgress::SendSorted(WorkerContext& ctx, const Burst& b) {
   // Stable counting sort by egress port, arrival order kept: a port that takes the whole burst
   // sends it as it came (no reordering when there is no backpressure); levels matter from the
   // first refused packet on. pos[p] is first the number of packets for port p - 1, then the start
@@ -115,10 +137,12 @@ void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
     const uint16_t lo = p == 0 ? 0 : pos[p - 1];
     const uint16_t hi = pos[p];
     flushed_ |= 1u << p;
-    if (ports_[p].total == 0) {
+    if (dcb_ports_ & (1u << p)) {
+      SendDcb(ctx, p, lo, hi);
+    } else if (ports_[p].total == 0) {
       // Nothing waits on this port: the burst goes straight to the driver in arrival order, and
       // only what it refuses is queued, each packet at its level.
-      const uint16_t sent = TxBurst(p, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);
+      const uint16_t sent = TxBurst(p, tx_queue_, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);
       uint16_t per_level[kLevels] = {};
       for (uint16_t i = lo; i < lo + sent; ++i) ++per_level[sorted_level_[i]];
       for (int l = 0; l < kLevels; ++l) {
@@ -137,6 +161,77 @@ void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
     }
   }
   StoreDepth();
+}
+
+void PrioEgress::SendDcb(WorkerContext& ctx, uint16_t p, uint16_t lo, uint16_t hi) {
+  // Stable counting sort by TX queue (group), arrival order kept within a queue.
+  const DcbGroups& g = groups_[p];
+  uint16_t count[kLevels] = {};
+  for (uint16_t i = lo; i < hi; ++i) ++count[g.of_level[sorted_level_[i]]];
+  uint16_t start[kLevels], next[kLevels];
+  uint16_t at = 0;
+  for (int k = 0; k < g.n; ++k) {
+    start[k] = next[k] = at;
+    at += count[k];
+  }
+  for (uint16_t i = lo; i < hi; ++i) {
+    const uint16_t to = next[g.of_level[sorted_level_[i]]]++;
+    level_pkts_[to] = sorted_pkts_[i];
+    level_held_[to] = sorted_held_[i];
+    level_level_[to] = sorted_level_[i];
+  }
+  PortQueues& q = ports_[p];
+  for (int k = 0; k < g.n; ++k) {
+    if (count[k] == 0) continue;
+    const uint16_t s0 = start[k], n = count[k];
+    if ((q.nonempty & g.levels[k]) == 0) {
+      // Nothing waits for this queue: the packets go to it as they came, what it refuses is
+      // queued at its level.
+      const uint16_t sent = TxBurst(p, g.queue[k], level_pkts_ + s0, level_held_ + s0, n);
+      uint16_t per_level[kLevels] = {};
+      for (uint16_t i = s0; i < s0 + sent; ++i) ++per_level[level_level_[i]];
+      for (int l = 0; l < kLevels; ++l) {
+        if (per_level[l]) stats_->egress_level_tx[l].Add(per_level[l]);
+      }
+      for (uint16_t i = s0 + sent; i < s0 + n; ++i) {
+        Enqueue(ctx, p, level_pkts_[i], level_held_[i], level_level_[i]);
+      }
+    } else {
+      // Behind what waits for this queue; then the queue (only) is served.
+      for (uint16_t i = s0; i < s0 + n; ++i) {
+        Enqueue(ctx, p, level_pkts_[i], level_held_[i], level_level_[i]);
+      }
+      FlushGroup(p, k);
+    }
+  }
+}
+
+uint32_t PrioEgress::FlushGroup(uint16_t p, int k) {
+  PortQueues& q = ports_[p];
+  const DcbGroups& g = groups_[p];
+  uint32_t total = 0;
+  // The queue's waiting levels, highest first (strict priority between the levels sharing a
+  // queue), until the queue refuses a packet.
+  while ((q.nonempty & g.levels[k]) != 0) {
+    const int level = std::bit_width(q.nonempty & g.levels[k]) - 1;
+    LevelQueue& lq = q.level[level];
+    const size_t base = Slot(p, level, 0);
+    while (lq.count != 0) {
+      const auto run = static_cast<uint16_t>(std::min({lq.count, cap_ - lq.head, kMaxRun}));
+      const uint16_t sent =
+          TxBurst(p, g.queue[k], &mbufs_[base + lq.head], &held_[base + lq.head], run);
+      if (sent) stats_->egress_level_tx[level].Add(sent);
+      lq.head = Wrap(lq.head + sent);
+      lq.count -= sent;
+      q.total -= sent;
+      depth_[level] -= sent;
+      total += sent;
+      if (sent < run) return total;  // this queue is full; the other queues are not held back
+    }
+    lq.head = 0;
+    q.nonempty &= ~(1u << level);
+  }
+  return total;
 }
 
 void PrioEgress::Enqueue(WorkerContext& ctx, uint16_t p, rte_mbuf* m, uint32_t* held, int level) {
@@ -176,13 +271,14 @@ void PrioEgress::DropFull(WorkerContext& ctx, rte_mbuf* m, uint32_t* held, int l
   ctx.Drop(m, DropReason::kStormQueueFull);
 }
 
-uint16_t PrioEgress::TxBurst(uint16_t p, rte_mbuf** pkts, uint32_t* const* held, uint16_t n) {
+uint16_t PrioEgress::TxBurst(uint16_t p, uint16_t queue, rte_mbuf** pkts, uint32_t* const* held,
+                             uint16_t n) {
   if (n == 0) return 0;
   // Bytes are summed before the call: once it returns, the accepted mbufs belong to the driver
   // and may already be freed. The refused ones are still ours.
   uint64_t bytes = 0;
   for (uint16_t i = 0; i < n; ++i) bytes += pkts[i]->pkt_len;
-  const uint16_t sent = rte_eth_tx_burst(port_ids_[p], tx_queue_, pkts, n);
+  const uint16_t sent = rte_eth_tx_burst(port_ids_[p], queue, pkts, n);
   for (uint16_t i = sent; i < n; ++i) bytes -= pkts[i]->pkt_len;
   for (uint16_t i = 0; i < sent; ++i) ReleaseHeld(held[i]);
   if (sent) {
@@ -195,6 +291,11 @@ uint16_t PrioEgress::TxBurst(uint16_t p, rte_mbuf** pkts, uint32_t* const* held,
 uint32_t PrioEgress::Flush(uint16_t p) {
   PortQueues& q = ports_[p];
   uint32_t total = 0;
+  if (dcb_ports_ & (1u << p)) {
+    // Every queue on its own: a full one does not stop the others.
+    for (int k = 0; k < groups_[p].n; ++k) total += FlushGroup(p, k);
+    return total;
+  }
   while (q.nonempty != 0) {
     const int level = std::bit_width(q.nonempty) - 1;  // the highest waiting level
     LevelQueue& lq = q.level[level];
@@ -202,7 +303,8 @@ uint32_t PrioEgress::Flush(uint16_t p) {
     while (lq.count != 0) {
       // The contiguous run from the head; a wrapped level takes a second call.
       const auto run = static_cast<uint16_t>(std::min({lq.count, cap_ - lq.head, kMaxRun}));
-      const uint16_t sent = TxBurst(p, &mbufs_[base + lq.head], &held_[base + lq.head], run);
+      const uint16_t sent =
+          TxBurst(p, tx_queue_, &mbufs_[base + lq.head], &held_[base + lq.head], run);
       if (sent) stats_->egress_level_tx[level].Add(sent);
       lq.head = Wrap(lq.head + sent);
       lq.count -= sent;

@@ -19,6 +19,15 @@
 // that level is below L, else the arrival itself is dropped; both count under "storm-queue-full"
 // and egress_level_drops[level of the dropped packet].
 //
+// DCB ports (PrioEgressOptions::dcb_ports, docs/storm.md §6.7): the port has one TX queue per
+// hardware traffic class, and each level leaves on its class's (level_queue[port][level]); the
+// NIC serves the classes. Each queue is handled like a software port of its own: packets go to
+// it in arrival order while nothing waits for it, what it refuses waits in the FIFOs of its
+// levels, and those are flushed highest level first until that queue refuses one. A full queue
+// holds back only the levels on it, never another queue's (a stalled low class never delays a
+// high one). The budget, push-out and counters are the same as above. The choice is made once
+// per burst: with no DCB port the software path is unchanged.
+//
 // Every packet's Burst::held count (if set) is decremented, saturating at 0, exactly when the
 // packet leaves heddled: accepted by the driver, pushed out, refused, or freed at stop.
 //
@@ -42,6 +51,9 @@ struct PrioEgressOptions {
   std::array<uint16_t, kMaxPorts> port_ids{};  // DPDK port id by port index
   uint16_t tx_queue = 0;                       // this worker's TX queue on every port
   uint32_t queue_packets = 512;                // packets held per port over all levels; >= 1
+  uint32_t dcb_ports = 0;                      // bit p: port p sends each level on its own queue
+  // DCB ports only: this worker's TX queue per level (the queue of the level's traffic class).
+  std::array<std::array<uint16_t, kMaxStormLevels>, kMaxPorts> level_queue{};
 };
 
 class PrioEgress {
@@ -68,7 +80,8 @@ class PrioEgress {
   uint32_t Poll();
 
   // Hands port `port`'s queued packets to the driver, highest level first, until the driver
-  // refuses one. Returns how many it accepted.
+  // refuses one (on a DCB port: each level until its own queue refuses one). Returns how many
+  // it accepted.
   uint32_t Flush(uint16_t port);
 
   // At stop: flushes every port until all is sent or `attempts` consecutive rounds sent nothing
@@ -96,10 +109,17 @@ class PrioEgress {
     return (static_cast<size_t>(port) * kLevels + level) * cap_ + i;
   }
   uint32_t Wrap(uint32_t i) const { return i >= cap_ ? i - cap_ : i; }
+  // The burst sorted by port; each port served as a software or a DCB port.
+  void SendSorted(WorkerContext& ctx, const Burst& b);
+  // sorted_*[lo, hi): one DCB port's packets, sent per level on the level's queue.
+  void SendDcb(WorkerContext& ctx, uint16_t port, uint16_t lo, uint16_t hi);
+  // DCB port `port`'s levels sharing its k-th queue, highest first, until the queue refuses one.
+  uint32_t FlushGroup(uint16_t port, int k);
   void Enqueue(WorkerContext& ctx, uint16_t port, rte_mbuf* m, uint32_t* held, int level);
   void DropFull(WorkerContext& ctx, rte_mbuf* m, uint32_t* held, int level);
   // rte_eth_tx_burst plus the port counters and held releases of what the driver accepted.
-  uint16_t TxBurst(uint16_t port, rte_mbuf** pkts, uint32_t* const* held, uint16_t n);
+  uint16_t TxBurst(uint16_t port, uint16_t queue, rte_mbuf** pkts, uint32_t* const* held,
+                   uint16_t n);
   // Frees every queued packet (held released); returns how many.
   uint32_t FreeAll();
   void StoreDepth();
@@ -108,6 +128,15 @@ class PrioEgress {
   std::array<uint16_t, kMaxPorts> port_ids_;
   uint16_t tx_queue_;
   uint32_t cap_;
+  uint32_t dcb_ports_;
+  // A DCB port's distinct TX queues (levels sharing a traffic class share one).
+  struct DcbGroups {
+    int n = 0;                                // distinct queues
+    std::array<uint16_t, kLevels> queue{};    // TX queue of group k
+    std::array<uint32_t, kLevels> levels{};   // bit l: level l goes on group k's queue
+    std::array<uint8_t, kLevels> of_level{};  // group of level l
+  };
+  std::array<DcbGroups, kMaxPorts> groups_{};
   LcoreStats* stats_;
   std::array<PortQueues, kMaxPorts> ports_{};
   // The rings, as two parallel arrays so a run of mbuf pointers goes to the driver as it is:
@@ -121,6 +150,10 @@ class PrioEgress {
   rte_mbuf* sorted_pkts_[kMaxBurst];
   uint32_t* sorted_held_[kMaxBurst];
   uint8_t sorted_level_[kMaxBurst];
+  // One DCB port's packets grouped by level (arrival order within a level).
+  rte_mbuf* level_pkts_[kMaxBurst];
+  uint32_t* level_held_[kMaxBurst];
+  uint8_t level_level_[kMaxBurst];
 };
 
 }  // namespace heddle::pipeline

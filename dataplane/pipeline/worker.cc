@@ -46,7 +46,9 @@ Worker::Worker(WorkerSetup setup)
         std::make_unique<PrioEgress>(PrioEgressOptions{.num_ports = s_.num_ports,
                                                        .port_ids = s_.port_ids,
                                                        .tx_queue = s_.tx_queue,
-                                                       .queue_packets = s_.egress_queue_packets},
+                                                       .queue_packets = s_.egress_queue_packets,
+                                                       .dcb_ports = s_.dcb_ports,
+                                                       .level_queue = s_.level_queue},
                                      s_.stats);
   }
 }

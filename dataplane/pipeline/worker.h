@@ -54,6 +54,10 @@ struct WorkerSetup {
   // by the levels (Burst::level). 0 = off: packets go straight to rte_eth_tx_burst and what the TX
   // queue refuses is dropped as "tx-full". heddled sets storm.queue_packets when storm is on.
   uint32_t egress_queue_packets = 0;
+  // DCB TX ports (docs/storm.md §6.7), with the strict-priority egress only: bit p set when port
+  // p sends each level on its traffic class's queue, level_queue[p][level] (this worker's).
+  uint32_t dcb_ports = 0;
+  std::array<std::array<uint16_t, kMaxStormLevels>, kMaxPorts> level_queue{};
   // At stop, consecutive flushes of the egress queues that may send nothing before what is left
   // is freed (counted as "tx-full").
   unsigned egress_drain_attempts = 16;

@@ -99,7 +99,7 @@ TEST(PortOnVdevs, FindConfigureStartStop) {
   p.worker_lcores = {};
   p.no_huge = true;
   p.memory_mb = 128;
-  p.vdevs = {"net_ring0", "net_null0"};
+  p.vdevs = {"net_ring0", "net_null0", "net_null1"};
   p.log_level = "error";
   ASSERT_TRUE(InitEal(p).ok());
 
@@ -143,6 +143,36 @@ TEST(PortOnVdevs, FindConfigureStartStop) {
   ring->StopAndClose();
   ring->StopAndClose();  // idempotent
   EXPECT_FALSE(ring->Link().up);
+
+  // DCB TX on a PMD without it: required, Configure() fails naming the port and the driver;
+  // preferred, the port is configured without it (one TX queue per worker) and says why.
+  PortParams dcb{.name = "up1", .device = "net_null1", .is_vdev = true, .tx_queues = 2};
+  dcb.tx_dcb = PortParams::TxDcb::kRequire;
+  dcb.dcb_tcs = {
+      .nb_tcs = 4, .level_tc = {0, 1, 2, 3, 3, 3, 3, 3}, .prio_tc = {0, 0, 1, 1, 2, 2, 3, 3}};
+  auto required = Port::Find(dcb);
+  ASSERT_TRUE(required.ok());
+  absl::Status s_required = required->Configure(*pool);
+  ASSERT_FALSE(s_required.ok());
+  EXPECT_EQ(s_required.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s_required.message()),
+              HasSubstr("storm.egress dcb: port up1: driver net_null has no DCB"));
+  EXPECT_FALSE(required->dcb().has_value());
+  dcb.tx_dcb = PortParams::TxDcb::kPrefer;
+  auto preferred = Port::Find(dcb);
+  ASSERT_TRUE(preferred.ok());
+  ASSERT_TRUE(preferred->Configure(*pool).ok());
+  EXPECT_FALSE(preferred->dcb().has_value());
+  EXPECT_THAT(preferred->dcb_fallback(), HasSubstr("port up1: driver net_null has no DCB"));
+  EXPECT_EQ(preferred->tx_queues_configured(), 2);
+  ASSERT_TRUE(preferred->Start().ok());
+  rte_mbuf* out = rte_pktmbuf_alloc(*pool);
+  ASSERT_NE(out, nullptr);
+  ASSERT_NE(rte_pktmbuf_append(out, 60), nullptr);
+  EXPECT_EQ(rte_eth_tx_burst(preferred->port_id(), 1, &out, 1), 1);  // worker 1's queue
+  preferred->StopAndClose();
+  // Off: nothing to fall back from.
+  EXPECT_TRUE(ring->dcb_fallback().empty());
 
   auto null_port =
       Port::Find({.name = "u", .device = "net_null0", .is_vdev = true, .rx_queues = 2000});

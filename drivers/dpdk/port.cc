@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace heddle::dpdk {
 
@@ -94,12 +95,6 @@ absl::Status Port::Configure(rte_mempool* pool) {
                      driver_, " offers (", info.max_rx_queues, "); lower rx_queues",
                      driver_ == "net_pcap" ? " or give net_pcap one rx_pcap= per queue" : ""));
   }
-  if (params_.tx_queues > info.max_tx_queues) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "port ", n, ": needs ", params_.tx_queues, " TX queues (one per worker lcore) but driver ",
-        driver_, " offers ", info.max_tx_queues, "; use fewer lcores.workers",
-        driver_ == "net_pcap" ? " or give net_pcap one tx_pcap= per queue" : ""));
-  }
   rte_eth_conf conf{};
   rss_enabled_ = false;
   if (params_.rx_queues > 1) {
@@ -130,12 +125,8 @@ absl::Status Port::Configure(rte_mempool* pool) {
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;  // one pool, refcnt 1
   }
-  if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, params_.tx_queues, &conf);
-      rc != 0) {
-    return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_configure(",
-                                            params_.rx_queues, " rx, ", params_.tx_queues,
-                                            " tx): ", rte_strerror(-rc)));
-  }
+  HEDDLE_ASSIGN_OR_RETURN(const uint16_t nb_tx, ConfigureTx(info, conf));
+  tx_queues_configured_ = nb_tx;
   uint16_t rxd = params_.rx_desc, txd = params_.tx_desc;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd); rc != 0) {
     return absl::InternalError(
@@ -155,7 +146,8 @@ absl::Status Port::Configure(rte_mempool* pool) {
           absl::StrCat("port ", n, ": RX queue ", q, " setup: ", rte_strerror(-rc)));
     }
   }
-  for (uint16_t q = 0; q < params_.tx_queues; ++q) {
+  // Every configured queue is set up (a DCB PMD may name any of them for a traffic class).
+  for (uint16_t q = 0; q < nb_tx; ++q) {
     rte_eth_txconf txc = info.default_txconf;
     txc.offloads = conf.txmode.offloads;
     if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, socket_id_, &txc); rc != 0) {
@@ -164,6 +156,74 @@ absl::Status Port::Configure(rte_mempool* pool) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint16_t> Port::ConfigureTx(const rte_eth_dev_info& info, const rte_eth_conf& conf) {
+  const std::string& n = params_.name;
+  dcb_.reset();
+  dcb_fallback_.clear();
+  // A preferred DCB TX that the device cannot have: logged, and the port goes on without it.
+  auto fall_back = [&](const absl::Status& why) -> absl::Status {
+    if (params_.tx_dcb == PortParams::TxDcb::kRequire) {
+      return absl::Status(why.code(), absl::StrCat("storm.egress dcb: ", why.message()));
+    }
+    dcb_fallback_ = std::string(why.message());
+    HEDDLE_LOG(kWarning, "storm.egress auto: %s; port %s serves the levels from software queues",
+               dcb_fallback_.c_str(), n.c_str());
+    return absl::OkStatus();
+  };
+  auto software = [&]() -> absl::StatusOr<uint16_t> {
+    if (params_.tx_queues > info.max_tx_queues) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("port ", n, ": needs ", params_.tx_queues,
+                       " TX queues (one per worker lcore) but driver ", driver_, " offers ",
+                       info.max_tx_queues, "; use fewer lcores.workers",
+                       driver_ == "net_pcap" ? " or give net_pcap one tx_pcap= per queue" : ""));
+    }
+    if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, params_.tx_queues, &conf);
+        rc != 0) {
+      return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_configure(",
+                                              params_.rx_queues, " rx, ", params_.tx_queues,
+                                              " tx): ", rte_strerror(-rc)));
+    }
+    return params_.tx_queues;
+  };
+  if (params_.tx_dcb == PortParams::TxDcb::kOff) return software();
+
+  rte_eth_dcb_info probe{};
+  const DcbCaps caps{.driver = driver_,
+                     .max_tx_queues = info.max_tx_queues,
+                     .vmdq_pool_base = info.vmdq_pool_base,
+                     .dcb_info_supported = rte_eth_dev_get_dcb_info(port_id_, &probe) != -ENOTSUP};
+  absl::StatusOr<DcbConfPlan> plan =
+      PlanDcbConf(n, caps, params_.dcb_tcs, params_.tx_queues, params_.dcb_pfc);
+  if (!plan.ok()) {
+    HEDDLE_RETURN_IF_ERROR(fall_back(plan.status()));
+    return software();
+  }
+  rte_eth_conf dconf = conf;
+  ApplyDcbConf(*plan, &dconf);
+  if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, plan->nb_tx_queues, &dconf);
+      rc != 0) {
+    HEDDLE_RETURN_IF_ERROR(fall_back(absl::FailedPreconditionError(absl::StrCat(
+        "port ", n, ": driver ", driver_, " refused DCB TX with ", int{plan->nb_tcs}, " TCs on ",
+        plan->nb_tx_queues, " TX queues: rte_eth_dev_configure: ", rte_strerror(-rc)))));
+    return software();
+  }
+  rte_eth_dcb_info dinfo{};
+  absl::StatusOr<DcbQueues> queues = absl::UnknownError("");
+  if (int rc = rte_eth_dev_get_dcb_info(port_id_, &dinfo); rc != 0) {
+    queues = absl::FailedPreconditionError(absl::StrCat(
+        "port ", n, ": driver ", driver_, ": rte_eth_dev_get_dcb_info: ", rte_strerror(-rc)));
+  } else {
+    queues = PlanDcbQueues(n, driver_, *plan, params_.dcb_tcs, dinfo, params_.tx_queues);
+  }
+  if (!queues.ok()) {
+    HEDDLE_RETURN_IF_ERROR(fall_back(queues.status()));
+    return software();  // configuring again replaces the DCB configuration
+  }
+  dcb_ = *std::move(queues);
+  return plan->nb_tx_queues;
 }
 
 absl::Status Port::Start() {

@@ -5,13 +5,20 @@
 // one TX queue per worker lcore, start it, report link state and driver counters, stop and close.
 // Also the mbuf pool. All of this runs on the main lcore, before workers start or after they stop;
 // LinkState()/HwStats() are safe from control threads while workers run.
+//
+// With DCB TX asked for (PortParams::tx_dcb, from storm.egress), Configure() plans it from what
+// the device reports (dcb_plan.h), configures the port's TX queues by traffic class and records
+// each worker's queue per STORM level (dcb()); when the device cannot, it fails naming the port
+// and why (kRequire) or configures the port as without DCB and records why (kPrefer).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "drivers/dpdk/dcb_plan.h"
 
 struct rte_mempool;
 
@@ -27,6 +34,11 @@ struct PortParams {
   uint16_t tx_desc = 1024;
   uint16_t mtu = 0;  // 0 = driver default
   bool promiscuous = true;
+  // DCB TX for the STORM levels: off (one TX queue per worker), required (Configure() fails when
+  // the device cannot) or preferred (falls back to one TX queue per worker, logged).
+  enum class TxDcb { kOff, kRequire, kPrefer } tx_dcb = TxDcb::kOff;
+  DcbTcs dcb_tcs;        // level -> TC layout (storm::MapLevelsToTcs)
+  bool dcb_pfc = false;  // also ask for priority flow control (RTE_ETH_DCB_PFC_SUPPORT)
 };
 
 struct LinkInfo {
@@ -65,9 +77,18 @@ class Port {
   bool rss_enabled() const { return rss_enabled_; }
   // After Configure(): whether TX accepts chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS).
   bool tx_multi_seg() const { return tx_multi_seg_; }
+  // After Configure(): each worker's TX queue per STORM level when DCB TX is on, else nullopt.
+  const std::optional<DcbQueues>& dcb() const { return dcb_; }
+  // After Configure(): why a preferred DCB TX fell back to software ("" otherwise).
+  const std::string& dcb_fallback() const { return dcb_fallback_; }
+  // After Configure(): TX queues configured (tx_queues, or the PMD's DCB queue count).
+  uint16_t tx_queues_configured() const { return tx_queues_configured_; }
 
  private:
   Port() = default;
+  // rte_eth_dev_configure() with or without DCB TX (params_.tx_dcb); returns the TX queues
+  // configured, all of which Configure() sets up.
+  absl::StatusOr<uint16_t> ConfigureTx(const rte_eth_dev_info& info, const rte_eth_conf& conf);
   PortParams params_;
   uint16_t port_id_ = 0;
   std::string driver_;
@@ -76,6 +97,9 @@ class Port {
   bool closed_ = false;
   bool rss_enabled_ = false;
   bool tx_multi_seg_ = false;
+  std::optional<DcbQueues> dcb_;
+  std::string dcb_fallback_;
+  uint16_t tx_queues_configured_ = 0;
 };
 
 // A pktmbuf pool. `name` must be unique per process.

@@ -811,5 +811,80 @@ class LbPinning(unittest.TestCase):
         self.assertEqual((pinned, sprayed), (24, 6))
 
 
+class StormEgress(unittest.TestCase):
+    """storm.egress on virtual ports, which have no DCB: `dcb` refuses to start, naming the port
+    and why; `auto` falls back to the software queues on that port, says so in `show storm`, and
+    forwards the trace."""
+
+    def run_heddled(self, d, timeout=60):
+        p = subprocess.run([harness.HEDDLED, "-c", d.config], capture_output=True, text=True,
+                           timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+
+    def test_dcb_refused_on_a_port_without_dcb(self):
+        d = Daemon([("host0", "host", "net_null0"), ("uplink0", "uplink", "net_null1")],
+                   extra_yaml="storm: { enabled: true, egress: dcb }\n")
+        try:
+            p = subprocess.run([harness.HEDDLED, "--check-config", "-c", d.config],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)  # valid: the device decides at start-up
+            rc, out = self.run_heddled(d)
+            self.assertEqual(rc, 1, out)
+            self.assertIn("storm.egress dcb: port uplink0: driver net_null has no DCB", out)
+            self.assertIn("storm.egress: software", out)
+            self.assertNotIn("running", out)
+        finally:
+            d.cleanup()
+
+    def test_bad_egress_values_fail_the_config_check(self):
+        d = Daemon([("host0", "host", "net_null0"), ("uplink0", "uplink", "net_null1")],
+                   extra_yaml="storm: { enabled: true, egress: dcb, pcp: [-1, 2, 3, 4] }\n")
+        try:
+            p = subprocess.run([harness.HEDDLED, "--check-config", "-c", d.config],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("storm.pcp: level 1 has PCP 2 but level 0 has none", p.stderr)
+        finally:
+            d.cleanup()
+
+    def test_auto_falls_back_and_forwards(self):
+        tmp = tempfile.mkdtemp(prefix="heddle-egress-")
+        host_in = os.path.join(tmp, "host_in.pcap")
+        empty = os.path.join(tmp, "empty.pcap")
+        up_out = os.path.join(tmp, "uplink_out.pcap")
+        pktgen(host_in, "--mix", "demo", "--packets", "300", "--seed", "5")
+        harness.write_empty_pcap(empty)
+        frames = read_pcap(host_in)
+        d = Daemon([
+            ("host0", "host", "net_pcap0,rx_pcap=%s" % host_in),
+            ("uplink0", "uplink", "net_pcap1,rx_pcap=%s,tx_pcap=%s" % (empty, up_out)),
+        ], tmp=os.path.join(tmp, "d"), extra_yaml="storm: { enabled: true, egress: auto }\n")
+        try:
+            d.start()
+            d.wait_for(lambda: int(d.port_stats()["uplink0"].get("txPackets", 0)) == len(frames),
+                       what="the trace forwarded")
+            storm = d.ctl("show", "storm", json_out=True)["storm"]
+            ports = {p["port"]: p for p in storm["egressPorts"]}
+            self.assertEqual(ports["uplink0"]["configured"], "auto")
+            self.assertEqual(ports["uplink0"]["mode"], "software")
+            self.assertIn("driver net_pcap has no DCB", ports["uplink0"]["fallback"])
+            self.assertEqual(ports["host0"]["configured"], "software")
+            self.assertEqual(ports["host0"]["mode"], "software")
+            self.assertEqual(ports["host0"].get("fallback", ""), "")
+            table = d.ctl("show", "storm")
+            self.assertRegex(table, r"uplink0\s+software\s+auto\s+-\s+fell back: port uplink0: "
+                                    r"driver net_pcap has no DCB")
+            # Per-level counters of the software egress add up to what left the uplink.
+            sent = sum(int(l.get("egressTxPackets", 0)) for l in storm["perLevel"])
+            self.assertEqual(d.stop(), 0, d.read_log())
+            self.assertIn("storm.egress auto: port uplink0: driver net_pcap has no DCB",
+                          d.read_log())
+            self.assertEqual(len(read_pcap(up_out)), len(frames))
+            self.assertEqual(sent, len(frames))
+        finally:
+            d.cleanup()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()

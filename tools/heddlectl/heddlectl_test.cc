@@ -412,6 +412,15 @@ TEST_F(HeddlectlTest, ShowStormTable) {
                                "STREAMS-LIVE  CAPACITY  TABLE-FULL  EVICTED\n"
                                "           9     32768           6        8\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("READ requests joined")));
+  // How each port serves the levels: DCB with its level -> TC map, or software (and why).
+  EXPECT_THAT(r.out,
+              HasSubstr("Egress\n"
+                        "PORT     EGRESS    CONFIGURED  TCS  LEVEL->TC (TX QUEUES)\n"
+                        "host0    software  software      -\n"
+                        "uplink0  dcb       dcb           4  3->3 (112-113), 2->2 (96-97), "
+                        "1->1 (64-65), 0->0 (0-1)\n"
+                        "uplink1  software  auto          -  fell back: port uplink1: driver "
+                        "net_ring has no DCB\n"));
 }
 
 TEST_F(HeddlectlTest, ShowStormAutoCutoffsAndHostErrors) {
@@ -463,6 +472,10 @@ TEST_F(HeddlectlTest, ShowStormJson) {
   EXPECT_EQ(storm.read_responses().requests_too_late(), 16u);
   EXPECT_THAT(r.out, HasSubstr("\"readResponses\""));
   EXPECT_THAT(r.out, HasSubstr("\"windowGuarded\": \"13\""));
+  ASSERT_EQ(storm.egress_ports_size(), 3);
+  EXPECT_EQ(storm.egress_ports(1).mode(), "dcb");
+  EXPECT_EQ(storm.egress_ports(1).levels(2).first_queue(), 96u);
+  EXPECT_EQ(storm.egress_ports(2).fallback(), "port uplink1: driver net_ring has no DCB");
 }
 
 TEST_F(HeddlectlTest, ShowStormWhenDisabledIsTheDaemonsErrorAndExitsOne) {

@@ -62,6 +62,31 @@ std::string HostShim(const v1::Storm& s) {
   return out;
 }
 
+// One row per port: how it serves the levels, and with DCB which TC and TX queues each level
+// leaves on (highest level first); with a fall-back, why.
+std::string Egress(const v1::Storm& s) {
+  Table t(
+      {{"PORT"}, {"EGRESS"}, {"CONFIGURED"}, {"TCS", Table::kRight}, {"LEVEL->TC (TX QUEUES)"}});
+  for (const v1::StormEgressPort& p : s.egress_ports()) {
+    std::string map;
+    if (p.mode() == "dcb") {
+      std::vector<std::string> parts;
+      for (int i = p.levels_size() - 1; i >= 0; --i) {
+        const v1::StormEgressLevel& l = p.levels(i);
+        std::string queues = Num(l.first_queue());
+        if (l.queues() > 1) absl::StrAppend(&queues, "-", l.first_queue() + l.queues() - 1);
+        parts.push_back(absl::StrCat(l.level(), "->", l.tc(), " (", queues, ")"));
+      }
+      map = absl::StrJoin(parts, ", ");
+    } else if (!p.fallback().empty()) {
+      map = absl::StrCat("fell back: ", p.fallback());
+    }
+    t.AddRow({p.port(), p.mode(), p.configured(),
+              p.mode() == "dcb" ? Num(p.traffic_classes()) : "-", map});
+  }
+  return t.Render();
+}
+
 // The settings, then one row per level, highest (served first) on top.
 std::string Summary(const v1::Storm& s) {
   if (!s.enabled()) return "storm: disabled\n";
@@ -97,6 +122,7 @@ std::string Summary(const v1::Storm& s) {
               Num(l->egress_drops()), Num(l->egress_queue_depth())});
   }
   absl::StrAppend(&out, "\n", t.Render());
+  if (s.egress_ports_size() > 0) absl::StrAppend(&out, "\nEgress\n", Egress(s));
   return out;
 }
 

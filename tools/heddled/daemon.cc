@@ -25,6 +25,7 @@
 #include "dataplane/pipeline/stats.h"
 #include "dataplane/pipeline/storm_stage.h"
 #include "dataplane/pipeline/worker.h"
+#include "dataplane/storm/tc_map.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/dpdk/port.h"
 #include "drivers/verbs/discovery.h"
@@ -87,6 +88,8 @@ struct Daemon::Impl : public api::DaemonView {
   std::unique_ptr<pipeline::DataplaneStats> stats;
   // Declared before the workers: their storm-tag stages read its StormControl until destroyed.
   std::unique_ptr<StormService> storm_svc;
+  // How each port serves the STORM levels (storm.egress), fixed when the ports are configured.
+  std::vector<api::StormEgressPortView> storm_egress;
   // Declared before the workers: their pin-select stages read its LbControl until destroyed.
   std::unique_ptr<LbService> lb_svc;
   // Publishes through lb_svc's LbControl (declared after it, destroyed first).
@@ -131,7 +134,7 @@ struct Daemon::Impl : public api::DaemonView {
       v.full_duplex = l.full_duplex;
       v.mac = p.MacAddress();
       v.rx_queues = p.params().rx_queues;
-      v.tx_queues = p.params().tx_queues;
+      v.tx_queues = p.tx_queues_configured();
       uint16_t mtu = 0;
       if (rte_eth_dev_get_mtu(p.port_id(), &mtu) == 0) v.mtu = mtu;
       v.peer = peer[i] == kNoEgress ? "" : cfg.ports[peer[i]].name;
@@ -192,7 +195,12 @@ struct Daemon::Impl : public api::DaemonView {
 
   absl::StatusOr<api::StormView> GetStorm() override {
     if (!storm_svc) return StormOff();
-    return storm_svc->View(stats->Snapshot());
+    return WithEgress(storm_svc->View(stats->Snapshot()));
+  }
+
+  absl::StatusOr<api::StormView> WithEgress(absl::StatusOr<api::StormView> v) const {
+    if (v.ok()) v->egress_ports = storm_egress;
+    return v;
   }
 
   absl::StatusOr<std::vector<api::QpView>> ListQps(uint32_t top, const std::string& sort) override {
@@ -208,7 +216,7 @@ struct Daemon::Impl : public api::DaemonView {
       HEDDLE_RETURN_IF_ERROR(storm_svc->Apply(u, &next));
       cfg.storm = std::move(next);
     }
-    return storm_svc->View(stats->Snapshot());
+    return WithEgress(storm_svc->View(stats->Snapshot()));
   }
 
   absl::StatusOr<api::LbView> GetLb() override {
@@ -322,6 +330,12 @@ absl::Status Daemon::Impl::Start() {
   }
 
   const uint16_t num_workers = static_cast<uint16_t>(cfg.worker_lcores.size());
+  // STORM levels on DCB TX queues (storm.egress dcb/auto): uplink ports only, the direction
+  // storm-tag levels. The level -> TC map is fixed here, for the life of the ports.
+  std::optional<storm::TcMap> tc_map;
+  if (cfg.storm.enabled && cfg.storm.egress != config::StormEgress::kSoftware) {
+    HEDDLE_ASSIGN_OR_RETURN(tc_map, storm::MapLevelsToTcs(cfg.storm.levels));
+  }
   int socket = -1;
   for (const auto& pc : cfg.ports) {
     dpdk::PortParams pp;
@@ -334,6 +348,13 @@ absl::Status Daemon::Impl::Start() {
     pp.tx_desc = pc.tx_desc;
     pp.mtu = pc.mtu;
     pp.promiscuous = pc.promiscuous;
+    if (tc_map && pc.role == config::PortRole::kUplink) {
+      pp.tx_dcb = cfg.storm.egress == config::StormEgress::kDcb ? dpdk::PortParams::TxDcb::kRequire
+                                                                : dpdk::PortParams::TxDcb::kPrefer;
+      pp.dcb_tcs = dpdk::DcbTcs{
+          .nb_tcs = tc_map->nb_tcs, .level_tc = tc_map->level_tc, .prio_tc = tc_map->prio_tc};
+      pp.dcb_pfc = cfg.storm.dcb_pfc;
+    }
     HEDDLE_ASSIGN_OR_RETURN(dpdk::Port port, dpdk::Port::Find(pp));
     if (socket < 0) socket = port.socket_id();
     ports.push_back(std::move(port));
@@ -341,6 +362,34 @@ absl::Status Daemon::Impl::Start() {
   HEDDLE_ASSIGN_OR_RETURN(pool, dpdk::CreateMbufPool("heddle_mbufs", cfg.mbufs, cfg.mbuf_cache,
                                                      cfg.mbuf_data_room, socket < 0 ? 0 : socket));
   for (auto& p : ports) HEDDLE_RETURN_IF_ERROR(p.Configure(pool));
+  if (cfg.storm.enabled) {
+    for (size_t pi = 0; pi < ports.size(); ++pi) {
+      const dpdk::Port& p = ports[pi];
+      api::StormEgressPortView e;
+      e.port = cfg.ports[pi].name;
+      e.configured = cfg.ports[pi].role == config::PortRole::kUplink
+                         ? config::StormEgressName(cfg.storm.egress)
+                         : "software";
+      e.mode = p.dcb() ? "dcb" : "software";
+      e.fallback = p.dcb_fallback();
+      if (const std::optional<dpdk::DcbQueues>& q = p.dcb()) {
+        e.traffic_classes = q->nb_tcs;
+        for (int l = 0; l < cfg.storm.levels.levels; ++l) {
+          const int tc = q->level_tc[l];
+          e.levels.push_back(
+              {static_cast<uint32_t>(l), static_cast<uint32_t>(tc), q->tc_base[tc], num_workers});
+        }
+        std::string shares;
+        for (int t = 0; t < q->nb_tcs; ++t) absl::StrAppend(&shares, t ? "/" : "", q->tc_bws[t]);
+        // The PMD's ETS shares: the TCs are served by weight, not in strict priority, unless the
+        // operator changes that (docs/storm.md §6.7).
+        HEDDLE_LOG(kInfo, "port %s: STORM levels on DCB TX queues, %s; TX shares %s %%%s",
+                   e.port.c_str(), dpdk::DescribeDcbQueues(*q, cfg.storm.levels.levels).c_str(),
+                   shares.c_str(), cfg.storm.dcb_pfc ? ", PFC on" : "");
+      }
+      storm_egress.push_back(std::move(e));
+    }
+  }
 
   stats =
       std::make_unique<pipeline::DataplaneStats>(static_cast<int>(ports.size()), cfg.worker_lcores);
@@ -349,7 +398,7 @@ absl::Status Daemon::Impl::Start() {
     HEDDLE_RETURN_IF_ERROR(p.Start());
     HEDDLE_LOG(kInfo, "port %s: %s (port %u, driver %s, %u rx queue(s)%s, %u tx queue(s)%s) -> %s",
                p.params().name.c_str(), p.params().device.c_str(), p.port_id(), p.driver().c_str(),
-               p.params().rx_queues, p.rss_enabled() ? " with RSS" : "", p.params().tx_queues,
+               p.params().rx_queues, p.rss_enabled() ? " with RSS" : "", p.tx_queues_configured(),
                p.tx_multi_seg() ? "" : ", single-segment TX: chained mbufs dropped",
                peer[&p - &ports[0]] == kNoEgress ? "(no egress)"
                                                  : cfg.ports[peer[&p - &ports[0]]].name.c_str());
@@ -445,6 +494,12 @@ absl::Status Daemon::Impl::Start() {
     s.stop = &stop_workers;
     // STORM's strict-priority egress; without storm the direct TX path (tx-full drops).
     if (cfg.storm.enabled) s.egress_queue_packets = cfg.storm.queue_packets;
+    for (size_t pi = 0; pi < ports.size(); ++pi) {
+      if (const std::optional<dpdk::DcbQueues>& q = ports[pi].dcb()) {
+        s.dcb_ports |= 1u << pi;
+        s.level_queue[pi] = q->level_queue[w];
+      }
+    }
     if (cfg.verify_icrc) s.stages.push_back(std::make_unique<pipeline::IcrcVerifyStage>());
     if (cfg.storm.enabled) {
       // One QP table per worker, allocated here: per-lcore state, off the hot path.

@@ -185,6 +185,18 @@ FakeDaemonView::FakeDaemonView() {
   storm.qp_table_full = 2;
   storm.qp_evicted_idle = 40;
   storm.qp_evicted_on_insert = 3;
+  storm.egress_ports = {
+      {.port = "host0", .configured = "software", .mode = "software"},
+      {.port = "uplink0",
+       .configured = "dcb",
+       .mode = "dcb",
+       .traffic_classes = 4,
+       .levels = {{0, 0, 0, 2}, {1, 1, 64, 2}, {2, 2, 96, 2}, {3, 3, 112, 2}}},
+      {.port = "uplink1",
+       .configured = "auto",
+       .mode = "software",
+       .fallback = "port uplink1: driver net_ring has no DCB"},
+  };
   storm.requests_started = 5000;
   storm.requests_completed = 4990;
   storm.orphans = 4;
