@@ -32,6 +32,10 @@ constexpr size_t kMaxSubstitutes = 4;
 constexpr size_t kMaxRelays = 3;
 // What doubling the piece count must gain (relative) for the piece search to keep it.
 constexpr double kMinPieceGain = 0.02;
+// The lower bounds of the piece search add the same times in another order than the scheduler,
+// so they may round differently (relative error ~1e-13 over a million additions); a candidate is
+// ruled out only when its bound reaches the time to beat by this much more.
+constexpr double kBoundSlack = 1e-9;
 
 uint64_t PairKey(uint32_t a, uint32_t b) { return uint64_t{a} << 32 | b; }
 
@@ -360,12 +364,19 @@ class Scheduler {
         emit_(emit),
         net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
 
-  // The schedule; nullopt once a committed op ends at or after `give_up_at` (the piece search
-  // passes the time a candidate must beat, so a losing candidate stops early).
+  // The schedule; nullopt once its makespan is certain to reach `give_up_at` (the piece search
+  // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
+  // see LowerBound()).
   absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
     const uint32_t n = intent_.collective.ranks;
     const size_t mp = size_t{m_count} * pieces_;
+    src_routes_.assign(dag_.sources.size(), nullptr);
+    // A bound reaching give_up_at·(1 + kBoundSlack) is certain to be ≥ give_up_at in the
+    // scheduler's own arithmetic too.
+    const double hopeless = give_up_at * (1 + kBoundSlack);
+    tail_.assign(m_count, 0);
+    if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
     fin_op_.assign(mp, kNone);
     fin_end_.assign(mp, 0);
     rd_rank_.assign(mp, kNone);
@@ -379,7 +390,6 @@ class Scheduler {
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});
     }
-    src_routes_.assign(dag_.sources.size(), nullptr);
     link_groups_.assign(net_.link_count(), {});
     single_seg_.assign(m_count, kNone);
     for (uint32_t m = 0; m < m_count; ++m) {
@@ -417,6 +427,8 @@ class Scheduler {
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
       if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
+      // What still has to follow this piece (0 unless LowerBound() ran).
+      if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -455,6 +467,152 @@ class Scheduler {
       s.per_rank[r].scratch_slots = used;
     }
     return s;
+  }
+
+  // A lower bound on the makespan Run() reaches with this piece count, from the move DAG and
+  // the routes alone (docs/optiflow-compiler.md §4, "Pieces"). Every piece of move m finishes
+  // no earlier than head(m) and is followed by at least tail(m) of work before the makespan:
+  //   head(m) = max(min over m's sources s and their routes of head(writer of s) + the route's
+  //                 cost (Σ busy + latency of its segments: its arrival if no link waits),
+  //                 head(q) for each earlier writer q of m's destination slot)
+  //   tail(m) = max over m's successors s of tail(s) + the cheapest route of s, when every
+  //             source of s is m's destination (so s's pieces wait for m's), or tail(s) alone
+  //             when s writes the slot m wrote (it finishes after m).
+  // A link that every option of a move crosses carries all P pieces of it one after another;
+  // for each such link, with jobs j (the pieces of one move: released at r_j, busy p_j, then
+  // at least q_j = the rest of the route + tail until the makespan), any subset S of its jobs
+  // gives min_S r + Σ_S p + min_S q. Subsets by falling q and by rising r are tried.
+  // The bound is also what Run() adds to a committed piece's finish (tail_) to abandon a
+  // candidate that can no longer win. 0 when some move has no route (Run() reports that).
+  double LowerBound() {
+    const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
+    auto route_cost = [&](const std::vector<uint32_t>& route) {
+      double c = 0;
+      for (uint32_t sid : route) c += net_.segment(sid).Cost();
+      return c;
+    };
+    std::vector<double> src_cost(dag_.sources.size(), kInf);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        for (const auto& route : SourceRoutes(m, si)) {
+          src_cost[si] = std::min(src_cost[si], route_cost(route));
+        }
+      }
+    }
+    std::vector<double>& head = lb_head_;
+    head.assign(m_count, 0);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      const Move& mv = intent_.moves[m];
+      double h = kInf;
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const uint32_t w = dag_.sources[si].writer;
+        h = std::min(h, (w == kNone ? 0 : head[w]) + src_cost[si]);
+      }
+      if (h == kInf) return 0;
+      for (uint32_t i = dag_.pred_start[m]; i < dag_.pred_start[m + 1]; ++i) {
+        const Move& q = intent_.moves[dag_.preds[i]];
+        if (q.dst == mv.dst && q.slot == mv.slot) h = std::max(h, head[dag_.preds[i]]);
+      }
+      head[m] = h;
+    }
+    double bound = 0;
+    for (uint32_t m = m_count; m-- > 0;) {
+      const Move& mv = intent_.moves[m];
+      double t = 0;
+      for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
+        const uint32_t s = dag_.succs[i];
+        const Move& sm = intent_.moves[s];
+        double gap = -1;
+        bool only_m = true;
+        double c = kInf;
+        for (uint32_t si = dag_.src_start[s]; si < dag_.src_start[s + 1]; ++si) {
+          if (dag_.sources[si].writer != m) {
+            only_m = false;
+            break;
+          }
+          c = std::min(c, src_cost[si]);
+        }
+        if (only_m) gap = c;
+        if (sm.dst == mv.dst && sm.slot == mv.slot) gap = std::max(gap, 0.0);
+        if (gap >= 0) t = std::max(t, gap + tail_[s]);
+      }
+      tail_[m] = t;
+      bound = std::max(bound, head[m] + t);
+    }
+    // Links every option of a move crosses: (link, release, busy of all pieces, tail).
+    struct Job {
+      uint32_t link;
+      double r, p, q;
+    };
+    std::vector<Job> jobs;
+    for (uint32_t m = 0; m < m_count; ++m) {
+      const uint32_t s0 = dag_.src_start[m];
+      const auto& first = SourceRoutes(m, s0);
+      if (first.empty()) continue;
+      for (uint32_t sid0 : first[0]) {
+        for (uint32_t link : net_.segment(sid0).links) {
+          Job job{link, kInf, kInf, kInf};
+          bool forced = true;
+          for (uint32_t si = s0; forced && si < dag_.src_start[m + 1]; ++si) {
+            const uint32_t w = dag_.sources[si].writer;
+            const double ready = w == kNone ? 0 : head[w];
+            for (const auto& route : SourceRoutes(m, si)) {
+              double before = 0;
+              bool crosses = false;
+              for (size_t h = 0; h < route.size() && !crosses; ++h) {
+                const Segment& seg = net_.segment(route[h]);
+                if (std::find(seg.links.begin(), seg.links.end(), link) != seg.links.end()) {
+                  crosses = true;
+                  double after = seg.latency;
+                  for (size_t k = h + 1; k < route.size(); ++k) {
+                    after += net_.segment(route[k]).Cost();
+                  }
+                  job.r = std::min(job.r, ready + before);
+                  job.p = std::min(job.p, seg.busy);
+                  job.q = std::min(job.q, after);
+                }
+                before += seg.Cost();
+              }
+              if (!crosses) {
+                forced = false;
+                break;
+              }
+            }
+          }
+          if (!forced) continue;
+          job.p *= pieces_;
+          job.q += tail_[m];
+          jobs.push_back(job);
+        }
+      }
+    }
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.link < b.link || (a.link == b.link && a.q > b.q);
+    });
+    for (size_t i = 0; i < jobs.size();) {
+      double r = kInf, sum = 0;
+      size_t j = i;
+      for (; j < jobs.size() && jobs[j].link == jobs[i].link; ++j) {
+        r = std::min(r, jobs[j].r);
+        sum += jobs[j].p;
+        bound = std::max(bound, r + sum + jobs[j].q);
+      }
+      i = j;
+    }
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.link < b.link || (a.link == b.link && a.r > b.r);
+    });
+    for (size_t i = 0; i < jobs.size();) {
+      double q = kInf, sum = 0;
+      size_t j = i;
+      for (; j < jobs.size() && jobs[j].link == jobs[i].link; ++j) {
+        q = std::min(q, jobs[j].q);
+        sum += jobs[j].p;
+        bound = std::max(bound, jobs[j].r + sum + q);
+      }
+      i = j;
+    }
+    return bound;
   }
 
  private:
@@ -681,6 +839,8 @@ class Scheduler {
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
   std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
+  std::vector<double> tail_;       // per move: LowerBound()'s tail(m), or 0
+  std::vector<double> lb_head_;
   std::vector<double> link_free_;
   double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
@@ -1032,7 +1192,9 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     if (p > 1 && moves * p > kAutoMovePieces) break;
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
-    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, /*emit=*/false, must_beat));
+    HEDDLE_ASSIGN_OR_RETURN(
+        std::optional<Schedule> s,
+        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat));
     if (s && s->predicted_s < must_beat) {
       best_pieces = p;
       best_s = s->predicted_s;
