@@ -351,6 +351,13 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 class Scheduler {
  public:
+  // One commit of Run(): piece cur(move) of `move` from its source `source` over `route`.
+  struct Step {
+    uint32_t move;
+    uint32_t source;
+    uint32_t route;
+  };
+
   // With emit = false the scheduler makes the same choices and computes the same times but
   // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
   // piece search compares).
@@ -367,29 +374,20 @@ class Scheduler {
   // The schedule; nullopt once its makespan is certain to reach `give_up_at` (the piece search
   // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
   // see LowerBound()).
-  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf) {
+  // With `trace`, every commit is appended to it, for Emit().
+  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf,
+                                              std::vector<Step>* trace = nullptr) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
-    const uint32_t n = intent_.collective.ranks;
     const size_t mp = size_t{m_count} * pieces_;
-    src_routes_.assign(dag_.sources.size(), nullptr);
+    if (trace) {
+      trace->clear();
+      trace->reserve(mp);
+    }
+    Reset();
     // A bound reaching give_up_at·(1 + kBoundSlack) is certain to be ≥ give_up_at in the
     // scheduler's own arithmetic too.
     const double hopeless = give_up_at * (1 + kBoundSlack);
-    tail_.assign(m_count, 0);
     if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
-    fin_op_.assign(mp, kNone);
-    fin_end_.assign(mp, 0);
-    rd_rank_.assign(mp, kNone);
-    rd_op_.assign(mp, kNone);
-    rd_end_.assign(mp, 0);
-    cur_.assign(m_count, 0);
-    dst_ready_.assign(m_count, 0);
-    pending_.assign(m_count, 0);
-    link_free_.assign(net_.link_count(), 0);
-    if (emit_) {
-      scratch_.assign(size_t{n} * pieces_, {});
-      ops_.assign(n, {});
-    }
     link_groups_.assign(net_.link_count(), {});
     single_seg_.assign(m_count, kNone);
     for (uint32_t m = 0; m < m_count; ++m) {
@@ -421,6 +419,7 @@ class Scheduler {
         }
       }
       Commit(m, cur_[m], choice);
+      if (trace) trace->push_back(Step{m, choice.source, choice.route});
       ++commits_;
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
@@ -448,6 +447,45 @@ class Scheduler {
             "intent %s: move %u never became ready (dependency cycle)", intent_.name, m));
       }
     }
+    return Result();
+  }
+
+  // The schedule of a Run() of the same inputs that recorded `trace`, made by committing its
+  // steps in order: the same ops without searching again.
+  Schedule Emit(const std::vector<Step>& trace) {
+    Reset();
+    for (const Step& step : trace) {
+      Commit(step.move, cur_[step.move]++, Choice{0, step.source, step.route});
+    }
+    return Result();
+  }
+
+ private:
+  // Everything Run() and Emit() start from.
+  void Reset() {
+    const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
+    const uint32_t n = intent_.collective.ranks;
+    const size_t mp = size_t{m_count} * pieces_;
+    src_routes_.assign(dag_.sources.size(), nullptr);
+    tail_.assign(m_count, 0);
+    fin_op_.assign(mp, kNone);
+    fin_end_.assign(mp, 0);
+    rd_rank_.assign(mp, kNone);
+    rd_op_.assign(mp, kNone);
+    rd_end_.assign(mp, 0);
+    cur_.assign(m_count, 0);
+    dst_ready_.assign(m_count, 0);
+    pending_.assign(m_count, 0);
+    link_free_.assign(net_.link_count(), 0);
+    makespan_ = 0;
+    if (emit_) {
+      scratch_.assign(size_t{n} * pieces_, {});
+      ops_.assign(n, {});
+    }
+  }
+
+  Schedule Result() {
+    const uint32_t n = intent_.collective.ranks;
     Schedule s;
     // Every op ends by the latest receive, so this is the latest op end.
     s.predicted_s = makespan_;
@@ -615,7 +653,6 @@ class Scheduler {
     return bound;
   }
 
- private:
   struct Entry {
     double finish;
     uint32_t move;
@@ -1164,13 +1201,14 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
-  // A candidate that cannot beat `give_up_at` is abandoned as soon as one op ends that late
-  // (nullopt): its makespan only grows. Candidates are timed without ops (emit = false); only
-  // the chosen piece count is scheduled again with them.
-  auto one = [&](uint32_t pieces, bool emit,
-                 double give_up_at = kInf) -> absl::StatusOr<std::optional<Schedule>> {
+  // A candidate that cannot beat `give_up_at` is abandoned as soon as its makespan is certain
+  // to reach it (nullopt). Candidates are timed without ops (emit = false), recording their
+  // commits; the chosen one's are committed again with ops (Emit), without searching.
+  auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
+                 std::vector<Scheduler::Step>* trace =
+                     nullptr) -> absl::StatusOr<std::optional<Schedule>> {
     Scheduler scheduler(intent, topology, dag, pieces, options, emit);
-    return scheduler.Run(give_up_at);
+    return scheduler.Run(give_up_at, trace);
   };
   auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
@@ -1188,23 +1226,25 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
+  std::vector<Scheduler::Step> trace, best_trace;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
     HEDDLE_ASSIGN_OR_RETURN(
         std::optional<Schedule> s,
-        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat));
+        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat, &trace));
     if (s && s->predicted_s < must_beat) {
       best_pieces = p;
       best_s = s->predicted_s;
+      std::swap(trace, best_trace);
       worse = 0;
     } else if (++worse == 2) {
       break;
     }
   }
-  HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(best_pieces, /*emit=*/true));
-  return replayed(std::move(*s));
+  Scheduler scheduler(intent, topology, dag, best_pieces, options, /*emit=*/true);
+  return replayed(scheduler.Emit(best_trace));
 }
 
 }  // namespace heddle::collective
