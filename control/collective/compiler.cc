@@ -388,6 +388,20 @@ class Scheduler {
     // scheduler's own arithmetic too.
     const double hopeless = give_up_at * (1 + kBoundSlack);
     if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
+    // Sources whose only route is one direct link (every source on a mesh): Evaluate() prices
+    // them without walking the route lists.
+    src_link_.assign(dag_.sources.size(), kNone);
+    src_seg_.assign(dag_.sources.size(), kNone);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const auto& routes = SourceRoutes(m, si);
+        if (routes.size() != 1 || routes[0].size() != 1) continue;
+        const Segment& seg = net_.segment(routes[0][0]);
+        if (seg.links.size() != 1) continue;
+        src_seg_[si] = routes[0][0];
+        src_link_[si] = seg.links[0];
+      }
+    }
     link_groups_.assign(net_.link_count(), {});
     single_seg_.assign(m_count, kNone);
     for (uint32_t m = 0; m < m_count; ++m) {
@@ -689,10 +703,11 @@ class Scheduler {
       const Source& src = dag_.sources[dag_.src_start[m]];
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
-      Group& g = GroupOf(sid);
+      const uint32_t gi = GroupOf(sid);
+      Group& g = groups_[gi];
       g.future.emplace_back(u, m);
       std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
-      Refresh(sid);
+      RefreshGroup(gi);
       return absl::OkStatus();
     }
     const Choice c = Evaluate(m, cur_[m]);
@@ -744,6 +759,12 @@ class Scheduler {
       const Source& src = dag_.sources[si];
       if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
+      if (const uint32_t li = src_link_[si]; li != kNone) {
+        const double at = Arrival(net_.segment(src_seg_[si]), std::max(ready, link_free_[li]));
+        const double finish = std::max(at, dst_ready);
+        if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], 0};
+        continue;
+      }
       const auto& routes = SourceRoutes(m, si);
       for (uint32_t ri = 0; ri < routes.size(); ++ri) {
         double at = ready;
@@ -882,6 +903,7 @@ class Scheduler {
   double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
+  std::vector<uint32_t> src_link_, src_seg_;  // per dag_.sources: its one link and segment
   std::vector<std::vector<Op>> ops_;
   std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
 
@@ -901,14 +923,16 @@ class Scheduler {
     std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
     uint32_t version = 0;
   };
-  Group& GroupOf(uint32_t sid) {
-    auto [it, inserted] = group_index_.try_emplace(sid, static_cast<uint32_t>(groups_.size()));
-    if (inserted) {
+  uint32_t GroupOf(uint32_t sid) {
+    if (sid >= group_of_seg_.size()) group_of_seg_.resize(sid + 1, kNone);
+    uint32_t& gi = group_of_seg_[sid];
+    if (gi == kNone) {
+      gi = static_cast<uint32_t>(groups_.size());
       groups_.emplace_back();
       group_seg_.push_back(sid);
-      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(it->second);
+      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(gi);
     }
-    return groups_[it->second];
+    return gi;
   }
   // Recomputes group gi's minimum and pushes it as the group's current entry.
   void RefreshGroup(uint32_t gi) {
@@ -932,7 +956,6 @@ class Scheduler {
     }
     if (best) heap_.push(*best);
   }
-  void Refresh(uint32_t sid) { RefreshGroup(group_index_.find(sid)->second); }
   // Takes move m, a group's current minimum, out of the group.
   void TakeFromGroup(uint32_t gi, uint32_t m) {
     Group& g = groups_[gi];
@@ -967,8 +990,8 @@ class Scheduler {
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
   std::vector<Group> groups_;
   std::vector<uint32_t> group_seg_, refreshed_;
-  absl::flat_hash_map<uint32_t, uint32_t> group_index_;  // segment → group
-  std::vector<std::vector<uint32_t>> link_groups_;       // link → groups
+  std::vector<uint32_t> group_of_seg_;              // segment → group, or kNone
+  std::vector<std::vector<uint32_t>> link_groups_;  // link → groups
   uint64_t commits_ = 0;
 };
 
