@@ -414,9 +414,8 @@ class Scheduler {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
       if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
     }
-    for (DropObsolete(); !heap_.empty(); DropObsolete()) {
-      const Entry top = heap_.top();
-      heap_.pop();
+    while (!heap_.empty()) {
+      const Entry top = HeapPop();
       const uint32_t m = top.move;
       Choice choice;
       if (top.group != kNone) {
@@ -426,9 +425,8 @@ class Scheduler {
       } else {
         choice = Evaluate(m, cur_[m]);
         const Entry now{choice.finish, m};
-        DropObsolete();
-        if (!heap_.empty() && heap_.top() < now) {
-          heap_.push(now);  // another piece now finishes earlier
+        if (!heap_.empty() && heap_[0] < now) {
+          HeapPush(now);  // another piece now finishes earlier
           continue;
         }
       }
@@ -670,16 +668,11 @@ class Scheduler {
   struct Entry {
     double finish;
     uint32_t move;
-    // A link group's entry (its current minimum while `version` is the group's), or kNone.
-    uint32_t group = kNone;
-    uint32_t version = 0;
+    uint32_t group = kNone;  // a link group's entry (its current minimum), or kNone
     // Min-heap order: earliest finish, then lowest move index.
     bool operator<(const Entry& o) const {
       return finish < o.finish || (finish == o.finish && move < o.move);
     }
-  };
-  struct Later {
-    bool operator()(const Entry& a, const Entry& b) const { return b < a; }
   };
   struct Choice {
     double finish = kInf;
@@ -712,7 +705,7 @@ class Scheduler {
     }
     const Choice c = Evaluate(m, cur_[m]);
     if (c.finish == kInf) return NoPath(m);
-    heap_.push(Entry{c.finish, m});
+    HeapPush(Entry{c.finish, m});
     return absl::OkStatus();
   }
 
@@ -905,7 +898,92 @@ class Scheduler {
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
   std::vector<uint32_t> src_link_, src_seg_;  // per dag_.sources: its one link and segment
   std::vector<std::vector<Op>> ops_;
-  std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+
+  // ---- The ready pieces ----
+  // A binary min-heap by (finish, move). A group's entry stays in place and is re-keyed when
+  // the group changes (group_pos_), so no stale entries pile up. Live entries have distinct
+  // moves, so the order they leave in is the same with any correct heap.
+  std::vector<Entry> heap_;
+  std::vector<uint32_t> group_pos_;  // per group: its entry's index in heap_, or kNone
+  void HeapPlace(size_t i, const Entry& e) {
+    heap_[i] = e;
+    if (e.group != kNone) group_pos_[e.group] = static_cast<uint32_t>(i);
+  }
+  void SiftUp(size_t i) {
+    const Entry e = heap_[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (!(e < heap_[parent])) break;
+      HeapPlace(i, heap_[parent]);
+      i = parent;
+    }
+    HeapPlace(i, e);
+  }
+  void SiftDown(size_t i) {
+    const Entry e = heap_[i];
+    const size_t n = heap_.size();
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
+      if (!(heap_[c] < e)) break;
+      HeapPlace(i, heap_[c]);
+      i = c;
+    }
+    HeapPlace(i, e);
+  }
+  // Entry i changed its key (or was replaced): restores the heap order.
+  void Resift(size_t i) {
+    if (i > 0 && heap_[i] < heap_[(i - 1) / 2]) {
+      SiftUp(i);
+    } else {
+      SiftDown(i);
+    }
+  }
+  void HeapPush(const Entry& e) {
+    heap_.push_back(e);
+    SiftUp(heap_.size() - 1);
+  }
+  Entry HeapPop() {
+    const Entry top = heap_[0];
+    if (top.group != kNone) group_pos_[top.group] = kNone;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (heap_.empty()) return top;
+    // The hole goes down the smaller children to a leaf, where `last` (usually late) goes in
+    // and rises: about half the comparisons of sifting it down from the root.
+    size_t i = 0;
+    const size_t n = heap_.size();
+    for (size_t c = 1; c < n; c = 2 * i + 1) {
+      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
+      HeapPlace(i, heap_[c]);
+      i = c;
+    }
+    HeapPlace(i, last);
+    SiftUp(i);
+    return top;
+  }
+  // Group gi's entry becomes `e` (none: leaves the heap).
+  void HeapSetGroup(uint32_t gi, const std::optional<Entry>& e) {
+    const uint32_t pos = group_pos_[gi];
+    if (e) {
+      if (pos == kNone) {
+        HeapPush(*e);
+      } else {
+        HeapPlace(pos, *e);
+        Resift(pos);
+      }
+      return;
+    }
+    if (pos == kNone) return;
+    group_pos_[gi] = kNone;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (pos < heap_.size()) {
+      HeapPlace(pos, last);
+      Resift(pos);
+    }
+  }
 
   // ---- Link groups ----
   // A move whose only option is one segment (one source, one route of one segment: typical for
@@ -913,15 +991,14 @@ class Scheduler {
   // links are free) is the same for every piece waiting on that segment, u its own fixed part.
   // Such pieces are kept per segment instead of in the heap: those with u ≤ A all finish at A
   // (lowest move first), the others at u. The heap holds one entry per group, its minimum,
-  // renewed whenever a link of the segment or the group's members change (older entries are
-  // skipped by version). The lazy re-evaluation of k such pieces after each of the k commits
-  // on their link cost O(k²) evaluations; this costs O(log k) per commit. The choices are the
-  // same: every other heap key is a lower bound of its piece's finish or is re-evaluated when
-  // popped, so the piece committed next is the same (compiler_golden_test).
+  // re-keyed whenever a link of the segment or the group's members change. The lazy re-evaluation
+  // of k such pieces after each of the k commits on their link cost O(k²) evaluations; this costs
+  // O(log k) per commit. The choices are the same: every other heap key is a lower bound of its
+  // piece's finish or is re-evaluated when popped, so the piece committed next is the same
+  // (compiler_golden_test).
   struct Group {
     std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
     std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
-    uint32_t version = 0;
   };
   uint32_t GroupOf(uint32_t sid) {
     if (sid >= group_of_seg_.size()) group_of_seg_.resize(sid + 1, kNone);
@@ -929,6 +1006,7 @@ class Scheduler {
     if (gi == kNone) {
       gi = static_cast<uint32_t>(groups_.size());
       groups_.emplace_back();
+      group_pos_.push_back(kNone);
       group_seg_.push_back(sid);
       for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(gi);
     }
@@ -937,7 +1015,6 @@ class Scheduler {
   // Recomputes group gi's minimum and pushes it as the group's current entry.
   void RefreshGroup(uint32_t gi) {
     Group& g = groups_[gi];
-    ++g.version;
     const Segment& seg = net_.segment(group_seg_[gi]);
     double free = 0;
     for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
@@ -949,12 +1026,12 @@ class Scheduler {
       g.future.pop_back();
     }
     std::optional<Entry> best;
-    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi, g.version};
+    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi};
     if (!g.future.empty()) {
-      const Entry f{g.future.front().first, g.future.front().second, gi, g.version};
+      const Entry f{g.future.front().first, g.future.front().second, gi};
       if (!best || f < *best) best = f;
     }
-    if (best) heap_.push(*best);
+    HeapSetGroup(gi, best);
   }
   // Takes move m, a group's current minimum, out of the group.
   void TakeFromGroup(uint32_t gi, uint32_t m) {
@@ -966,12 +1043,6 @@ class Scheduler {
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
-  }
-  bool Obsolete(const Entry& e) const {
-    return e.group != kNone && e.version != groups_[e.group].version;
-  }
-  void DropObsolete() {
-    while (!heap_.empty() && Obsolete(heap_.top())) heap_.pop();
   }
   // After a commit over `route`: every group of a segment sharing one of its links.
   void RefreshLinks(const std::vector<uint32_t>& route) {
