@@ -390,16 +390,14 @@ class Scheduler {
     if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
     // Sources whose only route is one direct link (every source on a mesh): Evaluate() prices
     // them without walking the route lists.
-    src_link_.assign(dag_.sources.size(), kNone);
-    src_seg_.assign(dag_.sources.size(), kNone);
+    src_fast_.assign(dag_.sources.size(), FastSource{});
     for (uint32_t m = 0; m < m_count; ++m) {
       for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
         const auto& routes = SourceRoutes(m, si);
         if (routes.size() != 1 || routes[0].size() != 1) continue;
         const Segment& seg = net_.segment(routes[0][0]);
         if (seg.links.size() != 1) continue;
-        src_seg_[si] = routes[0][0];
-        src_link_[si] = seg.links[0];
+        src_fast_[si] = FastSource{dag_.sources[si].writer, seg.links[0], seg.busy, seg.latency};
       }
     }
     link_groups_.assign(net_.link_count(), {});
@@ -748,16 +746,21 @@ class Scheduler {
   Choice Evaluate(uint32_t m, uint32_t p) {
     const double dst_ready = dst_ready_[m];  // DstReady(m, p), cached by Push()
     Choice best;
-    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+    const uint32_t first = dag_.src_start[m], end = dag_.src_start[m + 1];
+    for (uint32_t si = first; si < end; ++si) {
+      const FastSource& f = src_fast_[si];
+      if (f.link != kNone) {
+        if (f.writer != kNone && cur_[f.writer] <= p) continue;  // not there yet
+        const double ready = f.writer == kNone ? 0 : fin_end_[Idx(f.writer, p)];
+        // Arrival(), with the segment's fields at hand.
+        const double at = std::max(ready, link_free_[f.link]) + f.busy + f.latency;
+        const double finish = std::max(at, dst_ready);
+        if (finish < best.finish) best = Choice{finish, si - first, 0};
+        continue;
+      }
       const Source& src = dag_.sources[si];
       if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
-      if (const uint32_t li = src_link_[si]; li != kNone) {
-        const double at = Arrival(net_.segment(src_seg_[si]), std::max(ready, link_free_[li]));
-        const double finish = std::max(at, dst_ready);
-        if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], 0};
-        continue;
-      }
       const auto& routes = SourceRoutes(m, si);
       for (uint32_t ri = 0; ri < routes.size(); ++ri) {
         double at = ready;
@@ -768,7 +771,7 @@ class Scheduler {
           at = Arrival(seg, start);
         }
         const double finish = std::max(at, dst_ready);
-        if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], ri};
+        if (finish < best.finish) best = Choice{finish, si - first, ri};
       }
     }
     return best;
@@ -896,7 +899,13 @@ class Scheduler {
   double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
-  std::vector<uint32_t> src_link_, src_seg_;  // per dag_.sources: its one link and segment
+  // Per dag_.sources: a source whose only route is one link, all Evaluate() reads of it.
+  struct FastSource {
+    uint32_t writer = kNone;
+    uint32_t link = kNone;  // kNone: not such a source
+    double busy = 0, latency = 0;
+  };
+  std::vector<FastSource> src_fast_;
   std::vector<std::vector<Op>> ops_;
 
   // ---- The ready pieces ----
