@@ -32,6 +32,10 @@ constexpr size_t kMaxSubstitutes = 4;
 constexpr size_t kMaxRelays = 3;
 // What doubling the piece count must gain (relative) for the piece search to keep it.
 constexpr double kMinPieceGain = 0.02;
+// The lower bounds of the piece search add the same times in another order than the scheduler,
+// so they may round differently (relative error ~1e-13 over a million additions); a candidate is
+// ruled out only when its bound reaches the time to beat by this much more.
+constexpr double kBoundSlack = 1e-9;
 
 uint64_t PairKey(uint32_t a, uint32_t b) { return uint64_t{a} << 32 | b; }
 
@@ -347,6 +351,13 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 class Scheduler {
  public:
+  // One commit of Run(): piece cur(move) of `move` from its source `source` over `route`.
+  struct Step {
+    uint32_t move;
+    uint32_t source;
+    uint32_t route;
+  };
+
   // With emit = false the scheduler makes the same choices and computes the same times but
   // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
   // piece search compares).
@@ -360,26 +371,35 @@ class Scheduler {
         emit_(emit),
         net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
 
-  // The schedule; nullopt once a committed op ends at or after `give_up_at` (the piece search
-  // passes the time a candidate must beat, so a losing candidate stops early).
-  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf) {
+  // The schedule; nullopt once its makespan is certain to reach `give_up_at` (the piece search
+  // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
+  // see LowerBound()).
+  // With `trace`, every commit is appended to it, for Emit().
+  absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf,
+                                              std::vector<Step>* trace = nullptr) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
-    const uint32_t n = intent_.collective.ranks;
     const size_t mp = size_t{m_count} * pieces_;
-    fin_op_.assign(mp, kNone);
-    fin_end_.assign(mp, 0);
-    rd_rank_.assign(mp, kNone);
-    rd_op_.assign(mp, kNone);
-    rd_end_.assign(mp, 0);
-    cur_.assign(m_count, 0);
-    dst_ready_.assign(m_count, 0);
-    pending_.assign(m_count, 0);
-    link_free_.assign(net_.link_count(), 0);
-    if (emit_) {
-      scratch_.assign(size_t{n} * pieces_, {});
-      ops_.assign(n, {});
+    if (trace) {
+      trace->clear();
+      trace->reserve(mp);
     }
-    src_routes_.assign(dag_.sources.size(), nullptr);
+    Reset();
+    // A bound reaching give_up_at·(1 + kBoundSlack) is certain to be ≥ give_up_at in the
+    // scheduler's own arithmetic too.
+    const double hopeless = give_up_at * (1 + kBoundSlack);
+    if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
+    // Sources whose only route is one direct link (every source on a mesh): Evaluate() prices
+    // them without walking the route lists.
+    src_fast_.assign(dag_.sources.size(), FastSource{});
+    for (uint32_t m = 0; m < m_count; ++m) {
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const auto& routes = SourceRoutes(m, si);
+        if (routes.size() != 1 || routes[0].size() != 1) continue;
+        const Segment& seg = net_.segment(routes[0][0]);
+        if (seg.links.size() != 1) continue;
+        src_fast_[si] = FastSource{dag_.sources[si].writer, seg.links[0], seg.busy, seg.latency};
+      }
+    }
     link_groups_.assign(net_.link_count(), {});
     single_seg_.assign(m_count, kNone);
     for (uint32_t m = 0; m < m_count; ++m) {
@@ -392,9 +412,8 @@ class Scheduler {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
       if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
     }
-    for (DropObsolete(); !heap_.empty(); DropObsolete()) {
-      const Entry top = heap_.top();
-      heap_.pop();
+    while (!heap_.empty()) {
+      const Entry top = HeapPop();
       const uint32_t m = top.move;
       Choice choice;
       if (top.group != kNone) {
@@ -404,19 +423,21 @@ class Scheduler {
       } else {
         choice = Evaluate(m, cur_[m]);
         const Entry now{choice.finish, m};
-        DropObsolete();
-        if (!heap_.empty() && heap_.top() < now) {
-          heap_.push(now);  // another piece now finishes earlier
+        if (!heap_.empty() && heap_[0] < now) {
+          HeapPush(now);  // another piece now finishes earlier
           continue;
         }
       }
       Commit(m, cur_[m], choice);
+      if (trace) trace->push_back(Step{m, choice.source, choice.route});
       ++commits_;
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
       if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
+      // What still has to follow this piece (0 unless LowerBound() ran).
+      if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -436,6 +457,45 @@ class Scheduler {
             "intent %s: move %u never became ready (dependency cycle)", intent_.name, m));
       }
     }
+    return Result();
+  }
+
+  // The schedule of a Run() of the same inputs that recorded `trace`, made by committing its
+  // steps in order: the same ops without searching again.
+  Schedule Emit(const std::vector<Step>& trace) {
+    Reset();
+    for (const Step& step : trace) {
+      Commit(step.move, cur_[step.move]++, Choice{0, step.source, step.route});
+    }
+    return Result();
+  }
+
+ private:
+  // Everything Run() and Emit() start from.
+  void Reset() {
+    const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
+    const uint32_t n = intent_.collective.ranks;
+    const size_t mp = size_t{m_count} * pieces_;
+    src_routes_.assign(dag_.sources.size(), nullptr);
+    tail_.assign(m_count, 0);
+    fin_op_.assign(mp, kNone);
+    fin_end_.assign(mp, 0);
+    rd_rank_.assign(mp, kNone);
+    rd_op_.assign(mp, kNone);
+    rd_end_.assign(mp, 0);
+    cur_.assign(m_count, 0);
+    dst_ready_.assign(m_count, 0);
+    pending_.assign(m_count, 0);
+    link_free_.assign(net_.link_count(), 0);
+    makespan_ = 0;
+    if (emit_) {
+      scratch_.assign(size_t{n} * pieces_, {});
+      ops_.assign(n, {});
+    }
+  }
+
+  Schedule Result() {
+    const uint32_t n = intent_.collective.ranks;
     Schedule s;
     // Every op ends by the latest receive, so this is the latest op end.
     s.predicted_s = makespan_;
@@ -457,20 +517,160 @@ class Scheduler {
     return s;
   }
 
- private:
+  // A lower bound on the makespan Run() reaches with this piece count, from the move DAG and
+  // the routes alone (docs/optiflow-compiler.md §4, "Pieces"). Every piece of move m finishes
+  // no earlier than head(m) and is followed by at least tail(m) of work before the makespan:
+  //   head(m) = max(min over m's sources s and their routes of head(writer of s) + the route's
+  //                 cost (Σ busy + latency of its segments: its arrival if no link waits),
+  //                 head(q) for each earlier writer q of m's destination slot)
+  //   tail(m) = max over m's successors s of tail(s) + the cheapest route of s, when every
+  //             source of s is m's destination (so s's pieces wait for m's), or tail(s) alone
+  //             when s writes the slot m wrote (it finishes after m).
+  // A link that every option of a move crosses carries all P pieces of it one after another;
+  // for each such link, with jobs j (the pieces of one move: released at r_j, busy p_j, then
+  // at least q_j = the rest of the route + tail until the makespan), any subset S of its jobs
+  // gives min_S r + Σ_S p + min_S q. Subsets by falling q and by rising r are tried.
+  // The bound is also what Run() adds to a committed piece's finish (tail_) to abandon a
+  // candidate that can no longer win. 0 when some move has no route (Run() reports that).
+  double LowerBound() {
+    const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
+    auto route_cost = [&](const std::vector<uint32_t>& route) {
+      double c = 0;
+      for (uint32_t sid : route) c += net_.segment(sid).Cost();
+      return c;
+    };
+    std::vector<double> src_cost(dag_.sources.size(), kInf);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        for (const auto& route : SourceRoutes(m, si)) {
+          src_cost[si] = std::min(src_cost[si], route_cost(route));
+        }
+      }
+    }
+    std::vector<double>& head = lb_head_;
+    head.assign(m_count, 0);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      const Move& mv = intent_.moves[m];
+      double h = kInf;
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const uint32_t w = dag_.sources[si].writer;
+        h = std::min(h, (w == kNone ? 0 : head[w]) + src_cost[si]);
+      }
+      if (h == kInf) return 0;
+      for (uint32_t i = dag_.pred_start[m]; i < dag_.pred_start[m + 1]; ++i) {
+        const Move& q = intent_.moves[dag_.preds[i]];
+        if (q.dst == mv.dst && q.slot == mv.slot) h = std::max(h, head[dag_.preds[i]]);
+      }
+      head[m] = h;
+    }
+    double bound = 0;
+    for (uint32_t m = m_count; m-- > 0;) {
+      const Move& mv = intent_.moves[m];
+      double t = 0;
+      for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
+        const uint32_t s = dag_.succs[i];
+        const Move& sm = intent_.moves[s];
+        double gap = -1;
+        bool only_m = true;
+        double c = kInf;
+        for (uint32_t si = dag_.src_start[s]; si < dag_.src_start[s + 1]; ++si) {
+          if (dag_.sources[si].writer != m) {
+            only_m = false;
+            break;
+          }
+          c = std::min(c, src_cost[si]);
+        }
+        if (only_m) gap = c;
+        if (sm.dst == mv.dst && sm.slot == mv.slot) gap = std::max(gap, 0.0);
+        if (gap >= 0) t = std::max(t, gap + tail_[s]);
+      }
+      tail_[m] = t;
+      bound = std::max(bound, head[m] + t);
+    }
+    // Links every option of a move crosses: (link, release, busy of all pieces, tail).
+    struct Job {
+      uint32_t link;
+      double r, p, q;
+    };
+    std::vector<Job> jobs;
+    for (uint32_t m = 0; m < m_count; ++m) {
+      const uint32_t s0 = dag_.src_start[m];
+      const auto& first = SourceRoutes(m, s0);
+      if (first.empty()) continue;
+      for (uint32_t sid0 : first[0]) {
+        for (uint32_t link : net_.segment(sid0).links) {
+          Job job{link, kInf, kInf, kInf};
+          bool forced = true;
+          for (uint32_t si = s0; forced && si < dag_.src_start[m + 1]; ++si) {
+            const uint32_t w = dag_.sources[si].writer;
+            const double ready = w == kNone ? 0 : head[w];
+            for (const auto& route : SourceRoutes(m, si)) {
+              double before = 0;
+              bool crosses = false;
+              for (size_t h = 0; h < route.size() && !crosses; ++h) {
+                const Segment& seg = net_.segment(route[h]);
+                if (std::find(seg.links.begin(), seg.links.end(), link) != seg.links.end()) {
+                  crosses = true;
+                  double after = seg.latency;
+                  for (size_t k = h + 1; k < route.size(); ++k) {
+                    after += net_.segment(route[k]).Cost();
+                  }
+                  job.r = std::min(job.r, ready + before);
+                  job.p = std::min(job.p, seg.busy);
+                  job.q = std::min(job.q, after);
+                }
+                before += seg.Cost();
+              }
+              if (!crosses) {
+                forced = false;
+                break;
+              }
+            }
+          }
+          if (!forced) continue;
+          job.p *= pieces_;
+          job.q += tail_[m];
+          jobs.push_back(job);
+        }
+      }
+    }
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.link < b.link || (a.link == b.link && a.q > b.q);
+    });
+    for (size_t i = 0; i < jobs.size();) {
+      double r = kInf, sum = 0;
+      size_t j = i;
+      for (; j < jobs.size() && jobs[j].link == jobs[i].link; ++j) {
+        r = std::min(r, jobs[j].r);
+        sum += jobs[j].p;
+        bound = std::max(bound, r + sum + jobs[j].q);
+      }
+      i = j;
+    }
+    std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return a.link < b.link || (a.link == b.link && a.r > b.r);
+    });
+    for (size_t i = 0; i < jobs.size();) {
+      double q = kInf, sum = 0;
+      size_t j = i;
+      for (; j < jobs.size() && jobs[j].link == jobs[i].link; ++j) {
+        q = std::min(q, jobs[j].q);
+        sum += jobs[j].p;
+        bound = std::max(bound, jobs[j].r + sum + q);
+      }
+      i = j;
+    }
+    return bound;
+  }
+
   struct Entry {
     double finish;
     uint32_t move;
-    // A link group's entry (its current minimum while `version` is the group's), or kNone.
-    uint32_t group = kNone;
-    uint32_t version = 0;
+    uint32_t group = kNone;  // a link group's entry (its current minimum), or kNone
     // Min-heap order: earliest finish, then lowest move index.
     bool operator<(const Entry& o) const {
       return finish < o.finish || (finish == o.finish && move < o.move);
     }
-  };
-  struct Later {
-    bool operator()(const Entry& a, const Entry& b) const { return b < a; }
   };
   struct Choice {
     double finish = kInf;
@@ -494,15 +694,16 @@ class Scheduler {
       const Source& src = dag_.sources[dag_.src_start[m]];
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
-      Group& g = GroupOf(sid);
+      const uint32_t gi = GroupOf(sid);
+      Group& g = groups_[gi];
       g.future.emplace_back(u, m);
       std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
-      Refresh(sid);
+      RefreshGroup(gi);
       return absl::OkStatus();
     }
     const Choice c = Evaluate(m, cur_[m]);
     if (c.finish == kInf) return NoPath(m);
-    heap_.push(Entry{c.finish, m});
+    HeapPush(Entry{c.finish, m});
     return absl::OkStatus();
   }
 
@@ -545,7 +746,18 @@ class Scheduler {
   Choice Evaluate(uint32_t m, uint32_t p) {
     const double dst_ready = dst_ready_[m];  // DstReady(m, p), cached by Push()
     Choice best;
-    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+    const uint32_t first = dag_.src_start[m], end = dag_.src_start[m + 1];
+    for (uint32_t si = first; si < end; ++si) {
+      const FastSource& f = src_fast_[si];
+      if (f.link != kNone) {
+        if (f.writer != kNone && cur_[f.writer] <= p) continue;  // not there yet
+        const double ready = f.writer == kNone ? 0 : fin_end_[Idx(f.writer, p)];
+        // Arrival(), with the segment's fields at hand.
+        const double at = std::max(ready, link_free_[f.link]) + f.busy + f.latency;
+        const double finish = std::max(at, dst_ready);
+        if (finish < best.finish) best = Choice{finish, si - first, 0};
+        continue;
+      }
       const Source& src = dag_.sources[si];
       if (src.writer != kNone && cur_[src.writer] <= p) continue;  // not there yet
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
@@ -559,7 +771,7 @@ class Scheduler {
           at = Arrival(seg, start);
         }
         const double finish = std::max(at, dst_ready);
-        if (finish < best.finish) best = Choice{finish, si - dag_.src_start[m], ri};
+        if (finish < best.finish) best = Choice{finish, si - first, ri};
       }
     }
     return best;
@@ -681,12 +893,106 @@ class Scheduler {
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
   std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
+  std::vector<double> tail_;       // per move: LowerBound()'s tail(m), or 0
+  std::vector<double> lb_head_;
   std::vector<double> link_free_;
   double makespan_ = 0;                            // the latest end of a committed op
   std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
+  // Per dag_.sources: a source whose only route is one link, all Evaluate() reads of it.
+  struct FastSource {
+    uint32_t writer = kNone;
+    uint32_t link = kNone;  // kNone: not such a source
+    double busy = 0, latency = 0;
+  };
+  std::vector<FastSource> src_fast_;
   std::vector<std::vector<Op>> ops_;
-  std::priority_queue<Entry, std::vector<Entry>, Later> heap_;
+
+  // ---- The ready pieces ----
+  // A binary min-heap by (finish, move). A group's entry stays in place and is re-keyed when
+  // the group changes (group_pos_), so no stale entries pile up. Live entries have distinct
+  // moves, so the order they leave in is the same with any correct heap.
+  std::vector<Entry> heap_;
+  std::vector<uint32_t> group_pos_;  // per group: its entry's index in heap_, or kNone
+  void HeapPlace(size_t i, const Entry& e) {
+    heap_[i] = e;
+    if (e.group != kNone) group_pos_[e.group] = static_cast<uint32_t>(i);
+  }
+  void SiftUp(size_t i) {
+    const Entry e = heap_[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (!(e < heap_[parent])) break;
+      HeapPlace(i, heap_[parent]);
+      i = parent;
+    }
+    HeapPlace(i, e);
+  }
+  void SiftDown(size_t i) {
+    const Entry e = heap_[i];
+    const size_t n = heap_.size();
+    for (;;) {
+      size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
+      if (!(heap_[c] < e)) break;
+      HeapPlace(i, heap_[c]);
+      i = c;
+    }
+    HeapPlace(i, e);
+  }
+  // Entry i changed its key (or was replaced): restores the heap order.
+  void Resift(size_t i) {
+    if (i > 0 && heap_[i] < heap_[(i - 1) / 2]) {
+      SiftUp(i);
+    } else {
+      SiftDown(i);
+    }
+  }
+  void HeapPush(const Entry& e) {
+    heap_.push_back(e);
+    SiftUp(heap_.size() - 1);
+  }
+  Entry HeapPop() {
+    const Entry top = heap_[0];
+    if (top.group != kNone) group_pos_[top.group] = kNone;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (heap_.empty()) return top;
+    // The hole goes down the smaller children to a leaf, where `last` (usually late) goes in
+    // and rises: about half the comparisons of sifting it down from the root.
+    size_t i = 0;
+    const size_t n = heap_.size();
+    for (size_t c = 1; c < n; c = 2 * i + 1) {
+      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
+      HeapPlace(i, heap_[c]);
+      i = c;
+    }
+    HeapPlace(i, last);
+    SiftUp(i);
+    return top;
+  }
+  // Group gi's entry becomes `e` (none: leaves the heap).
+  void HeapSetGroup(uint32_t gi, const std::optional<Entry>& e) {
+    const uint32_t pos = group_pos_[gi];
+    if (e) {
+      if (pos == kNone) {
+        HeapPush(*e);
+      } else {
+        HeapPlace(pos, *e);
+        Resift(pos);
+      }
+      return;
+    }
+    if (pos == kNone) return;
+    group_pos_[gi] = kNone;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (pos < heap_.size()) {
+      HeapPlace(pos, last);
+      Resift(pos);
+    }
+  }
 
   // ---- Link groups ----
   // A move whose only option is one segment (one source, one route of one segment: typical for
@@ -694,29 +1000,30 @@ class Scheduler {
   // links are free) is the same for every piece waiting on that segment, u its own fixed part.
   // Such pieces are kept per segment instead of in the heap: those with u ≤ A all finish at A
   // (lowest move first), the others at u. The heap holds one entry per group, its minimum,
-  // renewed whenever a link of the segment or the group's members change (older entries are
-  // skipped by version). The lazy re-evaluation of k such pieces after each of the k commits
-  // on their link cost O(k²) evaluations; this costs O(log k) per commit. The choices are the
-  // same: every other heap key is a lower bound of its piece's finish or is re-evaluated when
-  // popped, so the piece committed next is the same (compiler_golden_test).
+  // re-keyed whenever a link of the segment or the group's members change. The lazy re-evaluation
+  // of k such pieces after each of the k commits on their link cost O(k²) evaluations; this costs
+  // O(log k) per commit. The choices are the same: every other heap key is a lower bound of its
+  // piece's finish or is re-evaluated when popped, so the piece committed next is the same
+  // (compiler_golden_test).
   struct Group {
     std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
     std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
-    uint32_t version = 0;
   };
-  Group& GroupOf(uint32_t sid) {
-    auto [it, inserted] = group_index_.try_emplace(sid, static_cast<uint32_t>(groups_.size()));
-    if (inserted) {
+  uint32_t GroupOf(uint32_t sid) {
+    if (sid >= group_of_seg_.size()) group_of_seg_.resize(sid + 1, kNone);
+    uint32_t& gi = group_of_seg_[sid];
+    if (gi == kNone) {
+      gi = static_cast<uint32_t>(groups_.size());
       groups_.emplace_back();
+      group_pos_.push_back(kNone);
       group_seg_.push_back(sid);
-      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(it->second);
+      for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(gi);
     }
-    return groups_[it->second];
+    return gi;
   }
   // Recomputes group gi's minimum and pushes it as the group's current entry.
   void RefreshGroup(uint32_t gi) {
     Group& g = groups_[gi];
-    ++g.version;
     const Segment& seg = net_.segment(group_seg_[gi]);
     double free = 0;
     for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
@@ -728,14 +1035,13 @@ class Scheduler {
       g.future.pop_back();
     }
     std::optional<Entry> best;
-    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi, g.version};
+    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi};
     if (!g.future.empty()) {
-      const Entry f{g.future.front().first, g.future.front().second, gi, g.version};
+      const Entry f{g.future.front().first, g.future.front().second, gi};
       if (!best || f < *best) best = f;
     }
-    if (best) heap_.push(*best);
+    HeapSetGroup(gi, best);
   }
-  void Refresh(uint32_t sid) { RefreshGroup(group_index_.find(sid)->second); }
   // Takes move m, a group's current minimum, out of the group.
   void TakeFromGroup(uint32_t gi, uint32_t m) {
     Group& g = groups_[gi];
@@ -746,12 +1052,6 @@ class Scheduler {
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
-  }
-  bool Obsolete(const Entry& e) const {
-    return e.group != kNone && e.version != groups_[e.group].version;
-  }
-  void DropObsolete() {
-    while (!heap_.empty() && Obsolete(heap_.top())) heap_.pop();
   }
   // After a commit over `route`: every group of a segment sharing one of its links.
   void RefreshLinks(const std::vector<uint32_t>& route) {
@@ -770,8 +1070,8 @@ class Scheduler {
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
   std::vector<Group> groups_;
   std::vector<uint32_t> group_seg_, refreshed_;
-  absl::flat_hash_map<uint32_t, uint32_t> group_index_;  // segment → group
-  std::vector<std::vector<uint32_t>> link_groups_;       // link → groups
+  std::vector<uint32_t> group_of_seg_;              // segment → group, or kNone
+  std::vector<std::vector<uint32_t>> link_groups_;  // link → groups
   uint64_t commits_ = 0;
 };
 
@@ -1004,13 +1304,14 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal);
   // the piece search ranks candidates by them and replays only the schedule it returns.
-  // A candidate that cannot beat `give_up_at` is abandoned as soon as one op ends that late
-  // (nullopt): its makespan only grows. Candidates are timed without ops (emit = false); only
-  // the chosen piece count is scheduled again with them.
-  auto one = [&](uint32_t pieces, bool emit,
-                 double give_up_at = kInf) -> absl::StatusOr<std::optional<Schedule>> {
+  // A candidate that cannot beat `give_up_at` is abandoned as soon as its makespan is certain
+  // to reach it (nullopt). Candidates are timed without ops (emit = false), recording their
+  // commits; the chosen one's are committed again with ops (Emit), without searching.
+  auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
+                 std::vector<Scheduler::Step>* trace =
+                     nullptr) -> absl::StatusOr<std::optional<Schedule>> {
     Scheduler scheduler(intent, topology, dag, pieces, options, emit);
-    return scheduler.Run(give_up_at);
+    return scheduler.Run(give_up_at, trace);
   };
   auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
@@ -1028,21 +1329,25 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
+  std::vector<Scheduler::Step> trace, best_trace;
   for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
     if (p > 1 && moves * p > kAutoMovePieces) break;
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
-    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(p, /*emit=*/false, must_beat));
+    HEDDLE_ASSIGN_OR_RETURN(
+        std::optional<Schedule> s,
+        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat, &trace));
     if (s && s->predicted_s < must_beat) {
       best_pieces = p;
       best_s = s->predicted_s;
+      std::swap(trace, best_trace);
       worse = 0;
     } else if (++worse == 2) {
       break;
     }
   }
-  HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(best_pieces, /*emit=*/true));
-  return replayed(std::move(*s));
+  Scheduler scheduler(intent, topology, dag, best_pieces, options, /*emit=*/true);
+  return replayed(scheduler.Emit(best_trace));
 }
 
 }  // namespace heddle::collective

@@ -42,6 +42,10 @@ struct CompileOptions {
   uint32_t max_pieces = 64;
   bool multi_hop = true;         // may route a move over other ranks / switches
   double per_op_overhead_s = 0;  // α added to every transfer on top of link latency
+  // With pieces = 0: schedule every candidate piece count to completion instead of ruling out
+  // early, by lower bounds, those that cannot be kept. The result is the same either way (the
+  // tests compare them); this is the slow reference.
+  bool exhaustive_piece_search = false;
 };
 
 // Upper bound on pieces (explicit or searched) and on moves × pieces.

@@ -1,5 +1,6 @@
 #include "control/collective/compiler.h"
 
+#include <random>
 #include <string>
 
 #include "control/collective/builtins.h"
@@ -342,6 +343,93 @@ TEST(Compiler, PiecesSearchKeepsTheBest) {
   }
   EXPECT_GT(best->pieces, 1u);
   EXPECT_LT(best->pieces, 64u);
+}
+
+// The piece search rules candidates out by lower bounds and abandons them early; scheduling every
+// candidate to completion must choose the same: on random topologies (uneven bandwidths and
+// latencies, missing links, a switch), builtins and random move lists, both give equal schedules.
+TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
+  std::mt19937_64 rng(20261203);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto below = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  const std::vector<std::string> names = BuiltinNames();
+  int compiled = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const uint32_t n = 2 + static_cast<uint32_t>(below(11));
+    Topology t;
+    t.ranks = n;
+    for (uint32_t i = 0; i < n; ++i) t.nodes.push_back(absl::StrCat("r", i));
+    if (trial % 5 == 4) {
+      // Every rank behind one switch, each uplink its own speed.
+      t.nodes.push_back("sw");
+      for (uint32_t i = 0; i < n; ++i) {
+        const double bw = kGbit * uniform(0.25, 4);
+        t.links.push_back(Link{i, n, bw, uniform(0, 0.002)});
+        t.links.push_back(Link{n, i, bw, uniform(0, 0.002)});
+      }
+    } else {
+      // A mesh with uneven links; some pairs (never a ring link) have none.
+      for (uint32_t a = 0; a < n; ++a) {
+        for (uint32_t b = 0; b < n; ++b) {
+          if (a == b) continue;
+          const bool ring = b == (a + 1) % n || a == (b + 1) % n;
+          if (!ring && below(4) == 0) continue;
+          t.links.push_back(Link{a, b, kGbit * uniform(0.25, 4), uniform(0, 0.005)});
+        }
+      }
+    }
+    CompileOptions o;
+    o.per_op_overhead_s = std::vector<double>{0, 1e-6, 1e-4}[below(3)];
+    o.slot_bytes = std::vector<uint64_t>{kMiB, 64 * kMiB, 1000}[below(3)];
+    o.max_pieces = std::vector<uint32_t>{64, 16, 1024}[below(3)];
+    o.multi_hop = below(4) != 0;
+    Intent in;
+    if (trial % 3 == 2) {
+      // Random moves: copies and reduces between random ranks, K = 1 or 2.
+      const uint32_t k = 1 + static_cast<uint32_t>(below(2));
+      in = Intent{"random", {Kind::kAllGather, n, k}, {}};
+      const uint64_t moves = 1 + below(6 * n);
+      for (uint64_t i = 0; i < moves; ++i) {
+        const uint32_t src = static_cast<uint32_t>(below(n));
+        const uint32_t dst = static_cast<uint32_t>((src + 1 + below(n - 1)) % n);
+        const uint64_t slot = below(SlotCount(in.collective));
+        in.moves.push_back(below(3) == 0 ? Reduce(slot, src, dst) : Copy(slot, src, dst));
+      }
+    } else {
+      const std::string& name = names[below(names.size())];
+      const std::vector<Kind> kinds = BuiltinKinds(name);
+      const Kind kind = kinds[below(kinds.size())];
+      ExpandOptions e{.ranks = n};
+      e.chunks_per_rank = 1 + static_cast<uint32_t>(below(2));
+      if (kind == Kind::kBroadcast || kind == Kind::kReduce) {
+        e.params["root"] = static_cast<int64_t>(below(n));
+      }
+      if (name == "hierarchical") {
+        std::vector<int64_t> divisors;
+        for (uint32_t g = 1; g <= n; ++g) {
+          if (n % g == 0) divisors.push_back(g);
+        }
+        e.params["G"] = divisors[below(divisors.size())];
+      }
+      absl::StatusOr<Intent> parsed = ParseIntent(*BuiltinIntentText(name, kind), e);
+      ASSERT_TRUE(parsed.ok()) << name << " " << KindName(kind) << ": " << parsed.status();
+      in = *std::move(parsed);
+    }
+    const std::string what =
+        absl::StrCat("trial ", trial, ": ", in.name, " ", KindName(in.collective.kind), " n=", n);
+    absl::StatusOr<Schedule> pruned = Compile(in, t, o);
+    o.exhaustive_piece_search = true;
+    absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
+    ASSERT_EQ(pruned.status(), exhaustive.status()) << what;
+    if (!pruned.ok()) continue;  // e.g. no path without relaying
+    ++compiled;
+    EXPECT_EQ(pruned->pieces, exhaustive->pieces) << what;
+    EXPECT_EQ(pruned->predicted_s, exhaustive->predicted_s) << what;
+    EXPECT_TRUE(*pruned == *exhaustive) << what;
+  }
+  EXPECT_GT(compiled, 100);
 }
 
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule
