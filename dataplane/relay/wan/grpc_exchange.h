@@ -41,7 +41,8 @@ class Node;
 
 namespace heddle::relay {
 
-inline constexpr uint32_t kPeerProtocolVersion = 1;
+// 2: StreamFrames, summaries to every gateway, compiled schedules in ScheduleSwitch.
+inline constexpr uint32_t kPeerProtocolVersion = 2;
 
 struct WanPeer {
   uint32_t region_id = 0;
@@ -103,6 +104,9 @@ struct WanOptions {
   // shortest links to the others — its decision travels one more latency to each of them. Every
   // gateway must name the same one (checked at the handshake).
   uint32_t coordinator = 0;
+  // `coordinator: auto`: the region whose decision reaches every gateway first on the schedule's
+  // topology (ChooseCoordinator, schedule_source.h; wan.topology should then be given).
+  bool coordinator_auto = false;
   uint32_t streams_per_peer = 4;
   absl::Duration wan_timeout = absl::Seconds(60);
   WanQuorum quorum;
@@ -128,7 +132,7 @@ struct WanOptions {
 //     region: 2
 //     listen: 0.0.0.0:7443
 //     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
-//     coordinator: 1                # default: the lowest region id
+//     coordinator: 1                # default: the lowest region id; auto: by wan.topology
 //     streams_per_peer: 4
 //     wan_timeout: 60s              # or a number of seconds
 //     quorum: {min_regions: 2, min_token_fraction: 0.5}
@@ -168,6 +172,8 @@ struct WanPeerStats {
 struct WanStats {
   uint32_t region_id = 0;
   bool coordinator = false;
+  uint32_t coordinator_region = 0;  // the gateway that decides (wan.coordinator, or auto)
+  uint64_t slot_bytes = 0;          // one region's frames of a round: what the exchange moves
   // The schedule in use: its intent's name, digest, pieces and the compiler's predicted time of
   // one exchange (0 when built by hand).
   std::string schedule_name;
@@ -181,10 +187,13 @@ struct WanStats {
   uint64_t rounds_without_this_region = 0;  // published without this region's frames
   uint64_t rounds_lost = 0;                 // decided but no longer kept when this gateway asked
   uint64_t frames_fetched = 0;              // from the coordinator
-  uint64_t auth_failures = 0;               // calls refused: no or wrong token, unknown region
-  uint64_t handshake_failures = 0;          // calls refused: spec digest, version, region set
-  uint64_t malformed_messages = 0;          // bad chunk, frame, round or summary
-  uint64_t duplicate_frames = 0;            // identical copies acknowledged again
+  // Follower: rounds published from the aggregate prepared before the decision came (its
+  // parts, weights and digest were the decision's).
+  uint64_t rounds_prepared = 0;
+  uint64_t auth_failures = 0;       // calls refused: no or wrong token, unknown region
+  uint64_t handshake_failures = 0;  // calls refused: spec digest, version, region set
+  uint64_t malformed_messages = 0;  // bad chunk, frame, round or summary
+  uint64_t duplicate_frames = 0;    // identical copies acknowledged again
   // Frames or summaries for a round outside this gateway's window: already over here, or more
   // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
   uint64_t out_of_window_messages = 0;
