@@ -58,6 +58,7 @@
 #include "control/collective/schedule_io.h"
 #include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 #include "dataplane/relay/wan/peer.grpc.pb.h"
@@ -316,7 +317,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     fin.set_tau_eff(summary.tau_eff);
     fin.set_workers(summary.workers);
     fin.set_slices(static_cast<uint32_t>(frames->size()));
-    fin.set_frames_digest(wan_internal::FramesDigest(*frames));
+    fin.set_frames_digest(wan_internal::FramesDigestOfValidFrames(*frames));
     if (opt_.schedule.measured) {
       for (const auto& [id, link] : links_) {
         auto o = opt_.schedule.rate_override.find(id);
@@ -1636,7 +1637,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       g->parts[p].weight = w[p];
       g->frames.insert(g->frames.end(), patched[p].begin(), patched[p].end());
     }
-    g->digest = GlobalDigest(*g);
+    g->digest = wan_internal::GlobalDigestOfValidFrames(*g);
     return g;
   }
 
@@ -1670,12 +1671,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         const std::vector<FramePtr> frames = rr.frames;  // complete: no longer changes
         const pb::RegionFinish summary = rr.summary;
         l.unlock();
-        bool ok = wan_internal::FramesDigest(frames) == summary.frames_digest();
+        bool ok = wan_internal::FramesDigestOfValidFrames(frames) == summary.frames_digest();
         std::vector<FramePtr> patched;
         const uint32_t steps = wan_internal::RegionInnerSteps(summary.tau_eff());
         for (size_t s = 0; ok && s < frames.size(); ++s) {
           absl::StatusOr<FramePtr> f =
-              wan_internal::PatchFrameTotals(*frames[s], summary.tokens(), steps);
+              wan_internal::PatchValidFrameTotals(*frames[s], summary.tokens(), steps);
           ok = f.ok();
           if (ok) patched.push_back(*std::move(f));
         }
@@ -1996,7 +1997,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           absl::StatusOr<FramePtr> patched =
               prepared[p * nslices_ + s] != nullptr ? prepared[p * nslices_ + s]
               : f == nullptr                        ? absl::NotFoundError("")
-                                                    : wan_internal::PatchFrameTotals(
+                                                    : wan_internal::PatchValidFrameTotals(
                                                           *f, part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
           if (patched.ok()) {
             g->frames[p * nslices_ + s] = *std::move(patched);
@@ -2008,7 +2009,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           HEDDLE_RETURN_IF_ERROR(Fetch(ch, *g, p, missing));
         }
       }
-      g->digest = GlobalDigest(*g);
+      g->digest = wan_internal::GlobalDigestOfValidFrames(*g);
       if (g->digest == d.digest()) return g;
       {
         std::lock_guard<std::mutex> l(mu_);
