@@ -1328,7 +1328,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       bool reader_done = false;  // guarded by l.mu
       std::thread reader([&] {
         pb::FrameAck ack;
-        while (stream->Read(&ack)) {
+        bool unexpected = false;
+        while (!unexpected && stream->Read(&ack)) {
           std::lock_guard<std::mutex> lk(l.mu);
           if (flight.empty() || flight.front().round_id != ack.round_id() ||
               flight.front().region != ack.region_id() || flight.front().slice != ack.slice()) {
@@ -1336,8 +1337,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                        "wan: region %u: region %u acknowledged round %" PRIu64
                        " region %u slice %u, not the frame in flight",
                        opt_.region_id, l.region_id, ack.round_id(), ack.region_id(), ack.slice());
-            ctx.TryCancel();
-            break;
+            unexpected = true;  // ends the call (below); what is in flight is sent again
+            continue;
           }
           const Link::Item& it = flight.front();
           l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
@@ -1350,6 +1351,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           if (flight.empty()) StreamIdleLocked(l);
           refusals = 0;
         }
+        if (unexpected) ctx.TryCancel();
         std::lock_guard<std::mutex> lk(l.mu);
         reader_done = true;
         l.cv.notify_all();
