@@ -8,15 +8,19 @@
 // for its address, handshake state and send queues.
 //
 // Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on cv_). Per peer, streams_per_peer sender threads drain their stripe's queue; each
-// (re)handshakes the link when it is down, with exponential backoff. The coordinator runs a
-// decider thread; every other gateway a follower thread that long-polls the coordinator.
+// on cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open and
+// write their stripe's queue into it (a reader thread per call retires acknowledged frames),
+// and one more sends this region's summaries; each (re)handshakes the link when it is down,
+// with exponential backoff. The link's mutex may be taken before mu_, never after. The
+// coordinator runs a decider thread; every other gateway a follower thread that long-polls the
+// coordinator; every gateway a preparer thread (PrepareLoop) that checks and patches each ready
+// region's frames, and on a follower builds the aggregate the decision is expected to describe.
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
 // Schedule. Frames move as the compiled schedule says (schedule_plan.h): a frame this gateway
 // produces or receives is queued, at once, to the peers plan_ names for its region and slice —
-// its own frames in SubmitSlice(), other regions' in the PushFrames handler after they are stored
+// its own frames in SubmitSlice(), other regions' in the push handlers after they are stored
 // (a duplicate is not forwarded again). The direct schedule gives the full mesh. Whatever a
 // schedule or a dead forwarder fails to deliver, the follower fetches from the coordinator.
 //

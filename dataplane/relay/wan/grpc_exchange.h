@@ -6,16 +6,19 @@
 //   - a compiled all-gather schedule (WanScheduleOptions; default direct, the full mesh) says
 //     which peers each region frame goes to: a gateway pushes its region's frames as the slices
 //     are submitted, and forwards the frames it receives that the schedule routes over it, over
-//     streams_per_peer parallel streams per peer (slice s on stream s mod streams_per_peer),
-//     frames cut into chunks of at most chunk_bytes; every gateway must run the same schedule
-//     (its digest is checked at the handshake);
-//   - the coordinator (the lowest configured region id) collects every region's FinishRegion,
-//     waits for all of them or wan_timeout after its own region finished, applies the quorum,
+//     streams_per_peer long-lived, per-frame acknowledged streams per peer (slice s on stream
+//     s mod streams_per_peer), frames cut into chunks of at most chunk_bytes; every gateway must
+//     run the same schedule (its digest is checked at the handshake, both ways);
+//   - every gateway sends its region's summary (FinishRegion) to every other, and prepares each
+//     region as soon as it is ready (frames checked against the summary, totals patched in);
+//   - the coordinator (wan.coordinator: by default the lowest configured region id; or auto)
+//     waits for every region or wan_timeout after its own region finished, applies the quorum,
 //     and decides the round: included regions, their tokens and τ_eff, the weights and the
 //     digest of the published aggregate; or aborts it;
-//   - every other gateway long-polls the coordinator for the decision of its next round,
-//     fetches from the coordinator any included frame it lacks, checks the digest and only
-//     then publishes. No gateway publishes a round the coordinator did not decide, and every
+//   - every other gateway long-polls the coordinator for the decision of its next round and
+//     publishes the aggregate it prepared if that is the decision's bit for bit; else it fetches
+//     from the coordinator any included frame it lacks, checks the digest and only then
+//     publishes. No gateway publishes a round the coordinator did not decide, and every
 //     gateway publishes the same bits; a gateway cut off from the coordinator waits, then
 //     catches up on the rounds it missed (the coordinator keeps keep_rounds of them).
 //
