@@ -1240,7 +1240,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return InstallPlan(sw.from_round(), s);
   }
 
-  // Frame bytes sent to the peer over the time a push stream to it was open; 0 before any.
+  // Acknowledged frame bytes over the time some frame to the peer was in flight; 0 before any.
   static double SendRate(Link& l) {
     std::lock_guard<std::mutex> g(l.mu);
     absl::Duration busy = l.push_busy;

@@ -163,9 +163,9 @@ struct WanPeerStats {
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
   uint64_t frames_forwarded = 0;  // of frames_sent: other regions' frames relayed to this peer
-  // Measured send throughput to this peer: frame bytes sent over the time at least one push
-  // stream to it was open (acknowledgement round trips included); 0 before the first push. What
-  // a topology of measured speeds would start from (docs/relay-wan.md §10).
+  // Measured send throughput to this peer: acknowledged frame bytes over the time some frame to
+  // it was in flight (written, not yet acknowledged); 0 before the first frame. What a topology
+  // of measured speeds would start from (docs/relay-wan.md §10).
   double send_bytes_per_second = 0;
   uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
   uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
