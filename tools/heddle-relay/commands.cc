@@ -318,6 +318,9 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
   w->set_schedule_pieces(st.schedule_pieces);
   w->set_schedule_predicted_s(st.schedule_predicted_s);
   w->set_schedule_switches(st.schedule_switches);
+  w->set_coordinator_region(st.coordinator_region);
+  w->set_slot_bytes(st.slot_bytes);
+  w->set_rounds_prepared(st.rounds_prepared);
   w->set_last_publish_s(st.last_publish_seconds);
   w->set_mean_publish_s(st.publish_count ? st.publish_seconds_sum / double(st.publish_count) : 0);
   for (const WanPeerStats& p : st.peers) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 
@@ -119,7 +120,11 @@ absl::Status AccumulateGlobalSlice(const GlobalAggregate& g, uint32_t slice, std
   return absl::OkStatus();
 }
 
-uint64_t GlobalDigest(const GlobalAggregate& g) {
+namespace {
+
+// GlobalDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
+template <typename BodyCrcFn>
+uint64_t GlobalDigestWith(const GlobalAggregate& g, BodyCrcFn crc) {
   // lo: CRC-32C of the whole canonical stream; hi: CRC-32C over the header and each frame's own
   // CRC seeded with its position — two different functions of the bytes, against accidental
   // mismatch (authentication is the transport's job).
@@ -144,18 +149,33 @@ uint64_t GlobalDigest(const GlobalAggregate& g) {
     // function of the body; ParseFrame() checks it.
     std::span<const uint8_t> f;
     if (g.frames[i] != nullptr) f = *g.frames[i];
-    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+    const uint64_t body = f.size() >= kFrameTrailerBytes ? f.size() - kFrameTrailerBytes : f.size();
     std::string len;
-    Put(len, f.size(), 8);
+    Put(len, body, 8);
     lo = Crc32c(AsBytes(len), lo);
-    lo = Crc32c(f, lo);
+    lo = crc(f, lo);
     std::string own;
-    Put(own, Crc32c(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
-    Put(own, f.size(), 8);
+    Put(own, crc(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
+    Put(own, body, 8);
     hi = Crc32c(AsBytes(own), hi);
   }
   return (uint64_t{hi} << 32) | lo;
 }
+
+}  // namespace
+
+uint64_t GlobalDigest(const GlobalAggregate& g) {
+  return GlobalDigestWith(g, [](std::span<const uint8_t> f, uint32_t prev) {
+    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+    return Crc32c(f, prev);
+  });
+}
+
+namespace wan_internal {
+uint64_t GlobalDigestOfValidFrames(const GlobalAggregate& g) {
+  return GlobalDigestWith(g, BodyCrc);
+}
+}  // namespace wan_internal
 
 namespace {
 

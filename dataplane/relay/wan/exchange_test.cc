@@ -8,7 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -261,6 +263,47 @@ TEST(GlobalDigestTest, EqualForEqualContentAndSensitiveToEveryField) {
   for (size_t i = 0; i < variants.size(); ++i) {
     EXPECT_NE(GlobalDigest(variants[i]), g.digest) << "variant " << i;
   }
+}
+
+// The digests and the totals patch derived from valid frames' trailers equal the full
+// computations bit for bit (what every gateway relies on to agree with the others).
+TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
+  const ModelSpec spec = SmallSpec();
+  std::mt19937_64 rng(7);
+  // Zeros operator against feeding zero bytes.
+  for (uint64_t n : {0, 1, 3, 64, 1000, 65537}) {
+    const std::vector<uint8_t> zeros(n, 0);
+    for (uint32_t prev : {0u, 1u, 0xdeadbeefu}) {
+      // Crc32c(zeros, prev) = ~Z(~prev).
+      EXPECT_EQ(Crc32c(zeros, prev), ~wan_internal::Crc32cExtendZeros(~prev, n)) << n;
+    }
+  }
+  for (uint64_t round = 1; round <= 3; ++round) {
+    RegionEncoder enc(spec, 4, true);
+    std::vector<FramePtr> frames;
+    for (const SliceRef& s : Slices(spec)) {
+      absl::StatusOr<FramePtr> f = enc.Submit(round, s, RandomValues(s.count, rng));
+      ASSERT_TRUE(f.ok());
+      frames.push_back(*f);
+      const std::span<const uint8_t> body(f->get()->data(), f->get()->size() - kFrameTrailerBytes);
+      for (uint32_t prev : {0u, 0x9e3779b9u, uint32_t(rng())}) {
+        EXPECT_EQ(wan_internal::BodyCrc(**f, prev), Crc32c(body, prev));
+      }
+      for (uint64_t tokens : {uint64_t{1}, uint64_t{12345}, ~uint64_t{0}}) {
+        const uint32_t steps = uint32_t(rng());
+        absl::StatusOr<FramePtr> want = wan_internal::PatchFrameTotals(**f, tokens, steps);
+        absl::StatusOr<FramePtr> got = wan_internal::PatchValidFrameTotals(**f, tokens, steps);
+        ASSERT_TRUE(want.ok() && got.ok());
+        EXPECT_EQ(**got, **want);
+        EXPECT_TRUE(ParseFrame(**got).ok());
+      }
+    }
+    frames.push_back(nullptr);  // a missing frame hashes as empty in both
+    EXPECT_EQ(wan_internal::FramesDigestOfValidFrames(frames), wan_internal::FramesDigest(frames));
+    const GlobalAggregate g = MakeAggregate(spec, round, {1, 3, 8}, round);
+    EXPECT_EQ(wan_internal::GlobalDigestOfValidFrames(g), GlobalDigest(g));
+  }
+  EXPECT_FALSE(wan_internal::PatchValidFrameTotals(std::vector<uint8_t>(10), 1, 1).ok());
 }
 
 // Collects outcomes from the exchange thread.

@@ -8,15 +8,19 @@
 // for its address, handshake state and send queues.
 //
 // Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on cv_). Per peer, streams_per_peer sender threads drain their stripe's queue; each
-// (re)handshakes the link when it is down, with exponential backoff. The coordinator runs a
-// decider thread; every other gateway a follower thread that long-polls the coordinator.
+// on cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open and
+// write their stripe's queue into it (a reader thread per call retires acknowledged frames),
+// and one more sends this region's summaries; each (re)handshakes the link when it is down,
+// with exponential backoff. The link's mutex may be taken before mu_, never after. The
+// coordinator runs a decider thread; every other gateway a follower thread that long-polls the
+// coordinator; every gateway a preparer thread (PrepareLoop) that checks and patches each ready
+// region's frames, and on a follower builds the aggregate the decision is expected to describe.
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
 // Schedule. Frames move as the compiled schedule says (schedule_plan.h): a frame this gateway
 // produces or receives is queued, at once, to the peers plan_ names for its region and slice —
-// its own frames in SubmitSlice(), other regions' in the PushFrames handler after they are stored
+// its own frames in SubmitSlice(), other regions' in the push handlers after they are stored
 // (a duplicate is not forwarded again). The direct schedule gives the full mesh. Whatever a
 // schedule or a dead forwarder fails to deliver, the follower fetches from the coordinator.
 //
@@ -55,8 +59,10 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "control/collective/compiler.h"
+#include "control/collective/schedule_io.h"
 #include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
 #include "dataplane/relay/wan/peer.grpc.pb.h"
@@ -166,13 +172,15 @@ struct Link {
   std::string last_error;
   pb::HelloReply hello;  // the last successful handshake's reply
   std::vector<std::deque<Item>> queues;
+  // Per frame stripe: frames written on its stream and not yet acknowledged, in order.
+  std::vector<std::deque<Item>> in_flight;
   std::vector<std::thread> threads;
 
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0},
       frames_forwarded{0}, reconnects{0}, last_summary_round{0};
 
-  // Send throughput: the time at least one push stream was open (guarded by mu) and the frame
-  // bytes those streams carried.
+  // Send throughput: the time at least one frame stripe had frames in flight (guarded by mu)
+  // and the frame bytes acknowledged.
   uint32_t pushes_open = 0;
   absl::Time push_busy_since;
   absl::Duration push_busy;
@@ -200,6 +208,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   absl::Status Start() {
     for (const SliceRef& s : slices_) slot_bytes_ += FrameBytes(s.count, spec_.chunk_size);
     HEDDLE_ASSIGN_OR_RETURN(schedule_, ResolveWanSchedule(opt_.schedule, regions_, slot_bytes_));
+    if (opt_.coordinator_auto) {
+      HEDDLE_ASSIGN_OR_RETURN(collective::Topology t, ResolveWanTopology(opt_.schedule, regions_));
+      coordinator_ = ChooseCoordinator(t, regions_, slot_bytes_);
+      is_coordinator_ = coordinator_ == opt_.region_id;
+    }
     schedule_digest_ = WanScheduleDigest(schedule_);
     HEDDLE_RETURN_IF_ERROR(InstallPlan(0, schedule_));
     std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
@@ -228,6 +241,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       // The frame stripes, then one for summaries: a summary must not wait behind a stripe's
       // frames and their acknowledgement (a round trip) on its way to the coordinator.
       l->queues.resize(opt_.streams_per_peer + 1);
+      l->in_flight.resize(opt_.streams_per_peer);
       SetAddressLocked(*l, p.address);
       links_[p.region_id] = std::move(l);
     }
@@ -252,15 +266,18 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           opt_.listen_address));
     }
     for (auto& [id, l] : links_) {
-      for (uint32_t k = 0; k <= opt_.streams_per_peer; ++k) {
-        l->threads.emplace_back([this, link = l.get(), k] { SendLoop(*link, k); });
+      for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
+        l->threads.emplace_back([this, link = l.get(), k] { StreamLoop(*link, k); });
       }
+      l->threads.emplace_back(
+          [this, link = l.get(), k = opt_.streams_per_peer] { SummaryLoop(*link, k); });
     }
     if (is_coordinator_) {
       round_thread_ = std::thread([this] { DecideLoop(); });
     } else {
       round_thread_ = std::thread([this] { FollowLoop(); });
     }
+    prepare_thread_ = std::thread([this] { PrepareLoop(); });
     HEDDLE_LOG(kInfo,
                "wan: region %u listening on port %d, %zu peers, coordinator region %u, schedule "
                "%s (%s, %u pieces, %" PRIu64 " sends here)",
@@ -286,6 +303,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       if (rr.frames.empty()) rr.frames.resize(nslices_);
       if (rr.frames[s.index] == nullptr) ++rr.have;
       rr.frames[s.index] = *f;
+      rounds_[round_id].last_frame_at = absl::Now();
       cv_.notify_all();
     }
     Forward(round_id, opt_.region_id, s.index, *f, /*from=*/0);
@@ -303,7 +321,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     fin.set_tau_eff(summary.tau_eff);
     fin.set_workers(summary.workers);
     fin.set_slices(static_cast<uint32_t>(frames->size()));
-    fin.set_frames_digest(wan_internal::FramesDigest(*frames));
+    fin.set_frames_digest(wan_internal::FramesDigestOfValidFrames(*frames));
     if (opt_.schedule.measured) {
       for (const auto& [id, link] : links_) {
         auto o = opt_.schedule.rate_override.find(id);
@@ -326,11 +344,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       rr.summary = fin;
       rs.own_finished = true;
       rs.own_finished_at = absl::Now();
+      rs.last_summary_at = rs.own_finished_at;
       cv_.notify_all();
     }
-    if (!is_coordinator_) {
-      Enqueue(*links_.at(coordinator_), opt_.streams_per_peer,
-              Link::Item{.round_id = r, .finish = fin});
+    // To every peer: the coordinator decides with it, the others prepare the aggregate with it
+    // while the decision is on its way.
+    for (auto& [id, link] : links_) {
+      Enqueue(*link, opt_.streams_per_peer, Link::Item{.round_id = r, .finish = fin});
     }
     return absl::OkStatus();
   }
@@ -364,6 +384,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     s.region_id = opt_.region_id;
     s.coordinator = is_coordinator_;
+    s.coordinator_region = coordinator_;
+    s.slot_bytes = slot_bytes_;
     const PlanAt in_use = PlanFor(s.published_through + 1);
     s.schedule_name = in_use.schedule->intent;
     s.schedule_digest = in_use.digest;
@@ -469,105 +491,33 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                           pb::PushReply* reply) override {
     uint32_t caller;
     if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
-    Link& link = *links_.at(caller);
+    Inbound in;
     pb::FrameChunk c;
-    std::vector<uint8_t> buf;
-    uint64_t round = 0, total = 0, got = 0;
-    uint32_t slice = 0, region = 0;
-    auto refuse = [&](grpc::StatusCode code, std::string msg) {
-      if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
-        // Normal around restarts and catch-up: a round over here, or too far ahead.
-        std::lock_guard<std::mutex> l(mu_);
-        ++stats_out_of_window_;
-      } else {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        HEDDLE_LOG(kWarning, "wan: region %u refused a push from region %u: %s", opt_.region_id,
-                   caller, msg.c_str());
-      }
-      return grpc::Status(code, std::move(msg));
-    };
     while (reader->Read(&c)) {
-      if (got == 0) {
-        round = c.round_id();
-        slice = c.slice();
-        total = c.frame_bytes();
-        region = c.region_id();
-        // Its own frames, or another region's it forwards (any peer may: a schedule can route
-        // over it); never this gateway's own, nor an unknown region's.
-        if (region == opt_.region_id ||
-            !std::binary_search(regions_.begin(), regions_.end(), region)) {
-          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("a push from region %u carries a frame of region %u; a "
-                                        "gateway pushes its own or another configured region's "
-                                        "frames, never the receiver's own",
-                                        caller, region));
-        }
-        if (slice >= nslices_) {
-          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("round %u: slice %u of a model of %u slices", round, slice,
-                                        nslices_));
-        }
-        const uint64_t want = FrameBytes(slices_[slice].count, spec_.chunk_size);
-        if (total != want) {
-          return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("round %u slice %u: frame of %u bytes announced, the "
-                                        "slice's frame has %u",
-                                        round, slice, total, want));
-        }
-        if (grpc::Status st = CheckRoundWindow(round, "frame"); !st.ok()) {
-          return refuse(st.error_code(), st.error_message());
-        }
-        buf.assign(total, 0);
-      } else if (c.round_id() != round || c.slice() != slice || c.frame_bytes() != total ||
-                 c.region_id() != region) {
-        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrFormat("round %u slice %u: a chunk of another frame (round %u "
-                                      "slice %u) came before this one was complete",
-                                      round, slice, c.round_id(), c.slice()));
-      }
-      if (c.offset() != got || c.data().empty() || c.data().size() > total - got) {
-        return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrFormat("round %u slice %u: chunk at offset %u of %u bytes; "
-                                      "expected offset %u and at most %u bytes",
-                                      round, slice, c.offset(), c.data().size(), got, total - got));
-      }
-      std::memcpy(buf.data() + got, c.data().data(), c.data().size());
-      got += c.data().size();
-      link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
-      if (got < total) continue;
-      got = 0;
-      absl::StatusOr<FrameView> f = ParseFrame(buf);
-      absl::Status check =
-          f.ok() ? CheckFrameForSlice(*f, spec_, slices_[slice], round, region) : f.status();
-      if (check.ok() && (f->header().token_count != 1 || f->header().inner_steps != 1)) {
-        check = absl::InvalidArgumentError(
-            "a pushed frame must carry the provisional totals "
-            "(1 token, 1 step)");
-      }
-      if (!check.ok()) {
-        return refuse(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrFormat("round %u slice %u of region %u from region %u: bad frame: %s", round,
-                            slice, region, caller, check.message()));
-      }
-      auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(buf));
-      buf = {};
-      bool duplicate = false;
-      if (grpc::Status st = StoreFrame(round, region, slice, frame, &duplicate); !st.ok()) {
-        return refuse(st.error_code(), st.error_message());
-      }
-      if (!duplicate) Forward(round, region, slice, frame, caller);
-      link.frames_received.fetch_add(1, std::memory_order_relaxed);
+      std::optional<pb::FrameAck> ack;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (!ack) continue;
       reply->set_frames(reply->frames() + 1);
-      if (duplicate) reply->set_duplicates(reply->duplicates() + 1);
+      if (ack->duplicate()) reply->set_duplicates(reply->duplicates() + 1);
     }
-    if (got != 0) {
-      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-      return refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                    absl::StrFormat("round %u slice %u: the stream ended after %u of %u bytes",
-                                    round, slice, got, total));
+    return EndOfPush(ctx, caller, in);
+  }
+
+  grpc::Status StreamFrames(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<pb::FrameAck, pb::FrameChunk>* stream) override {
+    uint32_t caller;
+    if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
+    Inbound in;
+    pb::FrameChunk c;
+    while (stream->Read(&c)) {
+      std::optional<pb::FrameAck> ack;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (ack && !stream->Write(*ack)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+      }
     }
-    return grpc::Status::OK;
+    return EndOfPush(ctx, caller, in);
   }
 
   grpc::Status FinishRegion(grpc::ServerContext* ctx, const pb::RegionFinish* req,
@@ -580,11 +530,6 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                  caller, msg.c_str());
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(msg));
     };
-    if (!is_coordinator_) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrFormat("region %u is not the coordinator (region %u is)",
-                                          opt_.region_id, coordinator_));
-    }
     const uint64_t r = req->round_id();
     if (req->region_id() != caller) {
       return bad(absl::StrFormat("round %u: region %u sent a summary for region %u", r, caller,
@@ -622,6 +567,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.finished = true;
     rr.summary = *req;
+    rs.last_summary_at = absl::Now();
     for (const pb::PeerRate& pr : req->send_rates()) {
       if (std::isfinite(pr.bytes_per_second()) && pr.bytes_per_second() > 0 &&
           std::binary_search(regions_.begin(), regions_.end(), pr.region_id())) {
@@ -725,12 +671,25 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     uint32_t have = 0;
     bool finished = false;
     pb::RegionFinish summary;
+    // Set by the preparer once the region is ready (summary and every frame): whether its
+    // frames match its summary's digest and, if so, the frames with the summary's totals
+    // patched in (what a decision including the region publishes).
+    bool prepared = false;
+    bool digest_ok = false;
+    std::vector<FramePtr> patched;
   };
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
     bool own_finished = false;
     absl::Time own_finished_at;
-    bool deciding = false;  // coordinator: no more frames or summaries
+    bool deciding = false;        // coordinator: no more frames or summaries
+    uint64_t bytes_received = 0;  // of this round's frames, pushed by any peer
+    // Follower: the aggregate the coordinator decides when every region is ready in time,
+    // built before its decision comes; published only if the decision matches it bit for bit.
+    std::shared_ptr<GlobalAggregate> speculative;
+    bool speculated = false;
+    // Where the round's time went here (the per-round "wan: round r here:" log line).
+    absl::Time last_frame_at, last_summary_at, decided_at;
   };
   struct Kept {
     pb::Decision decision;
@@ -757,6 +716,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     if (server_ != nullptr) server_->Shutdown(Deadline(absl::Seconds(1)));
     if (round_thread_.joinable()) round_thread_.join();
+    if (prepare_thread_.joinable()) prepare_thread_.join();
     for (auto& [id, l] : links_) {
       for (std::thread& t : l->threads) t.join();
     }
@@ -883,8 +843,132 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.frames[slice] = std::move(frame);
     ++rr.have;
+    rs.last_frame_at = absl::Now();
     cv_.notify_all();
     return grpc::Status::OK;
+  }
+
+  // One push stream's frame being reassembled.
+  struct Inbound {
+    std::vector<uint8_t> buf;
+    uint64_t round = 0, total = 0, got = 0;
+    uint32_t slice = 0, region = 0;
+  };
+
+  grpc::Status RefusePush(uint32_t caller, grpc::StatusCode code, std::string msg) {
+    if (code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE) {
+      // Normal around restarts and catch-up: a round over here, or too far ahead.
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_out_of_window_;
+    } else {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      HEDDLE_LOG(kWarning, "wan: region %u refused a push from region %u: %s", opt_.region_id,
+                 caller, msg.c_str());
+    }
+    return grpc::Status(code, std::move(msg));
+  }
+
+  // Takes one chunk of a push stream from `caller`; when it completes a frame, validates and
+  // stores it, queues it on to the peers the schedule names, and sets *ack. A non-OK status
+  // ends the stream (counted).
+  grpc::Status TakeChunk(uint32_t caller, Inbound& in, const pb::FrameChunk& c,
+                         std::optional<pb::FrameAck>* ack) {
+    Link& link = *links_.at(caller);
+    if (in.got == 0) {
+      in.round = c.round_id();
+      in.slice = c.slice();
+      in.total = c.frame_bytes();
+      in.region = c.region_id();
+      // Its own frames, or another region's it forwards (any peer may: a schedule can route
+      // over it); never this gateway's own, nor an unknown region's.
+      if (in.region == opt_.region_id ||
+          !std::binary_search(regions_.begin(), regions_.end(), in.region)) {
+        return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrFormat("a push from region %u carries a frame of region %u; a "
+                                          "gateway pushes its own or another configured region's "
+                                          "frames, never the receiver's own",
+                                          caller, in.region));
+      }
+      if (in.slice >= nslices_) {
+        return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrFormat("round %u: slice %u of a model of %u slices", in.round,
+                                          in.slice, nslices_));
+      }
+      const uint64_t want = FrameBytes(slices_[in.slice].count, spec_.chunk_size);
+      if (in.total != want) {
+        return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrFormat("round %u slice %u: frame of %u bytes announced, the "
+                                          "slice's frame has %u",
+                                          in.round, in.slice, in.total, want));
+      }
+      if (grpc::Status st = CheckRoundWindow(in.round, "frame"); !st.ok()) {
+        return RefusePush(caller, st.error_code(), st.error_message());
+      }
+      in.buf.assign(in.total, 0);
+    } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
+               c.region_id() != in.region) {
+      return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("round %u slice %u: a chunk of another frame (round %u "
+                                        "slice %u) came before this one was complete",
+                                        in.round, in.slice, c.round_id(), c.slice()));
+    }
+    if (c.offset() != in.got || c.data().empty() || c.data().size() > in.total - in.got) {
+      return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("round %u slice %u: chunk at offset %u of %u bytes; "
+                                        "expected offset %u and at most %u bytes",
+                                        in.round, in.slice, c.offset(), c.data().size(), in.got,
+                                        in.total - in.got));
+    }
+    std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
+    in.got += c.data().size();
+    link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
+    NoteRoundBytes(in.round, c.data().size());
+    if (in.got < in.total) return grpc::Status::OK;
+    in.got = 0;
+    absl::StatusOr<FrameView> f = ParseFrame(in.buf);
+    absl::Status check =
+        f.ok() ? CheckFrameForSlice(*f, spec_, slices_[in.slice], in.round, in.region) : f.status();
+    if (check.ok() && (f->header().token_count != 1 || f->header().inner_steps != 1)) {
+      check = absl::InvalidArgumentError(
+          "a pushed frame must carry the provisional totals "
+          "(1 token, 1 step)");
+    }
+    if (!check.ok()) {
+      return RefusePush(
+          caller, grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrFormat("round %u slice %u of region %u from region %u: bad frame: %s", in.round,
+                          in.slice, in.region, caller, check.message()));
+    }
+    auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(in.buf));
+    in.buf = {};
+    bool duplicate = false;
+    if (grpc::Status st = StoreFrame(in.round, in.region, in.slice, frame, &duplicate); !st.ok()) {
+      return RefusePush(caller, st.error_code(), st.error_message());
+    }
+    if (!duplicate) Forward(in.round, in.region, in.slice, frame, caller);
+    link.frames_received.fetch_add(1, std::memory_order_relaxed);
+    pb::FrameAck a;
+    a.set_round_id(in.round);
+    a.set_region_id(in.region);
+    a.set_slice(in.slice);
+    a.set_duplicate(duplicate);
+    *ack = std::move(a);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status EndOfPush(grpc::ServerContext* ctx, uint32_t caller, const Inbound& in) {
+    if (in.got == 0) return grpc::Status::OK;
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrFormat("round %u slice %u: the stream ended after %u of %u bytes",
+                                      in.round, in.slice, in.got, in.total));
+  }
+
+  // Counts bytes of round r's frames received here (what the fetch grace watches for progress).
+  void NoteRoundBytes(uint64_t r, uint64_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (r <= published_through_ || r > published_through_ + kRoundWindow) return;
+    rounds_[r].bytes_received += n;
   }
 
   template <typename WriteFn>
@@ -1017,6 +1101,19 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       return absl::FailedPreconditionError(absl::StrFormat(
           "the gateway configured as region %u answers as region %u", region, reply->region_id()));
     }
+    // The callee checked ours; check theirs too (a callee that skipped the check, or predates
+    // it, must not be linked to with another schedule).
+    if (reply->protocol_version() != kPeerProtocolVersion || reply->spec_digest() != spec_digest_ ||
+        reply->schedule_digest() != schedule_digest_) {
+      handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "region %u answers hello with protocol %u, spec %s, exchange schedule digest %s; this "
+          "gateway (region %u) runs protocol %u, spec %s, schedule '%s' (digest %s): every "
+          "gateway must run the same",
+          region, reply->protocol_version(), Hex64(reply->spec_digest()),
+          Hex64(reply->schedule_digest()), opt_.region_id, kPeerProtocolVersion,
+          Hex64(spec_digest_), schedule_.intent, Hex64(schedule_digest_)));
+    }
     return absl::OkStatus();
   }
 
@@ -1116,26 +1213,18 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     sw->set_topology_yaml(o.topology_yaml);
     sw->set_digest(digest);
     sw->set_from_round(r + 2);
+    sw->set_schedule_json(collective::ScheduleToJson(s));
     return s;
   }
 
-  // Follower: compiles the announced schedule and runs it from its round on, if it is the one
-  // the coordinator announced; otherwise keeps the schedule in use (frames of any route are
-  // accepted and what is missing is fetched, so this costs time, never correctness).
+  // Follower: runs the schedule the coordinator compiled from its round on, after checking that
+  // it is the one announced (digest) and one the relay can run (verified, every piece reaching
+  // every gateway); otherwise keeps the schedule in use (frames of any route are accepted and
+  // what is missing is fetched, so this costs time, never correctness). Nothing is compiled
+  // here: the search runs once, on the coordinator.
   void ApplySwitch(uint64_t r, const pb::ScheduleSwitch& sw) {
     if (sw.from_round() <= r || PlanFor(sw.from_round()).digest == sw.digest()) return;
-    WanScheduleOptions o = opt_.schedule;
-    o.compiled = nullptr;
-    o.topology_file.clear();
-    o.topology_yaml = sw.topology_yaml();
-    absl::StatusOr<collective::Schedule> s = ResolveWanSchedule(o, regions_, slot_bytes_);
-    absl::Status st = s.status();
-    if (st.ok() && WanScheduleDigest(*s) != sw.digest()) {
-      st = absl::FailedPreconditionError(
-          absl::StrFormat("compiled digest %s, announced %s (another wan.schedule here?)",
-                          Hex64(WanScheduleDigest(*s)), Hex64(sw.digest())));
-    }
-    if (st.ok()) st = InstallPlan(sw.from_round(), *s);
+    absl::Status st = InstallSwitch(sw);
     if (!st.ok()) {
       HEDDLE_LOG(kError,
                  "wan: region %u: cannot switch to the schedule announced for round %" PRIu64
@@ -1144,7 +1233,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
   }
 
-  // Frame bytes sent to the peer over the time a push stream to it was open; 0 before any.
+  absl::Status InstallSwitch(const pb::ScheduleSwitch& sw) {
+    HEDDLE_ASSIGN_OR_RETURN(
+        collective::Schedule s,
+        ScheduleFromSwitch(sw.schedule_json(), sw.digest(), regions_, slot_bytes_));
+    return InstallPlan(sw.from_round(), s);
+  }
+
+  // Acknowledged frame bytes over the time some frame to the peer was in flight; 0 before any.
   static double SendRate(Link& l) {
     std::lock_guard<std::mutex> g(l.mu);
     absl::Duration busy = l.push_busy;
@@ -1158,105 +1254,173 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return published_through_;
   }
 
-  // One stripe of one peer: pushes frames (and, on stripe 0 to the coordinator, summaries).
-  void SendLoop(Link& l, uint32_t stripe) {
+  // The summary stripe of one peer: this region's summaries, one unary call each.
+  void SummaryLoop(Link& l, uint32_t stripe) {
     std::deque<Link::Item>& q = l.queues[stripe];
-    int refusals = 0;  // INVALID_ARGUMENT answers to the batch at the front
     for (;;) {
-      std::vector<Link::Item> batch;
       {
         std::unique_lock<std::mutex> lk(l.mu);
         l.cv.wait(lk, [&] { return !q.empty() || Stopping(); });
         if (Stopping()) return;
       }
-      // Older rounds are over: peers fetch what they lack from the coordinator, which decided
-      // them.
       const uint64_t pub = PublishedThrough();
+      std::optional<pb::RegionFinish> fin;
       {
         std::lock_guard<std::mutex> lk(l.mu);
         while (!q.empty() && Stale(q.front(), pub)) q.pop_front();
         if (q.empty()) continue;
+        fin = q.front().finish;
+      }
+      std::shared_ptr<grpc::Channel> ch = Connect(l);
+      if (ch == nullptr) return;
+      grpc::Status st;
+      {
+        grpc::ClientContext ctx;
+        Prepare(ctx, opt_.rpc_timeout);
+        ScopedCall reg(this, &ctx);
+        pb::FinishReply reply;
+        st = pb::Peer::NewStub(ch)->FinishRegion(&ctx, *fin, &reply);
+      }
+      if (!st.ok() && Transient(st.error_code())) {
+        if (Stopping()) return;
+        MarkFailed(l, FromGrpc(st, "summary"));
+        continue;  // keep it; Connect() waits out the backoff
+      }
+      if (!st.ok() && st.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
+        HEDDLE_LOG(kWarning,
+                   "wan: region %u: region %u refused the summary of round %" PRIu64 ": %s",
+                   opt_.region_id, l.region_id, fin->round_id(), st.error_message().c_str());
+      }
+      std::lock_guard<std::mutex> lk(l.mu);
+      if (!q.empty() && q.front().finish && q.front().round_id == fin->round_id()) q.pop_front();
+    }
+  }
+
+  // One frame stripe of one peer: a long-lived StreamFrames call per connection. The writer (this
+  // thread) moves frames from the stripe's queue to its in-flight list and writes them without
+  // waiting; a reader thread takes the callee's acknowledgements, which come in order, one per
+  // frame, and retires the in-flight frames. HTTP/2 flow control (the 64 MiB stream window)
+  // blocks Write() when the callee falls behind, so the in-flight bytes are bounded by the link,
+  // and no frame waits for another's reply round trip. When the stream fails, what is still in
+  // flight goes back to the front of the queue (a callee acknowledges identical duplicates, so
+  // resending a frame it did store is harmless); a frame refused as malformed is resent up to
+  // three times, one refused for good is dropped (the follower fetches it from the coordinator,
+  // or the coordinator leaves the region out). A stream is closed and reopened before its
+  // deadline (push_timeout), when nothing is in flight.
+  void StreamLoop(Link& l, uint32_t stripe) {
+    std::deque<Link::Item>& q = l.queues[stripe];
+    std::deque<Link::Item>& flight = l.in_flight[stripe];
+    int refusals = 0;  // INVALID_ARGUMENT answers to the frame at the front
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(l.mu);
+        l.cv.wait(lk, [&] { return !q.empty() || Stopping(); });
+        if (Stopping()) return;
       }
       std::shared_ptr<grpc::Channel> ch = Connect(l);
       if (ch == nullptr) return;
       {
         std::lock_guard<std::mutex> lk(l.mu);
-        if (q.empty()) continue;
-        // Frames go on the stripe's own connection (the handshake above ran on the link's).
-        if (stripe < l.stripe_channels.size() && !q.front().finish) ch = l.stripe_channels[stripe];
-        uint64_t bytes = 0;
-        for (const Link::Item& it : q) {
-          if (!batch.empty() &&
-              (it.finish || batch.front().finish || it.round_id != batch.front().round_id ||
-               bytes >= kPushBatchBytes)) {
-            break;
-          }
-          batch.push_back(it);
-          if (it.frame) bytes += it.frame->size();
-        }
+        if (stripe < l.stripe_channels.size()) ch = l.stripe_channels[stripe];
       }
-      auto stub = pb::Peer::NewStub(ch);
-      grpc::Status st;
-      uint64_t bytes = 0;
-      if (batch.front().finish) {
-        grpc::ClientContext ctx;
-        Prepare(ctx, opt_.rpc_timeout);
-        ScopedCall reg(this, &ctx);
-        pb::FinishReply reply;
-        st = stub->FinishRegion(&ctx, *batch.front().finish, &reply);
-      } else {
-        grpc::ClientContext ctx;
-        Prepare(ctx, opt_.push_timeout);
-        ScopedCall reg(this, &ctx);
-        pb::PushReply reply;
-        {
+      grpc::ClientContext ctx;
+      Prepare(ctx, opt_.push_timeout);
+      ScopedCall reg(this, &ctx);
+      std::unique_ptr<grpc::ClientReaderWriter<pb::FrameChunk, pb::FrameAck>> stream =
+          pb::Peer::NewStub(ch)->StreamFrames(&ctx);
+      const absl::Time opened = absl::Now();
+      bool reader_done = false;  // guarded by l.mu
+      std::thread reader([&] {
+        pb::FrameAck ack;
+        bool unexpected = false;
+        while (!unexpected && stream->Read(&ack)) {
           std::lock_guard<std::mutex> lk(l.mu);
-          if (l.pushes_open++ == 0) l.push_busy_since = absl::Now();
+          if (flight.empty() || flight.front().round_id != ack.round_id() ||
+              flight.front().region != ack.region_id() || flight.front().slice != ack.slice()) {
+            HEDDLE_LOG(kWarning,
+                       "wan: region %u: region %u acknowledged round %" PRIu64
+                       " region %u slice %u, not the frame in flight",
+                       opt_.region_id, l.region_id, ack.round_id(), ack.region_id(), ack.slice());
+            unexpected = true;  // ends the call (below); what is in flight is sent again
+            continue;
+          }
+          const Link::Item& it = flight.front();
+          l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
+          l.frames_sent.fetch_add(1, std::memory_order_relaxed);
+          if (it.region != opt_.region_id) {
+            l.frames_forwarded.fetch_add(1, std::memory_order_relaxed);
+          }
+          l.push_bytes += it.frame->size();
+          flight.pop_front();
+          if (flight.empty()) StreamIdleLocked(l);
+          refusals = 0;
         }
-        std::unique_ptr<grpc::ClientWriter<pb::FrameChunk>> w = stub->PushFrames(&ctx, &reply);
-        bool ok = true;
-        for (const Link::Item& it : batch) {
-          ok = WriteFrameChunks(it.round_id, it.region, it.slice, *it.frame,
-                                [&](const pb::FrameChunk& c) { return w->Write(c); });
-          if (!ok) break;
-          bytes += it.frame->size();
-        }
-        if (ok) w->WritesDone();
-        st = w->Finish();
+        if (unexpected) ctx.TryCancel();
         std::lock_guard<std::mutex> lk(l.mu);
-        if (st.ok()) l.push_bytes += bytes;
-        if (--l.pushes_open == 0) l.push_busy += absl::Now() - l.push_busy_since;
-      }
-      if (st.ok()) {
-        if (!batch.front().finish) {
-          l.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-          l.frames_sent.fetch_add(batch.size(), std::memory_order_relaxed);
-          uint64_t forwarded = 0;
-          for (const Link::Item& it : batch) forwarded += it.region != opt_.region_id;
-          l.frames_forwarded.fetch_add(forwarded, std::memory_order_relaxed);
-        }
-      } else if (Transient(st.error_code()) ||
-                 (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && ++refusals < 3)) {
-        // Our own frames are valid: a refused one was damaged on the way; resend it a few
-        // times before giving up (then the peer fetches it, or the round leaves us out).
-        if (Stopping()) return;
-        MarkFailed(l, FromGrpc(st, "push"));
-        continue;  // keep the batch; Connect() waits out the backoff
-      } else if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
-        HEDDLE_LOG(kWarning, "wan: region %u: region %u refused round %" PRIu64 ": %s",
-                   opt_.region_id, l.region_id, batch.front().round_id, st.error_message().c_str());
-      }
-      refusals = 0;
-      std::lock_guard<std::mutex> lk(l.mu);
-      // Pop what was sent; Enqueue() may have pruned some of it meanwhile.
-      for (const Link::Item& sent : batch) {
-        if (!q.empty() && q.front().round_id == sent.round_id && q.front().slice == sent.slice &&
-            q.front().region == sent.region && q.front().frame == sent.frame &&
-            q.front().finish.has_value() == sent.finish.has_value()) {
+        reader_done = true;
+        l.cv.notify_all();
+      });
+      for (;;) {
+        const uint64_t pub = PublishedThrough();
+        Link::Item it;
+        {
+          std::unique_lock<std::mutex> lk(l.mu);
+          l.cv.wait_for(lk, std::chrono::milliseconds(200),
+                        [&] { return !q.empty() || reader_done || Stopping(); });
+          if (reader_done || Stopping()) break;
+          // Older rounds are over: peers fetch what they lack from the coordinator.
+          while (!q.empty() && Stale(q.front(), pub)) q.pop_front();
+          if (absl::Now() - opened > opt_.push_timeout / 2) {
+            if (flight.empty()) break;  // reopen well before the deadline
+            continue;                   // let what is in flight be acknowledged first
+          }
+          if (q.empty()) continue;
+          it = std::move(q.front());
           q.pop_front();
+          if (flight.empty()) StreamBusyLocked(l);
+          flight.push_back(it);
         }
+        if (!WriteFrameChunks(it.round_id, it.region, it.slice, *it.frame,
+                              [&](const pb::FrameChunk& c) { return stream->Write(c); })) {
+          break;
+        }
+      }
+      stream->WritesDone();  // the callee acknowledges what it got, then ends the call
+      reader.join();
+      const grpc::Status st = stream->Finish();
+      {
+        std::lock_guard<std::mutex> lk(l.mu);
+        if (!flight.empty()) StreamIdleLocked(l);
+        if (!st.ok() && !Transient(st.error_code()) &&
+            !(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && ++refusals < 3) &&
+            !flight.empty()) {
+          // The frame at the front was refused for good: drop it.
+          if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
+            HEDDLE_LOG(kWarning, "wan: region %u: region %u refused round %" PRIu64 " slice %u: %s",
+                       opt_.region_id, l.region_id, flight.front().round_id, flight.front().slice,
+                       st.error_message().c_str());
+          }
+          flight.pop_front();
+          refusals = 0;
+        }
+        // Not acknowledged: to the front of the queue, in order.
+        q.insert(q.begin(), std::make_move_iterator(flight.begin()),
+                 std::make_move_iterator(flight.end()));
+        flight.clear();
+      }
+      if (st.ok() || Stopping()) continue;
+      if (Transient(st.error_code()) || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        MarkFailed(l, FromGrpc(st, "push"));  // Connect() waits out the backoff
       }
     }
+  }
+
+  // Send-throughput bookkeeping: the time some frame to the peer was in flight. l.mu held.
+  static void StreamBusyLocked(Link& l) {
+    if (l.pushes_open++ == 0) l.push_busy_since = absl::Now();
+  }
+  static void StreamIdleLocked(Link& l) {
+    if (l.pushes_open > 0 && --l.pushes_open == 0) l.push_busy += absl::Now() - l.push_busy_since;
   }
 
   // ---- publication (both roles) ----
@@ -1267,7 +1431,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                      absl::Status abort_reason, bool lost = false) {
     std::optional<absl::Time> finished_at;
     for (auto it = rounds_.begin(); it != rounds_.end() && it->first <= r;) {
-      if (it->first == r && it->second.own_finished) finished_at = it->second.own_finished_at;
+      if (it->first == r && it->second.own_finished) {
+        finished_at = it->second.own_finished_at;
+        LogRoundTimes(r, it->second, g != nullptr && it->second.speculative == g);
+      }
       for (const auto& [region, rr] : it->second.regions) {
         if (rr.finished) last_tokens_[region] = rr.summary.tokens();
       }
@@ -1304,6 +1471,22 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     cv_.notify_all();
   }
 
+  // One line per round: the instants (Unix seconds, one clock across gateways on one host) at
+  // which this gateway's region handed over, the last frame and the last summary of the round
+  // arrived here, the decision was taken or came, and the round was published — what
+  // tools/bench reads to split the WAN time into its phases. mu_ held.
+  void LogRoundTimes(uint64_t r, const RoundState& rs, bool prepared) const {
+    auto at = [](absl::Time t) {
+      return t == absl::Time() ? 0.0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
+    };
+    HEDDLE_LOG(kInfo,
+               "wan: round %" PRIu64
+               " here: finished %.6f last_frame %.6f last_summary %.6f decided %.6f "
+               "published %.6f prepared %d",
+               r, at(rs.own_finished_at), at(rs.last_frame_at), at(rs.last_summary_at),
+               at(rs.decided_at), at(absl::Now()), prepared ? 1 : 0);
+  }
+
   // ---- coordinator ----
 
   bool RegionReadyLocked(const RoundState& rs, uint32_t region) const {
@@ -1336,6 +1519,20 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       if (stopping_) return;
       RoundState& rs = rounds_[r];
       rs.deciding = true;
+      rs.decided_at = absl::Now();
+      // The preparer checks and patches each ready region's frames as it becomes ready
+      // (overlapping the other regions' transfers); the regions are frozen now.
+      cv_.notify_all();
+      auto prepared = [&] {
+        for (const auto& [region, rr] : rs.regions) {
+          if (RegionReadyLocked(rs, region) && rr.summary.tokens() > 0 && !rr.prepared) {
+            return false;
+          }
+        }
+        return true;
+      };
+      cv_.wait(l, [&] { return stopping_ || prepared(); });
+      if (stopping_) return;
       // The included set: regions ready with tokens whose frames are those they announced.
       std::vector<RegionPart> parts;
       std::vector<std::vector<FramePtr>> frames;
@@ -1356,14 +1553,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         const RegionRound& rr = it->second;
         if (rr.summary.tokens() == 0) continue;
-        if (wan_internal::FramesDigest(rr.frames) != rr.summary.frames_digest()) {
+        if (!rr.digest_ok) {
           ++stats_.digest_mismatches;
           left_out.push_back(absl::StrFormat("%u (frames differ from its summary)", region));
           continue;
         }
         parts.push_back(
             {.region_id = region, .tokens = rr.summary.tokens(), .tau_eff = rr.summary.tau_eff()});
-        frames.push_back(rr.frames);
+        frames.push_back(rr.patched);
         present += rr.summary.tokens();
       }
       if (!left_out.empty()) {
@@ -1387,7 +1584,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       std::shared_ptr<GlobalAggregate> g;
       if (abort.ok()) {
-        l.unlock();  // patching copies every included frame: not under mu_
+        l.unlock();  // the digest reads every included frame: not under mu_
         absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Build(r, parts, frames);
         l.lock();
         if (built.ok()) {
@@ -1432,10 +1629,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
   }
 
-  // The aggregate from provisional frames: totals patched in, weights, digest.
+  // The aggregate of `parts` from their final frames (totals patched in): weights, digest.
   absl::StatusOr<std::shared_ptr<GlobalAggregate>> Build(
       uint64_t r, const std::vector<RegionPart>& parts,
-      const std::vector<std::vector<FramePtr>>& frames) const {
+      const std::vector<std::vector<FramePtr>>& patched) const {
     auto g = std::make_shared<GlobalAggregate>();
     g->round_id = r;
     g->weighting = opt_.weighting;
@@ -1444,15 +1641,97 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     HEDDLE_ASSIGN_OR_RETURN(std::vector<double> w, GlobalWeights(g->parts, g->weighting));
     for (size_t p = 0; p < parts.size(); ++p) {
       g->parts[p].weight = w[p];
-      const uint32_t steps = wan_internal::RegionInnerSteps(parts[p].tau_eff);
-      for (const FramePtr& f : frames[p]) {
-        HEDDLE_ASSIGN_OR_RETURN(FramePtr patched,
-                                wan_internal::PatchFrameTotals(*f, parts[p].tokens, steps));
-        g->frames.push_back(std::move(patched));
-      }
+      g->frames.insert(g->frames.end(), patched[p].begin(), patched[p].end());
     }
-    g->digest = GlobalDigest(*g);
+    g->digest = wan_internal::GlobalDigestOfValidFrames(*g);
     return g;
+  }
+
+  // ---- preparation (both roles) ----
+
+  // Works ahead of the decision, off the gRPC and round threads: for every region of a round in
+  // progress that is ready (summary and every frame) it checks the frames against the summary's
+  // digest and patches the summary's totals in (what the coordinator decides with, and what a
+  // follower publishes); on a follower, once every region of its next round is ready, it builds
+  // the aggregate the coordinator decides when nobody is late (`speculative`). Nothing here is
+  // published: a follower publishes only the coordinator's decision, and uses the speculative
+  // aggregate only when its parts, weights and digest are the decision's, bit for bit.
+  void PrepareLoop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stopping_) {
+      // A ready region not yet prepared, oldest round first.
+      uint64_t r = 0;
+      uint32_t region = 0;
+      for (const auto& [id, rs] : rounds_) {
+        for (const auto& [reg, rr] : rs.regions) {
+          if (!rr.prepared && rr.summary.tokens() > 0 && RegionReadyLocked(rs, reg)) {
+            r = id;
+            region = reg;
+            break;
+          }
+        }
+        if (r != 0) break;
+      }
+      if (r != 0) {
+        const RegionRound& rr = rounds_[r].regions[region];
+        const std::vector<FramePtr> frames = rr.frames;  // complete: no longer changes
+        const pb::RegionFinish summary = rr.summary;
+        l.unlock();
+        bool ok = wan_internal::FramesDigestOfValidFrames(frames) == summary.frames_digest();
+        std::vector<FramePtr> patched;
+        const uint32_t steps = wan_internal::RegionInnerSteps(summary.tau_eff());
+        for (size_t s = 0; ok && s < frames.size(); ++s) {
+          absl::StatusOr<FramePtr> f =
+              wan_internal::PatchValidFrameTotals(*frames[s], summary.tokens(), steps);
+          ok = f.ok();
+          if (ok) patched.push_back(*std::move(f));
+        }
+        l.lock();
+        auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
+        if (it == rounds_.end()) continue;
+        RegionRound& now = it->second.regions[region];
+        now.prepared = true;
+        now.digest_ok = ok;
+        if (ok) now.patched = std::move(patched);
+        cv_.notify_all();
+        continue;
+      }
+      if (!is_coordinator_ && Speculate(l)) continue;
+      cv_.wait(l);
+    }
+  }
+
+  // Follower, mu_ held (released while building): the aggregate of the next round as the
+  // coordinator decides it when every region is ready before its timeout. False: nothing to do.
+  bool Speculate(std::unique_lock<std::mutex>& l) {
+    const uint64_t r = published_through_ + 1;
+    auto it = rounds_.find(r);
+    if (it == rounds_.end() || it->second.speculated) return false;
+    RoundState& rs = it->second;
+    std::vector<RegionPart> parts;
+    std::vector<std::vector<FramePtr>> frames;
+    for (uint32_t region : regions_) {
+      auto rr = rs.regions.find(region);
+      if (rr == rs.regions.end() || !RegionReadyLocked(rs, region)) return false;
+      if (rr->second.summary.tokens() == 0) continue;
+      if (!rr->second.prepared) return false;
+      if (!rr->second.digest_ok) continue;
+      parts.push_back({.region_id = region,
+                       .tokens = rr->second.summary.tokens(),
+                       .tau_eff = rr->second.summary.tau_eff()});
+      frames.push_back(rr->second.patched);
+    }
+    rs.speculated = true;
+    if (parts.empty()) return true;
+    l.unlock();
+    absl::StatusOr<std::shared_ptr<GlobalAggregate>> g = Build(r, parts, frames);
+    l.lock();
+    it = rounds_.find(r);
+    if (it != rounds_.end() && g.ok()) {
+      it->second.speculative = *std::move(g);
+      cv_.notify_all();
+    }
+    return true;
   }
 
   // ---- follower ----
@@ -1511,6 +1790,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         continue;
       }
       if (reply.state() == pb::DecisionReply::PENDING) continue;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (auto it = rounds_.find(r); it != rounds_.end()) it->second.decided_at = absl::Now();
+      }
       // Decisions must come from one coordinator instance: a restarted coordinator lost the
       // rounds it decided, and could decide one of them again differently.
       if (coordinator_instance_ == 0) coordinator_instance_ = reply.instance();
@@ -1603,18 +1886,43 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
             g->parts[p].region_id, g->parts[p].weight, w[p]));
       }
     }
+    // Prepared ahead (PrepareLoop): the same parts, weights and digest, bit for bit, is the
+    // decided aggregate.
+    auto same = [&](const GlobalAggregate& s) {
+      if (s.digest != d.digest() || s.weighting != g->weighting ||
+          s.parts.size() != g->parts.size()) {
+        return false;
+      }
+      for (size_t p = 0; p < s.parts.size(); ++p) {
+        const RegionPart &a = s.parts[p], &b = g->parts[p];
+        if (a.region_id != b.region_id || a.tokens != b.tokens ||
+            std::bit_cast<uint64_t>(a.tau_eff) != std::bit_cast<uint64_t>(b.tau_eff) ||
+            std::bit_cast<uint64_t>(a.weight) != std::bit_cast<uint64_t>(b.weight)) {
+          return false;
+        }
+      }
+      return true;
+    };
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = rounds_.find(r);
+      if (it != rounds_.end() && it->second.speculative != nullptr &&
+          same(*it->second.speculative)) {
+        ++stats_.rounds_prepared;
+        return it->second.speculative;
+      }
+    }
     // Frames still on their way (from their own region, or relayed) come faster than again from
     // the coordinator (over what may be the longest link): wait while they keep arriving, and
     // fetch only what stops coming for fetch_grace (a cut link, a peer that died).
     {
-      // Bytes received so far from any peer: a schedule may route a region's frames over
-      // another gateway.
+      // Progress is this round's frame bytes received from any peer (a schedule may route a
+      // region's frames over another gateway), counted per chunk: a large frame on a slow link
+      // is progress before it is whole, and the next round's pushes are not progress for this
+      // one. mu_ held.
       auto in_flight = [&]() -> uint64_t {
-        uint64_t bytes = 0;
-        for (const auto& [id, link] : links_) {
-          bytes += link->bytes_received.load(std::memory_order_relaxed);
-        }
-        return bytes;
+        auto it = rounds_.find(r);
+        return it == rounds_.end() ? 0 : it->second.bytes_received;
       };
       std::unique_lock<std::mutex> l(mu_);
       auto have_all = [&] {
@@ -1628,6 +1936,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       };
       uint64_t seen = in_flight();
       absl::Time progress_at = absl::Now();
+      auto speculated = [&] {
+        auto it = rounds_.find(r);
+        return it != rounds_.end() && it->second.speculative != nullptr &&
+               same(*it->second.speculative);
+      };
       while (!stopping_ && !have_all()) {
         const absl::Time now = absl::Now();
         if (const uint64_t b = in_flight(); b != seen) {
@@ -1638,9 +1951,30 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         cv_.wait_until(l, absl::ToChronoTime(now + absl::Milliseconds(20)));
       }
+      // Every region ready here: the preparer is building the speculative aggregate, or has.
+      auto all_ready = [&] {
+        auto it = rounds_.find(r);
+        if (it == rounds_.end()) return false;
+        for (uint32_t region : regions_) {
+          if (!RegionReadyLocked(it->second, region)) return false;
+        }
+        return true;
+      };
+      if (all_ready()) {
+        cv_.wait(l, [&] {
+          auto it = rounds_.find(r);
+          return stopping_ || it == rounds_.end() || it->second.speculated;
+        });
+      }
+      if (speculated()) {
+        ++stats_.rounds_prepared;
+        return rounds_.find(r)->second.speculative;
+      }
     }
-    // Provisional frames held here, patched; the rest fetched.
+    // Frames held here, patched (by the preparer when the region's summary has the decision's
+    // totals); the rest fetched.
     std::vector<FramePtr> provisional(g->parts.size() * size_t{nslices_});
+    std::vector<FramePtr> prepared(g->parts.size() * size_t{nslices_});
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = rounds_.find(r);
@@ -1648,8 +1982,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         for (size_t p = 0; p < g->parts.size(); ++p) {
           auto rr = it->second.regions.find(g->parts[p].region_id);
           if (rr == it->second.regions.end() || rr->second.frames.empty()) continue;
-          for (uint32_t s = 0; s < nslices_; ++s)
-            provisional[p * nslices_ + s] = rr->second.frames[s];
+          const RegionRound& x = rr->second;
+          const bool totals = x.digest_ok && x.summary.tokens() == g->parts[p].tokens &&
+                              std::bit_cast<uint64_t>(x.summary.tau_eff()) ==
+                                  std::bit_cast<uint64_t>(g->parts[p].tau_eff);
+          for (uint32_t s = 0; s < nslices_; ++s) {
+            provisional[p * nslices_ + s] = x.frames[s];
+            if (totals) prepared[p * nslices_ + s] = x.patched[s];
+          }
         }
       }
     }
@@ -1661,9 +2001,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         for (uint32_t s = 0; s < nslices_; ++s) {
           const FramePtr& f = provisional[p * nslices_ + s];
           absl::StatusOr<FramePtr> patched =
-              f == nullptr ? absl::NotFoundError("")
-                           : wan_internal::PatchFrameTotals(
-                                 *f, part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
+              prepared[p * nslices_ + s] != nullptr ? prepared[p * nslices_ + s]
+              : f == nullptr                        ? absl::NotFoundError("")
+                                                    : wan_internal::PatchValidFrameTotals(
+                                                          *f, part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
           if (patched.ok()) {
             g->frames[p * nslices_ + s] = *std::move(patched);
           } else {
@@ -1674,7 +2015,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           HEDDLE_RETURN_IF_ERROR(Fetch(ch, *g, p, missing));
         }
       }
-      g->digest = GlobalDigest(*g);
+      g->digest = wan_internal::GlobalDigestOfValidFrames(*g);
       if (g->digest == d.digest()) return g;
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -1686,6 +2027,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                  "fetching every frame from the coordinator",
                  opt_.region_id, r, Hex64(g->digest).c_str(), Hex64(d.digest()).c_str());
       std::fill(provisional.begin(), provisional.end(), nullptr);
+      std::fill(prepared.begin(), prepared.end(), nullptr);
     }
     return absl::DataLossError(absl::StrFormat(
         "round %u: the frames from the coordinator do not match its decision's digest %s", r,
@@ -1807,6 +2149,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   std::set<grpc::ClientContext*> calls_;
 
   std::thread round_thread_;
+  std::thread prepare_thread_;
   wan_internal::OutcomeQueue queue_;
 };
 

@@ -6,16 +6,19 @@
 //   - a compiled all-gather schedule (WanScheduleOptions; default direct, the full mesh) says
 //     which peers each region frame goes to: a gateway pushes its region's frames as the slices
 //     are submitted, and forwards the frames it receives that the schedule routes over it, over
-//     streams_per_peer parallel streams per peer (slice s on stream s mod streams_per_peer),
-//     frames cut into chunks of at most chunk_bytes; every gateway must run the same schedule
-//     (its digest is checked at the handshake);
-//   - the coordinator (the lowest configured region id) collects every region's FinishRegion,
-//     waits for all of them or wan_timeout after its own region finished, applies the quorum,
+//     streams_per_peer long-lived, per-frame acknowledged streams per peer (slice s on stream
+//     s mod streams_per_peer), frames cut into chunks of at most chunk_bytes; every gateway must
+//     run the same schedule (its digest is checked at the handshake, both ways);
+//   - every gateway sends its region's summary (FinishRegion) to every other, and prepares each
+//     region as soon as it is ready (frames checked against the summary, totals patched in);
+//   - the coordinator (wan.coordinator: by default the lowest configured region id; or auto)
+//     waits for every region or wan_timeout after its own region finished, applies the quorum,
 //     and decides the round: included regions, their tokens and τ_eff, the weights and the
 //     digest of the published aggregate; or aborts it;
-//   - every other gateway long-polls the coordinator for the decision of its next round,
-//     fetches from the coordinator any included frame it lacks, checks the digest and only
-//     then publishes. No gateway publishes a round the coordinator did not decide, and every
+//   - every other gateway long-polls the coordinator for the decision of its next round and
+//     publishes the aggregate it prepared if that is the decision's bit for bit; else it fetches
+//     from the coordinator any included frame it lacks, checks the digest and only then
+//     publishes. No gateway publishes a round the coordinator did not decide, and every
 //     gateway publishes the same bits; a gateway cut off from the coordinator waits, then
 //     catches up on the rounds it missed (the coordinator keeps keep_rounds of them).
 //
@@ -41,7 +44,8 @@ class Node;
 
 namespace heddle::relay {
 
-inline constexpr uint32_t kPeerProtocolVersion = 1;
+// 2: StreamFrames, summaries to every gateway, compiled schedules in ScheduleSwitch.
+inline constexpr uint32_t kPeerProtocolVersion = 2;
 
 struct WanPeer {
   uint32_t region_id = 0;
@@ -103,6 +107,9 @@ struct WanOptions {
   // shortest links to the others — its decision travels one more latency to each of them. Every
   // gateway must name the same one (checked at the handshake).
   uint32_t coordinator = 0;
+  // `coordinator: auto`: the region whose decision reaches every gateway first on the schedule's
+  // topology (ChooseCoordinator, schedule_source.h; wan.topology should then be given).
+  bool coordinator_auto = false;
   uint32_t streams_per_peer = 4;
   absl::Duration wan_timeout = absl::Seconds(60);
   WanQuorum quorum;
@@ -128,7 +135,7 @@ struct WanOptions {
 //     region: 2
 //     listen: 0.0.0.0:7443
 //     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
-//     coordinator: 1                # default: the lowest region id
+//     coordinator: 1                # default: the lowest region id; auto: by wan.topology
 //     streams_per_peer: 4
 //     wan_timeout: 60s              # or a number of seconds
 //     quorum: {min_regions: 2, min_token_fraction: 0.5}
@@ -156,9 +163,9 @@ struct WanPeerStats {
   uint64_t frames_sent = 0;
   uint64_t frames_received = 0;
   uint64_t frames_forwarded = 0;  // of frames_sent: other regions' frames relayed to this peer
-  // Measured send throughput to this peer: frame bytes sent over the time at least one push
-  // stream to it was open (acknowledgement round trips included); 0 before the first push. What
-  // a topology of measured speeds would start from (docs/relay-wan.md §10).
+  // Measured send throughput to this peer: acknowledged frame bytes over the time some frame to
+  // it was in flight (written, not yet acknowledged); 0 before the first frame. What a topology
+  // of measured speeds would start from (docs/relay-wan.md §10).
   double send_bytes_per_second = 0;
   uint64_t reconnects = 0;          // failed calls that sent the link back to the handshake
   uint64_t last_summary_round = 0;  // coordinator: the last round this peer finished
@@ -168,6 +175,8 @@ struct WanPeerStats {
 struct WanStats {
   uint32_t region_id = 0;
   bool coordinator = false;
+  uint32_t coordinator_region = 0;  // the gateway that decides (wan.coordinator, or auto)
+  uint64_t slot_bytes = 0;          // one region's frames of a round: what the exchange moves
   // The schedule in use: its intent's name, digest, pieces and the compiler's predicted time of
   // one exchange (0 when built by hand).
   std::string schedule_name;
@@ -181,10 +190,13 @@ struct WanStats {
   uint64_t rounds_without_this_region = 0;  // published without this region's frames
   uint64_t rounds_lost = 0;                 // decided but no longer kept when this gateway asked
   uint64_t frames_fetched = 0;              // from the coordinator
-  uint64_t auth_failures = 0;               // calls refused: no or wrong token, unknown region
-  uint64_t handshake_failures = 0;          // calls refused: spec digest, version, region set
-  uint64_t malformed_messages = 0;          // bad chunk, frame, round or summary
-  uint64_t duplicate_frames = 0;            // identical copies acknowledged again
+  // Follower: rounds published from the aggregate prepared before the decision came (its
+  // parts, weights and digest were the decision's).
+  uint64_t rounds_prepared = 0;
+  uint64_t auth_failures = 0;       // calls refused: no or wrong token, unknown region
+  uint64_t handshake_failures = 0;  // calls refused: spec digest, version, region set
+  uint64_t malformed_messages = 0;  // bad chunk, frame, round or summary
+  uint64_t duplicate_frames = 0;    // identical copies acknowledged again
   // Frames or summaries for a round outside this gateway's window: already over here, or more
   // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
   uint64_t out_of_window_messages = 0;

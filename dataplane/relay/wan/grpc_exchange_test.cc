@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -459,12 +460,13 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
   }
   // What waits for the dead peer is the round in progress and the last published one (a peer
   // may still be assembling it, with this gateway its only route for some frames) and at most
-  // one older item at the head of each of its 3 streams' queues, not every round since it died.
+  // one older item at the head of each of its 3 streams' queues; on the summary stripe, the
+  // last round's summary and one older: not every round since it died.
   for (uint32_t gw : {1u, 2u}) {
     const WanPeerStats p3 = m.ex(gw).Stats().peers[1];
     EXPECT_EQ(p3.region_id, 3u);
     EXPECT_FALSE(p3.connected);
-    EXPECT_LE(p3.queued_items, 2 * nslices + 3) << "gateway " << gw;
+    EXPECT_LE(p3.queued_items, 2 * nslices + 3 + 2) << "gateway " << gw;
   }
   // Restart 3 (a new port): it replays the rounds the coordinator keeps (1..4), then rejoins.
   m.Start(3, m.Options(3));
@@ -511,7 +513,7 @@ TEST(GrpcExchangeTest, DigestMismatchIsRepairedFromTheCoordinator) {
     c.AddMetadata("authorization", "Bearer s3cret-token");
     c.AddMetadata("x-heddle-region", "2");
     c.AddMetadata("x-heddle-spec", absl::StrFormat("%016x", SpecDigest(m.spec())));
-    c.AddMetadata("x-heddle-proto", "1");
+    c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
     pb::PushReply reply;
     auto w = stub->PushFrames(&c, &reply);
     pb::FrameChunk ch;
@@ -584,7 +586,7 @@ class RawPeer {
     if (!md.token.empty()) c.AddMetadata("authorization", "Bearer " + md.token);
     c.AddMetadata("x-heddle-region", md.region);
     c.AddMetadata("x-heddle-spec", md.spec);
-    c.AddMetadata("x-heddle-proto", "1");
+    c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
   }
   grpc::Status Hello(const Md& md, pb::HelloRequest req = {}) {
     grpc::ClientContext c;
@@ -835,7 +837,7 @@ TEST(GrpcExchangeScheduleTest, GatewaysRunningDifferentSchedulesDoNotLinkUp) {
 
   RawPeer raw(m.ex(1).port());
   pb::HelloRequest hello;
-  hello.set_protocol_version(1);
+  hello.set_protocol_version(kPeerProtocolVersion);
   hello.set_region_id(2);
   hello.set_spec_digest(SpecDigest(m.spec()));
   hello.add_regions(1);
@@ -867,13 +869,233 @@ TEST(GrpcExchangeScheduleTest, ScheduleTheRelayCannotRunFailsAtStart) {
   EXPECT_FALSE(StartGrpcExchange(TestSpec(), o).ok());
 }
 
+// ---- the frame stream, preparation ahead of the decision, the handshake's reply ----
+
+// StreamFrames: the callee acknowledges every frame in order as it stores it (identical copies
+// as duplicates), and a refused frame ends the stream after the acknowledgements of those before
+// it — what the sender's in-flight list relies on.
+TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefusedOne) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true);
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  auto stub =
+      pb::Peer::NewStub(grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials()));
+  auto run = [&](const std::vector<std::vector<pb::FrameChunk>>& pushes,
+                 std::vector<pb::FrameAck>* acks) {
+    grpc::ClientContext c;
+    c.AddMetadata("authorization", "Bearer s3cret-token");
+    c.AddMetadata("x-heddle-region", "2");
+    c.AddMetadata("x-heddle-spec", Hex(SpecDigest(m.spec())));
+    c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
+    auto stream = stub->StreamFrames(&c);
+    std::thread reader([&] {
+      pb::FrameAck a;
+      while (stream->Read(&a)) acks->push_back(a);
+    });
+    for (const auto& chunks : pushes) {
+      for (const pb::FrameChunk& ch : chunks) {
+        if (!stream->Write(ch)) break;
+      }
+    }
+    stream->WritesDone();
+    reader.join();
+    return stream->Finish();
+  };
+  // Slices 0, 1, 2 written back to back, then slice 0 again: four acknowledgements, in order.
+  std::vector<pb::FrameAck> acks;
+  grpc::Status st = run({Chunks(1, 2, 0, frames[0]), Chunks(1, 2, 1, frames[1]),
+                         Chunks(1, 2, 2, frames[2]), Chunks(1, 2, 0, frames[0])},
+                        &acks);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(acks.size(), 4u);
+  const uint32_t want_slices[] = {0, 1, 2, 0};
+  for (size_t i = 0; i < acks.size(); ++i) {
+    EXPECT_EQ(acks[i].round_id(), 1u);
+    EXPECT_EQ(acks[i].region_id(), 2u);
+    EXPECT_EQ(acks[i].slice(), want_slices[i]);
+    EXPECT_EQ(acks[i].duplicate(), i == 3);
+  }
+  EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 4u);
+  // Slice 3, a damaged slice 4, slice 5: slice 3 is acknowledged, then the stream ends with
+  // the refusal and slice 5 is not taken.
+  std::vector<uint8_t> bad = frames[4];
+  bad[100] ^= 1;
+  acks.clear();
+  st = run({Chunks(1, 2, 3, frames[3]), Chunks(1, 2, 4, bad), Chunks(1, 2, 5, frames[5])}, &acks);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("bad frame"));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].slice(), 3u);
+  EXPECT_EQ(m.ex(1).Stats().malformed_messages, 1u);
+  EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 5u);
+}
+
+// A gateway's own stream: every frame of several rounds is acknowledged (nothing left in flight
+// or queued), counted once per frame, with no refusal — many frames in flight per stripe.
+TEST(GrpcExchangeTest, FrameStreamsDeliverEveryFrameOnceWithManyInFlight) {
+  Mesh m(TestSpec());
+  m.StartAll([](WanOptions& o) { o.streams_per_peer = 1; });  // every slice on one stream
+  const uint64_t nslices = Slices(m.spec()).size();
+  for (uint64_t r = 1; r <= 3; ++r) {
+    std::vector<std::thread> t;
+    for (uint32_t region : {1u, 2u, 3u}) {
+      t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, r); });
+    }
+    for (std::thread& x : t) x.join();
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+  }
+  for (uint32_t gw : {1u, 2u, 3u}) {
+    WaitUntil([&] {
+      for (const WanPeerStats& p : m.ex(gw).Stats().peers) {
+        if (p.frames_sent < 3 * nslices || p.queued_items > 0) return false;
+      }
+      return true;
+    });
+    const WanStats s = m.ex(gw).Stats();
+    EXPECT_EQ(s.malformed_messages, 0u);
+    EXPECT_EQ(s.frames_fetched, 0u);
+    for (const WanPeerStats& p : s.peers) {
+      EXPECT_EQ(p.frames_sent, 3 * nslices) << "gateway " << gw << " to " << p.region_id;
+      EXPECT_EQ(p.frames_received, 3 * nslices) << "gateway " << gw << " from " << p.region_id;
+      EXPECT_EQ(p.reconnects, 0u);
+    }
+  }
+}
+
+// A follower that holds every region's frames and summary before the decision comes publishes
+// the aggregate it prepared (the decision's bits), and never one the decision does not describe.
+TEST(GrpcExchangeTest, FollowerPublishesTheAggregatePreparedBeforeTheDecision) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const uint64_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  for (uint64_t r = 1; r <= 3; ++r) {
+    std::map<uint32_t, std::vector<FramePtr>> frames;
+    for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, r, true);
+    // Regions 1 and 2 first; gateway 3 holds their summaries and frames before its own region
+    // finishes (the coordinator cannot decide before that).
+    for (uint32_t region : {1u, 2u}) SubmitRegion(m.ex(region), m.spec(), region, r);
+    WaitUntil([&] {
+      const WanStats s = m.ex(3).Stats();
+      for (uint32_t peer : {1u, 2u}) {
+        const WanPeerStats& p = Peer(s, peer);
+        if (p.last_summary_round != r || p.frames_received < r * nslices) return false;
+      }
+      return true;
+    });
+    SubmitRegion(m.ex(3), m.spec(), 3, r);
+    GlobalAggregate want = ref.Aggregate(r, frames);
+    ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
+  }
+  EXPECT_EQ(m.ex(3).Stats().rounds_prepared, 3u);
+  EXPECT_EQ(m.ex(3).Stats().digest_mismatches, 0u);
+  EXPECT_EQ(m.ex(1).Stats().rounds_prepared, 0u);  // the coordinator decides, it prepares none
+}
+
+// Gateway 3 holds region 2's frames and summary (from a raw peer), the coordinator never does:
+// gateway 3's prepared aggregate includes region 2, the decision does not — gateway 3 publishes
+// the decision's aggregate, the same bits as the coordinator.
+TEST(GrpcExchangeTest, FollowerDropsAPreparedAggregateTheDecisionDoesNotDescribe) {
+  Mesh m(TestSpec());
+  m.Start(1, [&] {
+    WanOptions o = m.Options(1);
+    o.wan_timeout = absl::Seconds(1);
+    return o;
+  }());
+  m.Start(3, m.Options(3));
+  ASSERT_TRUE(m.ex(1).SetPeerAddress(3, m.Address(3)).ok());
+  ASSERT_TRUE(m.ex(3).SetPeerAddress(1, m.Address(1)).ok());
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true);
+  std::vector<FramePtr> frames2;
+  RawPeer raw(m.ex(3).port());
+  const RawPeer::Md md{.spec = Hex(SpecDigest(m.spec()))};
+  for (const SliceRef& s : slices) {
+    frames2.push_back(*enc.Submit(1, s, RegionSlice(2, 1, s)));
+    ASSERT_TRUE(raw.Push(md, Chunks(1, 2, s.index, *frames2.back())).ok());
+  }
+  pb::RegionFinish f;
+  f.set_round_id(1);
+  f.set_region_id(2);
+  f.set_tokens(Tokens(2, 1));
+  f.set_tau_eff(Tau(2, 1));
+  f.set_workers(3);
+  f.set_slices(static_cast<uint32_t>(slices.size()));
+  f.set_frames_digest(wan_internal::FramesDigest(frames2));
+  ASSERT_TRUE(raw.Finish(md, f).ok());
+  Reference ref(m.spec());
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  for (uint32_t region : {1u, 3u}) frames[region] = ref.Feed(region, 1, true);
+  std::vector<std::thread> t;
+  for (uint32_t region : {1u, 3u}) {
+    t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, 1); });
+  }
+  for (std::thread& x : t) x.join();
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 3}, &want);
+  EXPECT_EQ(m.ex(3).Stats().rounds_prepared, 0u);
+}
+
+// The handshake's reply is checked too: a peer answering with another exchange schedule's digest
+// is not linked to (counted), one answering with this gateway's is.
+TEST(GrpcExchangeScheduleTest, HelloReplyWithAnotherScheduleDigestIsRefused) {
+  class FakeCoordinator final : public pb::Peer::Service {
+   public:
+    explicit FakeCoordinator(uint64_t spec) : spec_(spec) {}
+    std::atomic<uint64_t> schedule_digest{0};
+    std::atomic<int> hellos{0};
+    grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
+                       pb::HelloReply* reply) override {
+      hellos.fetch_add(1);
+      reply->set_protocol_version(kPeerProtocolVersion);
+      reply->set_region_id(1);
+      reply->set_spec_digest(spec_);
+      reply->add_regions(1);
+      reply->add_regions(2);
+      reply->set_schedule_digest(schedule_digest.load());
+      return grpc::Status::OK;
+    }
+    grpc::Status WaitDecision(grpc::ServerContext*, const pb::DecisionRequest*,
+                              pb::DecisionReply* reply) override {
+      reply->set_state(pb::DecisionReply::PENDING);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return grpc::Status::OK;
+    }
+
+   private:
+    uint64_t spec_;
+  };
+  FakeCoordinator fake(SpecDigest(TestSpec()));
+  int port = 0;
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  Mesh m(TestSpec(), {1, 2});
+  m.Start(2, m.Options(2));
+  const uint64_t ours = m.ex(2).Stats().schedule_digest;
+  fake.schedule_digest = ours ^ 1;
+  ASSERT_TRUE(m.ex(2).SetPeerAddress(1, absl::StrFormat("127.0.0.1:%d", port)).ok());
+  WaitUntil([&] { return m.ex(2).Stats().handshake_failures >= 2; });
+  EXPECT_FALSE(m.ex(2).Stats().peers[0].connected);
+  // The same peer answering with this gateway's digest: linked.
+  fake.schedule_digest = ours;
+  WaitUntil([&] { return m.ex(2).Stats().peers[0].connected; });
+  m.Kill(2);
+  server->Shutdown();
+}
+
 TEST(GrpcExchangeTest, UnauthenticatedAndMismatchedPeersAreRefusedAndCounted) {
   Mesh m(TestSpec());
   m.StartAll();
   RawPeer raw(m.ex(1).port());
   const std::string spec = Hex(SpecDigest(m.spec()));
   pb::HelloRequest hello;
-  hello.set_protocol_version(1);
+  hello.set_protocol_version(kPeerProtocolVersion);
   hello.set_region_id(2);
   hello.set_spec_digest(SpecDigest(m.spec()));
   for (uint32_t r : {1, 2, 3}) hello.add_regions(r);
@@ -1016,9 +1238,11 @@ TEST(GrpcExchangeTest, MalformedPeerMessagesAreRefusedWithClearErrorsAndCounted)
   ASSERT_TRUE(raw.Finish(md, f).ok());  // a retry
   f.set_tokens(11);
   expect_refused(raw.Finish(md, f), grpc::StatusCode::ALREADY_EXISTS, "different summary");
-  // A non-coordinator refuses summaries.
+  // A follower takes summaries too (it prepares the aggregate with them) and checks them alike.
   RawPeer raw3(m.ex(3).port());
-  EXPECT_EQ(raw3.Finish(md, f).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(raw3.Finish(md, f).ok());
+  f.set_tokens(12);
+  EXPECT_EQ(raw3.Finish(md, f).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   // The exchange still works: region 2's real gateway has not sent anything for round 1, and the
   // raw summary's digest does not match the frames, so region 2 is left out... after the
   // timeout; nothing to wait for here.
@@ -1053,7 +1277,7 @@ TEST(GrpcExchangeTest, MutualTls) {
   };
   const RawPeer::Md md{.spec = Hex(SpecDigest(m.spec()))};
   pb::HelloRequest hello;
-  hello.set_protocol_version(1);
+  hello.set_protocol_version(kPeerProtocolVersion);
   hello.set_region_id(2);
   hello.set_spec_digest(SpecDigest(m.spec()));
   hello.add_regions(1);
@@ -1278,6 +1502,66 @@ TEST(WanScheduleTest, ConfigurationMistakesNameTheKey) {
   o.file = "/nonexistent/s.json";
   EXPECT_THAT(ResolveWanSchedule(o, regions, 1024).status().message(),
               HasSubstr("wan.schedule.file"));
+}
+
+// A switch's compiled schedule is run only if it parses, has the announced digest and is one the
+// relay can run.
+TEST(WanScheduleTest, SwitchPayloadIsCheckedBeforeItIsRun) {
+  const std::vector<uint32_t> regions = {1, 2, 3};
+  const collective::Schedule hub = *HubSchedule();
+  const std::string json = collective::ScheduleToJson(hub);
+  const uint64_t digest = WanScheduleDigest(hub);
+  absl::StatusOr<collective::Schedule> s = ScheduleFromSwitch(json, digest, regions, 1 << 20);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(WanScheduleDigest(*s), digest);
+  EXPECT_EQ(s->intent, "hub");
+  EXPECT_EQ(ScheduleFromSwitch(json, digest ^ 1, regions, 1 << 20).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(ScheduleFromSwitch(json, digest ^ 1, regions, 1 << 20).status().message(),
+              HasSubstr("digest"));
+  EXPECT_THAT(ScheduleFromSwitch("{\"format\": ", digest, regions, 1 << 20).status().message(),
+              HasSubstr("does not parse"));
+  EXPECT_FALSE(ScheduleFromSwitch("", digest, regions, 1 << 20).ok());
+  // Its own digest, but a piece never reaches a gateway: refused.
+  collective::Schedule broken = hub;
+  broken.per_rank[1].ops.pop_back();
+  EXPECT_FALSE(ScheduleFromSwitch(collective::ScheduleToJson(broken), WanScheduleDigest(broken),
+                                  regions, 1 << 20)
+                   .ok());
+  // Four regions: a three-rank schedule is not theirs.
+  EXPECT_FALSE(ScheduleFromSwitch(json, digest, std::vector<uint32_t>{1, 2, 3, 4}, 1 << 20).ok());
+}
+
+// wan.coordinator: auto picks the region whose decision reaches everyone first.
+TEST(WanScheduleTest, CoordinatorChosenByLatency) {
+  const std::vector<uint32_t> regions = {1, 2, 3};
+  WanScheduleOptions o;
+  // eu–us 20 ms, eu–asia 70 ms, us–asia 40 ms one way: us (2) is in the middle.
+  o.topology_yaml =
+      "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 20ms}\nlinks:\n"
+      "  - {between: ['1', '3'], bandwidth: 1Gbit, latency: 70ms}\n"
+      "  - {between: ['2', '3'], bandwidth: 1Gbit, latency: 40ms}\n";
+  absl::StatusOr<collective::Topology> t = ResolveWanTopology(o, regions);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
+  // All equal: the lowest id.
+  o.topology_yaml = "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 20ms}\n";
+  t = ResolveWanTopology(o, regions);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 1u);
+  // Equal latencies, but the link between 1 and 3 is slow: 2 holds every region's frames first.
+  o.topology_yaml =
+      "ranks: ['1', '2', '3']\ndefault: {bandwidth: 1Gbit, latency: 20ms}\nlinks:\n"
+      "  - {between: ['1', '3'], bandwidth: 10Mbit, latency: 20ms}\n";
+  t = ResolveWanTopology(o, regions);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
+  // From the `wan:` block, and every gateway of a mesh names the same one.
+  YAML::Node n = YAML::Load(
+      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n");
+  absl::StatusOr<WanOptions> w = WanOptionsFromYaml(n);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(w->coordinator_auto);
 }
 
 TEST(GrpcExchangeTest, BadOptionsFailAtStart) {

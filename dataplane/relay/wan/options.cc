@@ -225,7 +225,10 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
     HEDDLE_ASSIGN_OR_RETURN(o.chunk_bytes,
                             U64(wan["chunk_bytes"], "chunk_bytes", uint64_t{1} << 40));
   }
-  if (wan["coordinator"]) {
+  if (wan["coordinator"] && wan["coordinator"].IsScalar() &&
+      wan["coordinator"].Scalar() == "auto") {
+    o.coordinator_auto = true;
+  } else if (wan["coordinator"]) {
     HEDDLE_ASSIGN_OR_RETURN(
         uint64_t v, U64(wan["coordinator"], "coordinator", std::numeric_limits<uint32_t>::max()));
     o.coordinator = static_cast<uint32_t>(v);

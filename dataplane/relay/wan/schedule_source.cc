@@ -1,7 +1,10 @@
 #include "dataplane/relay/wan/schedule_source.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -145,6 +148,60 @@ absl::StatusOr<col::Schedule> ResolveWanSchedule(const WanScheduleOptions& o,
     return Bad("schedule", st.message());
   }
   return s;
+}
+
+absl::StatusOr<col::Schedule> ScheduleFromSwitch(std::string_view json, uint64_t digest,
+                                                 std::span<const uint32_t> regions,
+                                                 uint64_t slot_bytes) {
+  if (json.empty()) return absl::InvalidArgumentError("the switch carries no compiled schedule");
+  absl::StatusOr<col::Schedule> parsed = col::ScheduleFromJson(json);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the announced schedule does not parse: ", parsed.status().message()));
+  }
+  if (const uint64_t d = WanScheduleDigest(*parsed); d != digest) {
+    return absl::DataLossError(absl::StrFormat(
+        "the announced schedule's digest is %016x, the switch says %016x", d, digest));
+  }
+  WanScheduleOptions o;
+  o.compiled = std::make_shared<const col::Schedule>(*std::move(parsed));
+  return ResolveWanSchedule(o, regions, slot_bytes);
+}
+
+uint32_t ChooseCoordinator(const col::Topology& t, std::span<const uint32_t> regions,
+                           uint64_t slot_bytes) {
+  const size_t n = t.nodes.size();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> lat(n * n, inf), direct_bw(n * n, 0);
+  for (size_t i = 0; i < n; ++i) lat[i * n + i] = 0;
+  for (const col::Link& l : t.links) {
+    lat[l.src * n + l.dst] = std::min(lat[l.src * n + l.dst], l.latency_s);
+    direct_bw[l.src * n + l.dst] = l.bytes_per_second;
+  }
+  for (size_t k = 0; k < n; ++k) {  // shortest latencies (switches, or missing rank pairs)
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        lat[i * n + j] = std::min(lat[i * n + j], lat[i * n + k] + lat[k * n + j]);
+      }
+    }
+  }
+  const size_t ranks = std::min<size_t>(regions.size(), t.ranks);
+  uint32_t best = regions.empty() ? 0 : regions.front();
+  double best_cost = inf;
+  for (size_t c = 0; c < ranks; ++c) {
+    double in = 0, out = 0;
+    for (size_t i = 0; i < ranks; ++i) {
+      if (i == c) continue;
+      const double bw = direct_bw[i * n + c];
+      in = std::max(in, lat[i * n + c] + (bw > 0 ? static_cast<double>(slot_bytes) / bw : 0));
+      out = std::max(out, lat[c * n + i]);
+    }
+    if (in + out < best_cost) {
+      best_cost = in + out;
+      best = regions[c];
+    }
+  }
+  return best;
 }
 
 }  // namespace heddle::relay

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -40,5 +41,21 @@ collective::Topology WithMeasuredRates(
 
 // Stable across hosts and builds; what Hello compares.
 uint64_t WanScheduleDigest(const collective::Schedule& s);
+
+// `wan.coordinator: auto`: the region whose decision reaches every gateway first on topology
+// `t` (ranks = `regions` in order): the smallest max_i arrival(i → c) + max_g latency(c → g),
+// arrival = the shortest-latency path plus, over a direct link, slot_bytes / its bandwidth (the
+// coordinator decides once it holds every region's frames, then its decision travels one more
+// latency to each gateway). Ties go to the lower region id; every gateway computes the same
+// from the same topology.
+uint32_t ChooseCoordinator(const collective::Topology& t, std::span<const uint32_t> regions,
+                           uint64_t slot_bytes);
+
+// A schedule announced by the coordinator in a switch (peer.proto ScheduleSwitch): `json` in the
+// schedule file format, refused unless it parses, its digest is `digest` and the relay can run
+// it over `regions` (VerifySchedule and CheckRelaySchedule, as ResolveWanSchedule).
+absl::StatusOr<collective::Schedule> ScheduleFromSwitch(std::string_view json, uint64_t digest,
+                                                        std::span<const uint32_t> regions,
+                                                        uint64_t slot_bytes);
 
 }  // namespace heddle::relay

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/internal/frame_crc.h"
 
 namespace heddle::relay::wan_internal {
 namespace {
@@ -215,23 +216,40 @@ uint64_t RegionEncoder::open_round() const {
   return open_round_;
 }
 
-uint64_t FramesDigest(std::span<const FramePtr> frames) {
+namespace {
+
+// FramesDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
+template <typename BodyCrcFn>
+uint64_t FramesDigestWith(std::span<const FramePtr> frames, BodyCrcFn crc) {
   // As GlobalDigest(): frame bodies without their CRC trailers.
   uint32_t lo = 0, hi = 0x9e3779b9u;
   for (size_t i = 0; i < frames.size(); ++i) {
     std::span<const uint8_t> f;
     if (frames[i] != nullptr) f = *frames[i];
-    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+    const uint64_t body = f.size() >= kFrameTrailerBytes ? f.size() - kFrameTrailerBytes : f.size();
     uint8_t len[8];
-    PutLe(len, f.size(), 8);
+    PutLe(len, body, 8);
     lo = Crc32c(len, lo);
-    lo = Crc32c(f, lo);
+    lo = crc(f, lo);
     uint8_t own[12];
-    PutLe(own, Crc32c(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
-    PutLe(own + 4, f.size(), 8);
+    PutLe(own, crc(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
+    PutLe(own + 4, body, 8);
     hi = Crc32c(own, hi);
   }
   return (uint64_t{hi} << 32) | lo;
+}
+
+}  // namespace
+
+uint64_t FramesDigest(std::span<const FramePtr> frames) {
+  return FramesDigestWith(frames, [](std::span<const uint8_t> f, uint32_t prev) {
+    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+    return Crc32c(f, prev);
+  });
+}
+
+uint64_t FramesDigestOfValidFrames(std::span<const FramePtr> frames) {
+  return FramesDigestWith(frames, BodyCrc);
 }
 
 }  // namespace heddle::relay::wan_internal
