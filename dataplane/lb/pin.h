@@ -308,7 +308,11 @@ class PinSelector {
     bool record_or_track;  // PSN history or path loads
     bool sport_always;     // the entropy is the UDP source port for IPv6 frames too
   };
-  FastParams Params(EntropyField field) const {
+  // Also empties the recent-flow slots of entries removed behind the selector's back (through
+  // mutable_flows()) since it last looked.
+  FastParams Params(EntropyField field) {
+    if (flows_.removals() != recent_removals_) [[unlikely]]
+      PurgeRecent();
     const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
     const uint32_t over = static_cast<uint32_t>(std::min<uint64_t>(threshold, 0xffff)) + 1;
     const bool request = config_.flow_unit == FlowUnit::kRequest;
@@ -383,7 +387,9 @@ class PinSelector {
   // Empties flow entries [begin, begin + count) idle past flow_idle_ns; the worker sweeps a slice
   // per poll loop.
   size_t SweepIdle(size_t begin, size_t count, uint64_t now_ns) {
-    return flows_.SweepIdle(begin, count, now_ns);
+    const size_t n = flows_.SweepIdle(begin, count, now_ns);
+    if (n != 0) PurgeRecent();
+    return n;
   }
 
   uint64_t counter(LbCounter c) const {
@@ -464,6 +470,8 @@ class PinSelector {
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, IcrcDeltaCache* icrc);
+  // Empties the recent-flow slots whose entry was removed or now holds another flow or set.
+  void PurgeRecent();
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
                                    uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
@@ -514,14 +522,15 @@ class PinSelector {
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
   // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
   // (IPv6) and QPN. A slot names an entry by pointer (entries never move while they live) and its
-  // path set in the current table. It is trusted only while that entry still holds the slot's
-  // hash, QPN and set id: an entry emptied by a sweep, or replaced by another flow, fails the
-  // check, and the table is searched again. A slot is filled only for an entry bound to the
-  // current table, and SetPathTable() empties them all, so an entry that passes is still bound to
-  // it: an entry is rebound only when its generation differs from the table's, or when it is
-  // inserted afresh, and then it gets the current generation and the set of its destination (the
-  // same set: the slot's tag holds the addresses for IPv4; the set id check covers a 64-bit hash
-  // collision of two IPv6 flows).
+  // path set in the current table, and is trusted on its tag and key alone: every filled slot's
+  // entry holds the slot's hash, QPN and set id and is bound to the current table. That holds
+  // because a slot is filled only for an entry bound to the current table; SetPathTable() empties
+  // every slot; an entry bound to the current table keeps its set until it is removed (it is
+  // rebound only when its generation differs from the table's, or when it is inserted afresh);
+  // and an entry is removed only by the idle sweep or by an insert that replaces it, after which
+  // PurgeRecent() empties the slots whose entry no longer passes those checks, before the fast
+  // path runs again: SweepIdle() and Choose() at once, Params() (once per burst) for removals
+  // through mutable_flows() (FlowTable::removals() tells).
   struct RecentFlow {
     uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
     uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
@@ -534,6 +543,8 @@ class PinSelector {
   static constexpr int kRecentBits = 8;
   static constexpr uint32_t kRecentValid = 1u << 31;
   std::unique_ptr<RecentFlow[]> recent_;
+  // flows_.removals() when the recent-flow cache was last purged.
+  uint64_t recent_removals_ = 0;
 };
 
 inline bool IsControlClass(pkt::RoceClass c) {
@@ -659,11 +670,9 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
   // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
   const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
   const RecentFlow& r = recent[slot];
-  if (r.tag == tag && r.key == key) [[likely]] {
-    const FlowEntry* e = r.entry;
-    if (e->key_hash == r.hash && e->qpn == qpn && e->path_set == r.set_id) [[likely]]
-      return &r;
-  }
+  // A filled slot's entry still holds its flow and set (PurgeRecent() keeps it so).
+  if (r.tag == tag && r.key == key) [[likely]]
+    return &r;
   return FindRecentMiss(ip, v6, qpn, tag, key, slot);
 }
 
@@ -717,7 +726,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   FlowEntry* const e = r->entry;
   const PathSetView set{r->paths, r->set_size, r->set_id};
   // From here on the packet is the fast path's: the steps of Choose().
-  const uint64_t hash = e->key_hash;
+  const uint64_t hash = r->hash;  // e->key_hash, from the line already loaded
   uint8_t i;
   Verdict verdict;
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
