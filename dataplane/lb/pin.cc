@@ -446,7 +446,7 @@ void PinSelector::PurgeRecent() {
     RecentFlow& r = recent[k];
     if (r.key == 0) continue;
     const FlowEntry* e = r.entry;
-    if (e->key_hash != r.hash || e->qpn != (r.key & kPsnMask) || e->path_set != r.set_id ||
+    if (e->key_hash != r.hash || e->qpn != ((r.key - 1) & kPsnMask) || e->path_set != r.set_id ||
         e->generation != table_generation_) {
       r = RecentFlow{};
     }

@@ -541,12 +541,15 @@ class PinSelector {
     uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
     FlowEntry* entry = nullptr;
     const Path* paths = nullptr;  // the entry's set in the current table
-    uint32_t key = 0;             // kRecentValid | IPv6 << 24 | destination QPN; 0: empty
+    uint32_t key = 0;             // (IPv6 << 24 | destination QPN) + 1 (RecentKey()); 0: empty
     uint16_t set_id = 0;
     uint16_t set_size = 0;
   };
   static constexpr int kRecentBits = 8;
-  static constexpr uint32_t kRecentValid = 1u << 31;
+  // A slot's key: never 0 (the empty slot's), IPv4 and IPv6 apart, one instruction for IPv4.
+  static constexpr uint32_t RecentKey(bool v6, uint32_t qpn) {
+    return (static_cast<uint32_t>(v6) << 24 | qpn) + 1;
+  }
   std::unique_ptr<RecentFlow[]> recent_;
   // flows_.removals() when the recent-flow cache was last purged.
   uint64_t recent_removals_ = 0;
@@ -667,10 +670,10 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
   uint32_t key;
   if (!v6) [[likely]] {
     tag = internal::Load64(ip + 12);
-    key = kRecentValid | qpn;
+    key = RecentKey(false, qpn);
   } else {
     tag = HashFlowV6(ip, qpn);
-    key = kRecentValid | 1u << 24 | qpn;
+    key = RecentKey(true, qpn);
   }
   // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
   const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
@@ -725,48 +728,59 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     return false;
   }
   const bool v6 = l3 == static_cast<uint8_t>(pkt::L3::kIpv6);
-  const RecentFlow* const r = FindRecent(static_cast<const RecentFlow*>(p.recent),
-                                         frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
+  // What the rest reads of the desc, read once: the stores into the entry and the frame below
+  // may alias it (-fno-strict-aliasing), which would load each field again after them.
+  const uint16_t payload = desc.payload_len;
+  // Parse() stores 24 bits of QPN.
+  const uint32_t qpn = kParsed ? desc.dest_qp : desc.dest_qp & kPsnMask;
+  const RecentFlow* const r =
+      FindRecent(static_cast<const RecentFlow*>(p.recent), frame + desc.l3_off, v6, qpn);
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
-  const PathSetView set{r->paths, r->set_size, r->set_id};
   // From here on the packet is the fast path's: the steps of Choose().
   const uint64_t hash = r->hash;  // e->key_hash, from the line already loaded
+  const Path* const paths = r->paths;
+  const uint32_t set_id = r->set_id;
   uint8_t i;
   Verdict verdict;
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
   const bool only = (flags & kOnly) == kOnly;
-  if (only && desc.payload_len < p.pin_below) [[likely]] {
+  if (only && payload < p.pin_below) [[likely]] {
     // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
     // Place() and Account() with what such a message already says. It is a flow of known size
     // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
-    e->last_ns = now_ns;
-    if (e->flags & kFlowInMessage) [[unlikely]]
-      tally.Add(LbCounter::kAbandoned);
-    const uint32_t size = desc.payload_len;
     const uint32_t messages = e->messages + 1;
+    const uint8_t old_flags = e->flags;
+    e->last_ns = now_ns;
     e->messages = messages;
-    e->size = size;
+    e->flow_bytes = payload;
     e->flow_threshold = p.threshold32;
-    e->flow_bytes = size;
-    i = static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set.size));
+    i = static_cast<uint8_t>(
+        internal::FastRange(internal::MessageHash(hash, messages), r->set_size));
+    const Path& path = paths[i];
+    e->pinned_entropy = path.entropy;
+    e->pinned_port = path.port;
+    // After the loads from the path: stored next to `messages`, the compiler would otherwise
+    // merge the two through a vector register (three instructions for two stores).
+    e->size = payload;
     e->pinned_path = i;
-    e->pinned_entropy = set[i].entropy;
-    e->pinned_port = set[i].port;
     e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    if (old_flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
     ++tally.pinned_single;
     if (p.record_or_track) [[unlikely]]
-      RecordAndTrack(*e, desc, set, i, now_ns);
+      RecordAndTrack(*e, desc, PathSetView{paths, r->set_size, set_id}, i, now_ns);
   } else {
     // Everything else (the 1k mix's sprayed WRITE packets, multi-packet and sprayed messages) out
     // of line: inline, its many live values made the compiler spill the one-packet path's.
-    i = PlaceOther(p, desc, *e, set, hash, now_ns, tally, &verdict);
+    i = PlaceOther(p, desc, *e, PathSetView{paths, r->set_size, set_id}, hash, now_ns, tally,
+                   &verdict);
   }
-  *out = {&set[i], i, verdict, set.id};
+  *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
     *rewrite = RewriteFitting(
-        frame, len, desc, set[i],
+        frame, len, desc, paths[i],
         p.sport_always ? EntropyField::kUdpSourcePort : EntropyField::kIpv6FlowLabel, *icrc);
   }
   return true;
