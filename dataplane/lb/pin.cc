@@ -402,43 +402,6 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   return {&set[i], i, verdict, set.id};
 }
 
-uint8_t PinSelector::PlaceOther(const FastParams& p, const pkt::PacketDesc& desc, FlowEntry& e,
-                                PathSetView set, uint64_t hash, uint64_t now_ns, BurstTally& tally,
-                                Verdict* verdict) {
-  constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
-  const bool only = (desc.flags & kOnly) == kOnly;
-  const uint64_t gap_ns = now_ns - e.last_ns;
-  e.last_ns = now_ns;
-  if (only && desc.payload_len >= p.spray_from) {
-    // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
-    // its final state at once, with the balancer's pick; not pinned, it has no threshold to cross.
-    if (e.flags & kFlowInMessage) [[unlikely]]
-      tally.Add(LbCounter::kAbandoned);
-    const uint32_t size = desc.payload_len;
-    ++e.messages;
-    e.size = size;
-    e.flow_threshold = p.threshold32;
-    e.flow_bytes = size;
-    e.flags = kFlowSizeKnown;
-    const uint8_t i = balancer_.Pick(PickContext{&e, set, hash, now_ns, gap_ns});
-    *verdict = Verdict::kSprayed;
-    ++tally.sprayed_single;
-    if (p.record_or_track) [[unlikely]]
-      RecordAndTrack(e, desc, set, i, now_ns);
-    return i;
-  }
-  auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
-  if ((desc.flags & pkt::kFlagFirst) || (e.flags & kFlowInMessage) == 0) {
-    StartMessage(e, desc, set, hash, now_ns, gap_ns, count);
-  } else if ((e.flags & kFlowPinned) &&
-             ((e.flags & kFlowPinValid) == 0 || e.pinned_path >= set.size)) [[unlikely]] {
-    PinPath(e, set, hash, now_ns, gap_ns);
-  }
-  const uint8_t i = Place(e, set, hash, now_ns, gap_ns, verdict, count);
-  Account(e, desc, set, i, now_ns, count);
-  return i;
-}
-
 void PinSelector::PurgeRecent() {
   recent_removals_ = flows_.removals();
   RecentFlow* const recent = recent_.get();

@@ -470,11 +470,6 @@ class PinSelector {
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, IcrcDeltaCache* icrc);
-  // Fast()'s placement of every packet but a pinned one-packet message: a sprayed one-packet
-  // message, or the steps of Choose() (StartMessage(), Place(), Account()).
-  [[gnu::noinline]] uint8_t PlaceOther(const FastParams& p, const pkt::PacketDesc& desc,
-                                       FlowEntry& e, PathSetView set, uint64_t hash,
-                                       uint64_t now_ns, BurstTally& tally, Verdict* verdict);
   // Empties the recent-flow slots whose entry was removed or now holds another flow or set.
   void PurgeRecent();
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
@@ -771,11 +766,37 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     ++tally.pinned_single;
     if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, PathSetView{paths, r->set_size, set_id}, i, now_ns);
+  } else if (only && payload >= p.spray_from) {
+    // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
+    // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
+    const PathSetView set{paths, r->set_size, set_id};
+    const uint64_t gap_ns = now_ns - e->last_ns;
+    e->last_ns = now_ns;
+    if (e->flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
+    ++e->messages;
+    e->size = payload;
+    e->flow_threshold = p.threshold32;
+    e->flow_bytes = payload;
+    e->flags = kFlowSizeKnown;
+    i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
+    verdict = Verdict::kSprayed;
+    ++tally.sprayed_single;
+    if (p.record_or_track) [[unlikely]]
+      RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
-    // Everything else (the 1k mix's sprayed WRITE packets, multi-packet and sprayed messages) out
-    // of line: inline, its many live values made the compiler spill the one-packet path's.
-    i = PlaceOther(p, desc, *e, PathSetView{paths, r->set_size, set_id}, hash, now_ns, tally,
-                   &verdict);
+    const PathSetView set{paths, r->set_size, set_id};
+    auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
+    const uint64_t gap_ns = now_ns - e->last_ns;
+    e->last_ns = now_ns;
+    if ((flags & pkt::kFlagFirst) || (e->flags & kFlowInMessage) == 0) {
+      StartMessage(*e, desc, set, hash, now_ns, gap_ns, count);
+    } else if ((e->flags & kFlowPinned) &&
+               ((e->flags & kFlowPinValid) == 0 || e->pinned_path >= set.size)) [[unlikely]] {
+      PinPath(*e, set, hash, now_ns, gap_ns);
+    }
+    i = Place(*e, set, hash, now_ns, gap_ns, &verdict, count);
+    Account(*e, desc, set, i, now_ns, count);
   }
   *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
