@@ -153,6 +153,9 @@ class FlowTable {
   size_t capacity() const { return capacity_; }
   size_t size() const { return live_; }
   const FlowTableCounters& counters() const { return counters_; }
+  // Entries removed so far (emptied by the sweep or replaced by an insert): a change tells a
+  // holder of entry pointers that one may now be empty or hold another key.
+  uint64_t removals() const { return counters_.evicted_idle + counters_.evicted_on_insert; }
 
  private:
   size_t LeftBucket(uint64_t h) const { return h & half_mask_; }

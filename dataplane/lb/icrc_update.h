@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 
 namespace heddle::lb {
@@ -53,6 +54,21 @@ class IcrcDeltaCache {
       return hot_lo_[d & 0xff] ^ hot_hi_[d >> 8];
     }
     return Cold(d, tail_len);
+  }
+  // Delta16() of the field as its two bytes sit in the frame, each value loaded as a native 16-bit
+  // word (std::memcpy): on a little-endian host the bytes of d come swapped, so the two tables
+  // swap places and neither value is byte-swapped.
+  uint32_t Delta16Wire(uint16_t old_wire, uint16_t new_wire, uint32_t tail_len) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+      const uint32_t w = static_cast<uint32_t>(old_wire ^ new_wire);
+      if (tail_len == hot_tail_) [[likely]] {
+        ++hot_hits_;
+        return hot_lo_[w >> 8] ^ hot_hi_[w & 0xff];
+      }
+      return Cold(__builtin_bswap16(static_cast<uint16_t>(w)), tail_len);
+    } else {
+      return Delta16(old_wire, new_wire, tail_len);
+    }
   }
 
  private:

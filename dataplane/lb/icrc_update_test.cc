@@ -109,6 +109,26 @@ TEST(IcrcUpdate, CacheFollowsTheHotTail) {
   }
 }
 
+// Delta16Wire(), given the two bytes of each value as they sit in the frame (loaded as a native
+// word), answers what Delta16() answers for the values, hot tail or not.
+TEST(IcrcUpdate, WireOrderDeltaMatches) {
+  std::mt19937_64 rng(11);
+  IcrcDeltaCache cache;
+  auto wire = [](uint16_t v) {
+    const uint8_t bytes[2] = {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)};
+    uint16_t w;
+    std::memcpy(&w, bytes, sizeof w);
+    return w;
+  };
+  for (int i = 0; i < 40000; ++i) {
+    const auto old_v = static_cast<uint16_t>(rng());
+    const auto new_v = static_cast<uint16_t>(rng());
+    const uint32_t tail = i % 4 != 0 ? 54u : static_cast<uint32_t>(rng() % 5000);
+    ASSERT_EQ(cache.Delta16Wire(wire(old_v), wire(new_v), tail), IcrcDelta16(old_v, new_v, tail))
+        << std::hex << old_v << " " << new_v << std::dec << " tail " << tail;
+  }
+}
+
 // Before any tail is hot, and for tails past 16 bits, the answers are still IcrcDelta16()'s.
 TEST(IcrcUpdate, CacheAnswersEveryTailLength) {
   IcrcDeltaCache cache;

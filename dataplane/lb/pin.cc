@@ -231,6 +231,7 @@ void PinSelector::SetPathTable(const PathTable* table) {
   table_ = table;
   // The recent flows' sets are the old table's (RecentFlow).
   std::fill(recent_.get(), recent_.get() + (size_t{1} << kRecentBits), RecentFlow{});
+  recent_removals_ = flows_.removals();
   table_generation_ = table != nullptr ? table->generation() : 0;
   // Set ids past 0xfffe are kNoPathSet in the entries: never below num_sets_.
   num_sets_ =
@@ -370,6 +371,9 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   bool inserted = false;
   FlowEntry* e = flows_.FindOrInsert(hash, desc.dest_qp, now_ns, &inserted);
   if (e == nullptr) return Stateless(desc, frame, hash, Verdict::kFallback, LbCounter::kTableFull);
+  // An insert that replaced an idle entry: a recent-flow slot may name it.
+  if (inserted && flows_.removals() != recent_removals_) [[unlikely]]
+    PurgeRecent();
   const uint64_t gap_ns = inserted ? kNever : now_ns - e->last_ns;
   e->last_ns = now_ns;
 
@@ -396,6 +400,20 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   const uint8_t i = Place(*e, set, hash, now_ns, gap_ns, &verdict, count);
   Account(*e, desc, set, i, now_ns, count);
   return {&set[i], i, verdict, set.id};
+}
+
+void PinSelector::PurgeRecent() {
+  recent_removals_ = flows_.removals();
+  RecentFlow* const recent = recent_.get();
+  for (size_t k = 0; k < (size_t{1} << kRecentBits); ++k) {
+    RecentFlow& r = recent[k];
+    if (r.key == 0) continue;
+    const FlowEntry* e = r.entry;
+    if (e->key_hash != r.hash || e->qpn != ((r.key - 1) & kPsnMask) || e->path_set != r.set_id ||
+        e->generation != table_generation_) {
+      r = RecentFlow{};
+    }
+  }
 }
 
 const PinSelector::RecentFlow* PinSelector::FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn,

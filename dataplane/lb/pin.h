@@ -308,7 +308,11 @@ class PinSelector {
     bool record_or_track;  // PSN history or path loads
     bool sport_always;     // the entropy is the UDP source port for IPv6 frames too
   };
-  FastParams Params(EntropyField field) const {
+  // Also empties the recent-flow slots of entries removed behind the selector's back (through
+  // mutable_flows()) since it last looked.
+  FastParams Params(EntropyField field) {
+    if (flows_.removals() != recent_removals_) [[unlikely]]
+      PurgeRecent();
     const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
     const uint32_t over = static_cast<uint32_t>(std::min<uint64_t>(threshold, 0xffff)) + 1;
     const bool request = config_.flow_unit == FlowUnit::kRequest;
@@ -383,7 +387,9 @@ class PinSelector {
   // Empties flow entries [begin, begin + count) idle past flow_idle_ns; the worker sweeps a slice
   // per poll loop.
   size_t SweepIdle(size_t begin, size_t count, uint64_t now_ns) {
-    return flows_.SweepIdle(begin, count, now_ns);
+    const size_t n = flows_.SweepIdle(begin, count, now_ns);
+    if (n != 0) PurgeRecent();
+    return n;
   }
 
   uint64_t counter(LbCounter c) const {
@@ -464,6 +470,8 @@ class PinSelector {
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, IcrcDeltaCache* icrc);
+  // Empties the recent-flow slots whose entry was removed or now holds another flow or set.
+  void PurgeRecent();
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
                                    uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
@@ -514,26 +522,32 @@ class PinSelector {
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
   // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
   // (IPv6) and QPN. A slot names an entry by pointer (entries never move while they live) and its
-  // path set in the current table. It is trusted only while that entry still holds the slot's
-  // hash, QPN and set id: an entry emptied by a sweep, or replaced by another flow, fails the
-  // check, and the table is searched again. A slot is filled only for an entry bound to the
-  // current table, and SetPathTable() empties them all, so an entry that passes is still bound to
-  // it: an entry is rebound only when its generation differs from the table's, or when it is
-  // inserted afresh, and then it gets the current generation and the set of its destination (the
-  // same set: the slot's tag holds the addresses for IPv4; the set id check covers a 64-bit hash
-  // collision of two IPv6 flows).
+  // path set in the current table, and is trusted on its tag and key alone: every filled slot's
+  // entry holds the slot's hash, QPN and set id and is bound to the current table. That holds
+  // because a slot is filled only for an entry bound to the current table; SetPathTable() empties
+  // every slot; an entry bound to the current table keeps its set until it is removed (it is
+  // rebound only when its generation differs from the table's, or when it is inserted afresh);
+  // and an entry is removed only by the idle sweep or by an insert that replaces it, after which
+  // PurgeRecent() empties the slots whose entry no longer passes those checks, before the fast
+  // path runs again: SweepIdle() and Choose() at once, Params() (once per burst) for removals
+  // through mutable_flows() (FlowTable::removals() tells).
   struct RecentFlow {
     uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
     uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
     FlowEntry* entry = nullptr;
     const Path* paths = nullptr;  // the entry's set in the current table
-    uint32_t key = 0;             // kRecentValid | IPv6 << 24 | destination QPN; 0: empty
+    uint32_t key = 0;             // (IPv6 << 24 | destination QPN) + 1 (RecentKey()); 0: empty
     uint16_t set_id = 0;
     uint16_t set_size = 0;
   };
   static constexpr int kRecentBits = 8;
-  static constexpr uint32_t kRecentValid = 1u << 31;
+  // A slot's key: never 0 (the empty slot's), IPv4 and IPv6 apart, one instruction for IPv4.
+  static constexpr uint32_t RecentKey(bool v6, uint32_t qpn) {
+    return (static_cast<uint32_t>(v6) << 24 | qpn) + 1;
+  }
   std::unique_ptr<RecentFlow[]> recent_;
+  // flows_.removals() when the recent-flow cache was last purged.
+  uint64_t recent_removals_ = 0;
 };
 
 inline bool IsControlClass(pkt::RoceClass c) {
@@ -651,19 +665,17 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
   uint32_t key;
   if (!v6) [[likely]] {
     tag = internal::Load64(ip + 12);
-    key = kRecentValid | qpn;
+    key = RecentKey(false, qpn);
   } else {
     tag = HashFlowV6(ip, qpn);
-    key = kRecentValid | 1u << 24 | qpn;
+    key = RecentKey(true, qpn);
   }
   // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
   const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
   const RecentFlow& r = recent[slot];
-  if (r.tag == tag && r.key == key) [[likely]] {
-    const FlowEntry* e = r.entry;
-    if (e->key_hash == r.hash && e->qpn == qpn && e->path_set == r.set_id) [[likely]]
-      return &r;
-  }
+  // A filled slot's entry still holds its flow and set (PurgeRecent() keeps it so).
+  if (r.tag == tag && r.key == key) [[likely]]
+    return &r;
   return FindRecentMiss(ip, v6, qpn, tag, key, slot);
 }
 
@@ -711,51 +723,61 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     return false;
   }
   const bool v6 = l3 == static_cast<uint8_t>(pkt::L3::kIpv6);
-  const RecentFlow* const r = FindRecent(static_cast<const RecentFlow*>(p.recent),
-                                         frame + desc.l3_off, v6, desc.dest_qp & kPsnMask);
+  // What the rest reads of the desc, read once: the stores into the entry and the frame below
+  // may alias it (-fno-strict-aliasing), which would load each field again after them.
+  const uint16_t payload = desc.payload_len;
+  // Parse() stores 24 bits of QPN.
+  const uint32_t qpn = kParsed ? desc.dest_qp : desc.dest_qp & kPsnMask;
+  const RecentFlow* const r =
+      FindRecent(static_cast<const RecentFlow*>(p.recent), frame + desc.l3_off, v6, qpn);
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
-  const PathSetView set{r->paths, r->set_size, r->set_id};
   // From here on the packet is the fast path's: the steps of Choose().
-  const uint64_t hash = e->key_hash;
+  const uint64_t hash = r->hash;  // e->key_hash, from the line already loaded
+  const Path* const paths = r->paths;
+  const uint32_t set_id = r->set_id;
   uint8_t i;
   Verdict verdict;
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
   const bool only = (flags & kOnly) == kOnly;
-  if (only && desc.payload_len < p.pin_below) [[likely]] {
+  if (only && payload < p.pin_below) [[likely]] {
     // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
     // Place() and Account() with what such a message already says. It is a flow of known size
     // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
-    e->last_ns = now_ns;
-    if (e->flags & kFlowInMessage) [[unlikely]]
-      tally.Add(LbCounter::kAbandoned);
-    const uint32_t size = desc.payload_len;
     const uint32_t messages = e->messages + 1;
+    const uint8_t old_flags = e->flags;
+    e->last_ns = now_ns;
     e->messages = messages;
-    e->size = size;
+    e->flow_bytes = payload;
     e->flow_threshold = p.threshold32;
-    e->flow_bytes = size;
-    i = static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set.size));
+    i = static_cast<uint8_t>(
+        internal::FastRange(internal::MessageHash(hash, messages), r->set_size));
+    const Path& path = paths[i];
+    e->pinned_entropy = path.entropy;
+    e->pinned_port = path.port;
+    // After the loads from the path: stored next to `messages`, the compiler would otherwise
+    // merge the two through a vector register (three instructions for two stores).
+    e->size = payload;
     e->pinned_path = i;
-    e->pinned_entropy = set[i].entropy;
-    e->pinned_port = set[i].port;
     e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    if (old_flags & kFlowInMessage) [[unlikely]]
+      tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
     ++tally.pinned_single;
     if (p.record_or_track) [[unlikely]]
-      RecordAndTrack(*e, desc, set, i, now_ns);
-  } else if (only && desc.payload_len >= p.spray_from) {
+      RecordAndTrack(*e, desc, PathSetView{paths, r->set_size, set_id}, i, now_ns);
+  } else if (only && payload >= p.spray_from) {
     // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
     // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
+    const PathSetView set{paths, r->set_size, set_id};
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;
     if (e->flags & kFlowInMessage) [[unlikely]]
       tally.Add(LbCounter::kAbandoned);
-    const uint32_t size = desc.payload_len;
     ++e->messages;
-    e->size = size;
+    e->size = payload;
     e->flow_threshold = p.threshold32;
-    e->flow_bytes = size;
+    e->flow_bytes = payload;
     e->flags = kFlowSizeKnown;
     i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
     verdict = Verdict::kSprayed;
@@ -763,6 +785,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     if (p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
+    const PathSetView set{paths, r->set_size, set_id};
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;
@@ -775,10 +798,10 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     i = Place(*e, set, hash, now_ns, gap_ns, &verdict, count);
     Account(*e, desc, set, i, now_ns, count);
   }
-  *out = {&set[i], i, verdict, set.id};
+  *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
     *rewrite = RewriteFitting(
-        frame, len, desc, set[i],
+        frame, len, desc, paths[i],
         p.sport_always ? EntropyField::kUdpSourcePort : EntropyField::kIpv6FlowLabel, *icrc);
   }
   return true;

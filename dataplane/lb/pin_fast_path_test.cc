@@ -469,5 +469,58 @@ TEST(PinFastPathFixed, EveryBalancerAndPolicy) {
   }
 }
 
+// The recent-flow cache trusts a slot on its tag alone, so every removal of an entry must empty
+// the slots that name it before the fast path runs again: removed by the selector's sweep, by an
+// insert that replaces it, or behind the selector's back through mutable_flows() (the next
+// Params() sees it). A stale slot would place the packet on an emptied entry (or another flow's):
+// the fast path must decline instead, and Choose() insert the flow afresh.
+TEST(PinFastPathCache, RemovedEntriesAreNotServedFromTheCache) {
+  LbConfig c;
+  c.flow_capacity = 16;
+  c.flow_idle_ns = 1000;
+  const auto table = testing::DefaultTable(8);
+  PinSelector sel(c, table.get());
+  const pkt::FrameSpec f = testing::Hosts(1, 2);
+  pkt::RoceSpec r;
+  r.opcode = pkt::op::kSendOnly;
+  r.dest_qp = 0x123;
+  IcrcDeltaCache icrc;
+  PinSelector::BurstTally tally;
+  uint64_t now = 10'000;
+  // Places one packet of the flow by the fast path; true if it took it.
+  auto fast = [&]() {
+    testing::Packet p = testing::Make(f, r);
+    ++r.psn;
+    PathChoice out;
+    RewriteResult rw;
+    const PinSelector::FastParams params = sel.Params(EntropyField::kUdpSourcePort);
+    const bool took =
+        sel.TryChooseRewriteParsed(params, p.desc, p.data(), p.size(), now, icrc, tally, &out, &rw);
+    sel.Commit(tally);
+    return took;
+  };
+  auto choose = [&]() {
+    testing::Packet p = testing::Make(f, r);
+    ++r.psn;
+    EXPECT_NE(sel.Choose(p.desc, p.data(), p.size(), now).path, nullptr);
+  };
+  for (int way = 0; way < 2; ++way) {
+    SCOPED_TRACE(way == 0 ? "selector's sweep" : "sweep through mutable_flows()");
+    EXPECT_FALSE(fast());  // no entry yet
+    choose();              // inserts it
+    EXPECT_TRUE(fast());   // found in the table, then in the cache
+    EXPECT_TRUE(fast());
+    now += 5000;  // idle
+    if (way == 0) {
+      EXPECT_EQ(sel.SweepIdle(0, 16, now), 1u);
+    } else {
+      EXPECT_EQ(sel.mutable_flows().SweepIdle(0, 16, now), 1u);
+    }
+    EXPECT_EQ(sel.flows().size(), 0u);
+    EXPECT_FALSE(fast());  // the cached slot went with the entry
+    EXPECT_EQ(sel.flows().size(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace heddle::lb

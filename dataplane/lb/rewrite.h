@@ -103,18 +103,22 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
                                                            IcrcDeltaCache& cache) noexcept {
   uint8_t* udp = frame + desc.l4_off;
   const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
-  if (!sport || path.has_next_hop_mac || (udp[6] | udp[7]) != 0) [[unlikely]] {
+  uint16_t checksum;  // zero or not: the byte order does not matter
+  std::memcpy(&checksum, udp + 6, sizeof checksum);
+  if (!sport || path.has_next_hop_mac || checksum != 0) [[unlikely]] {
     return RewriteFull(frame, len, desc, path, field, &cache);
   }
-  const auto old_port = static_cast<uint16_t>(udp[0] << 8 | udp[1]);
-  const auto new_port = static_cast<uint16_t>(path.entropy);
-  if (old_port == new_port) return RewriteResult::kUnchanged;
-  udp[0] = static_cast<uint8_t>(new_port >> 8);
-  udp[1] = static_cast<uint8_t>(new_port);
+  // The ports as their bytes sit in the frame (network order), loaded and stored as one word.
+  uint16_t old_wire;
+  std::memcpy(&old_wire, udp, sizeof old_wire);
+  auto new_wire = static_cast<uint16_t>(path.entropy);
+  if constexpr (std::endian::native == std::endian::little) new_wire = __builtin_bswap16(new_wire);
+  if (old_wire == new_wire) return RewriteResult::kUnchanged;
+  std::memcpy(udp, &new_wire, sizeof new_wire);
   // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC. (Below
   // 64 KiB: IcrcDelta16() takes the tail modulo 2^16 too.)
   const auto tail = static_cast<uint16_t>(desc.icrc_off - desc.l4_off - 2u);
-  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16(old_port, new_port, tail));
+  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16Wire(old_wire, new_wire, tail));
   return RewriteResult::kRewritten;
 }
 

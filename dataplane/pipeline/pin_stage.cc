@@ -123,22 +123,21 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const size_t len = m->data_len;  // the headers are in the first segment
     lb::PathChoice c;
     lb::RewriteResult r;
-    int verdict;  // index into verdict_bytes
+    size_t verdict;  // index into verdict_bytes
     // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE.
     if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
-      verdict = static_cast<int>(c.verdict);  // pinned or sprayed
+      verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
     } else {
-      if (!(d.flags & pkt::kFlagRoce)) {
+      // Its own locals: c and r, never addressed, stay in registers on the fast path.
+      lb::PathChoice general;
+      lb::RewriteResult general_rewrite;
+      if (!ChooseGeneral(d, m, now_ns, field, &general, &general_rewrite)) {
         ++untouched;
         continue;
       }
-      c = sel.Choose(d, frame, len, now_ns);
-      if (c.path == nullptr) {
-        ++untouched;
-        continue;
-      }
-      r = RewriteGeneral(m, d, *c.path, field);
-      verdict = std::min<int>(static_cast<int>(c.verdict), 2);
+      c = general;
+      r = general_rewrite;
+      verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
     }
     if (r == lb::RewriteResult::kRewritten) [[likely]] {
       ++rewritten;
@@ -151,10 +150,9 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     b.egress[i] = c.path->port;
     const uint32_t bytes = m->pkt_len;
     verdict_bytes[verdict] += bytes;
-    const size_t slot =
-        static_cast<size_t>(std::min<uint32_t>(c.set_id, kLbReportedSets)) * lb::kMaxPaths +
-        c.index;
-    path_counts[slot] += kOnePathPacket + bytes;
+    // Sets past the reported ones share the last row.
+    const size_t row = std::min<size_t>(c.set_id, kLbReportedSets);
+    path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
   }
   sel.Commit(tally);
   // The packed counts hold fewer than 2^24 packets per slot between two folds.
@@ -171,6 +169,18 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   if (verdict_bytes[1]) Add(PinStageCounter::kSprayedBytes, verdict_bytes[1]);
   if (verdict_bytes[2]) Add(PinStageCounter::kStatelessBytes, verdict_bytes[2]);
   return b.n;
+}
+
+// Where the fast path declines: Choose() and the general rewrite. False: not RoCE, or no path
+// (the packet is left to port-fwd).
+bool PinSelectStage::ChooseGeneral(const pkt::PacketDesc& d, rte_mbuf* m, uint64_t now_ns,
+                                   lb::EntropyField field, lb::PathChoice* c,
+                                   lb::RewriteResult* r) {
+  if (!(d.flags & pkt::kFlagRoce)) return false;
+  *c = sel_->Choose(d, rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, now_ns);
+  if (c->path == nullptr) return false;
+  *r = RewriteGeneral(m, d, *c->path, field);
+  return true;
 }
 
 // The rewrite of a packet the selector's general path placed: Rewrite() when the ICRC lies in

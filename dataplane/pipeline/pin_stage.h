@@ -79,6 +79,10 @@ class PinSelectStage final : public Stage {
  private:
   uint64_t NowNs() const;
   void Apply(const LbParams& p);
+  // Out of line: inline, its live values made the compiler spill the fast path's.
+  [[gnu::noinline]] bool ChooseGeneral(const pkt::PacketDesc& d, rte_mbuf* m, uint64_t now_ns,
+                                       lb::EntropyField field, lb::PathChoice* c,
+                                       lb::RewriteResult* r);
   lb::RewriteResult RewriteGeneral(rte_mbuf* m, const pkt::PacketDesc& d, const lb::Path& path,
                                    lb::EntropyField field);
   void Feedback(const pkt::PacketDesc& d, const uint8_t* frame, uint64_t now_ns,
