@@ -104,6 +104,9 @@ class Network {
   // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
   // a wider bottleneck), and — when neither exists — the statically shortest path over any
   // nodes, split at the ranks it passes. The reference stays valid as long as the Network.
+  // The routes of a pair and their segments depend on the pair alone, not on which routes were
+  // built before (segment ids do, but nothing is decided by them), so Run(), LowerBound() and
+  // Emit() may ask for routes in any order.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
     if (!inserted) return it->second;
@@ -141,24 +144,22 @@ class Network {
     }
     if (routes.empty()) {
       std::vector<uint32_t> path = ShortestPath(a, b, /*through_ranks=*/true);
-      // Split at ranks: each piece between two ranks is a segment.
+      // Split at the ranks it passes: each stretch between two ranks goes through switches
+      // only (or is a link), so Seg() has a segment for it. The route takes Seg()'s segment,
+      // not the stretch's own links: an equal-cost path through another switch would make the
+      // pair's segment depend on which routes were asked for first, and the replay
+      // (PredictTime) prices every transfer on Seg()'s segment.
       std::vector<uint32_t> route;
-      std::vector<uint32_t> links;
       uint32_t from = a;
       for (uint32_t li : path) {
-        links.push_back(li);
         const uint32_t v = t_.links[li].dst;
         if (v < t_.ranks) {
-          uint32_t id;
-          auto [sit, fresh] = seg_index_.emplace(PairKey(from, v), kNone);
-          if (!fresh && sit->second != kNone) {
-            id = sit->second;
-          } else {
-            id = AddSegment(from, v, links);
-            sit->second = id;
+          const uint32_t id = Seg(from, v);
+          if (id == kNone) {  // unreachable: the stretch itself is such a path
+            route.clear();
+            break;
           }
           route.push_back(id);
-          links.clear();
           from = v;
         }
       }
@@ -488,6 +489,11 @@ class Scheduler {
     pending_.assign(m_count, 0);
     link_free_.assign(net_.link_count(), 0);
     makespan_ = 0;
+    if (options_.debug != nullptr && options_.debug->reverse_route_order) {
+      for (uint32_t m = m_count; m-- > 0;) {
+        for (uint32_t si = dag_.src_start[m + 1]; si-- > dag_.src_start[m];) SourceRoutes(m, si);
+      }
+    }
     if (emit_) {
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});

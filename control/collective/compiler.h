@@ -36,6 +36,13 @@
 
 namespace heddle::collective {
 
+// What tests and tools may ask of Compile() besides the schedule.
+struct CompileDebug {
+  // In: build every route the intent needs before each candidate is scheduled, last move and
+  // last source first (the result must not depend on the order routes are built in).
+  bool reverse_route_order = false;
+};
+
 struct CompileOptions {
   uint64_t slot_bytes = 1 << 20;  // bytes of one data slot (the size the schedule is tuned for)
   uint32_t pieces = 0;            // 0 = the compiler picks (pipelining depth)
@@ -46,6 +53,7 @@ struct CompileOptions {
   // early, by lower bounds, those that cannot be kept. The result is the same either way (the
   // tests compare them); this is the slow reference.
   bool exhaustive_piece_search = false;
+  CompileDebug* debug = nullptr;  // not owned; see CompileDebug
 };
 
 // Upper bound on pieces (explicit or searched) and on moves × pieces.

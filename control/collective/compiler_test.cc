@@ -432,6 +432,67 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
   EXPECT_GT(compiled, 100);
 }
 
+// Ranks 0..3, switches s1 and s2. Rank 0 reaches only rank 1, so 0 → 2 has neither a switch path
+// nor a relay over one rank and takes the shortest path over any nodes (0 → 1 → s? → 2). Rank 1
+// reaches 2 over s1 or s2 at the same cost in real numbers (0.2 + 0.7 s and 0.7 + 0.2 s of
+// latency); the shortest-path search from 1 and the one from 0 (0.3 s further out) round the
+// two sums differently and break the tie to different switches. Rank 3 reaches 2 only over s1,
+// so which switch 1 → 2 takes changes what waits on s1 → 2.
+Topology TwoEqualSwitchPaths() {
+  Topology t;
+  t.ranks = 4;
+  t.nodes = {"r0", "r1", "r2", "r3", "s1", "s2"};
+  auto both = [&](uint32_t a, uint32_t b, double lat) {
+    t.links.push_back(Link{a, b, kGbit, lat});
+    t.links.push_back(Link{b, a, kGbit, lat});
+  };
+  both(0, 1, 0.3);
+  both(1, 4, 0.2);
+  both(4, 2, 0.7);
+  both(1, 5, 0.7);
+  both(5, 2, 0.2);
+  both(3, 4, 0.01);
+  return t;
+}
+
+// The routes of a pair are the same whichever pair's routes are built first: the piece search
+// with lower bounds (routes built by LowerBound() first), the exhaustive one, and a run that
+// builds every route last move first all give the same schedule, and the one the replay prices.
+TEST(Compiler, RoutesDoNotDependOnTheOrderTheyAreBuiltIn) {
+  const Topology t = TwoEqualSwitchPaths();
+  const Intent in{"equal-paths",
+                  {Kind::kAllGather, 4, 1},
+                  {Copy(1, 1, 2), Copy(0, 0, 2), Copy(3, 3, 2), Copy(0, 0, 1), Copy(1, 1, 0)}};
+  for (const uint32_t pieces : {0u, 1u, 2u, 4u, 8u}) {
+    CompileOptions o = Pieces(pieces);
+    absl::StatusOr<Schedule> pruned = Compile(in, t, o);
+    ASSERT_TRUE(pruned.ok()) << pruned.status();
+    o.exhaustive_piece_search = true;
+    absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
+    ASSERT_TRUE(exhaustive.ok()) << exhaustive.status();
+    CompileDebug debug{.reverse_route_order = true};
+    o.debug = &debug;
+    absl::StatusOr<Schedule> reversed = Compile(in, t, o);
+    ASSERT_TRUE(reversed.ok()) << reversed.status();
+    o.exhaustive_piece_search = false;
+    absl::StatusOr<Schedule> reversed_pruned = Compile(in, t, o);
+    ASSERT_TRUE(reversed_pruned.ok()) << reversed_pruned.status();
+    EXPECT_TRUE(*pruned == *exhaustive) << pieces;
+    EXPECT_TRUE(*pruned == *reversed) << pieces;
+    EXPECT_TRUE(*pruned == *reversed_pruned) << pieces;
+    EXPECT_EQ(pruned->predicted_s, reversed->predicted_s) << pieces;
+    // 0's slot reaches 2 through 1.
+    bool relayed = false;
+    for (const Op& op : pruned->per_rank[1].ops) {
+      relayed |= op.kind == OpKind::kSend && op.peer == 2 && op.chunk == 0;
+    }
+    EXPECT_TRUE(relayed) << pieces;
+    absl::StatusOr<double> replay = PredictTime(*pruned, t, 0);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(*replay, pruned->predicted_s) << pieces;
+  }
+}
+
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule
 // passes the verifier (flow-verify) and the replay reproduces its prediction.
 TEST(Compiler, EveryBuiltinCompilesToAVerifiedSchedule) {
