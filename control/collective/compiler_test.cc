@@ -1,5 +1,6 @@
 #include "control/collective/compiler.h"
 
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -356,6 +357,7 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
   auto below = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
   const std::vector<std::string> names = BuiltinNames();
   int compiled = 0;
+  int pruned_away = 0;  // candidates the pruned search ruled out or abandoned
   for (int trial = 0; trial < 120; ++trial) {
     const uint32_t n = 2 + static_cast<uint32_t>(below(11));
     Topology t;
@@ -419,7 +421,13 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
     }
     const std::string what =
         absl::StrCat("trial ", trial, ": ", in.name, " ", KindName(in.collective.kind), " n=", n);
+    CompileDebug debug;
+    o.debug = &debug;
     absl::StatusOr<Schedule> pruned = Compile(in, t, o);
+    for (const PieceCandidate& c : debug.candidates) {
+      pruned_away += c.outcome != PieceCandidate::Outcome::kScheduled;
+    }
+    o.debug = nullptr;
     o.exhaustive_piece_search = true;
     absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
     ASSERT_EQ(pruned.status(), exhaustive.status()) << what;
@@ -430,6 +438,7 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
     EXPECT_TRUE(*pruned == *exhaustive) << what;
   }
   EXPECT_GT(compiled, 100);
+  EXPECT_GT(pruned_away, 20);
 }
 
 // Ranks 0..3, switches s1 and s2. Rank 0 reaches only rank 1, so 0 → 2 has neither a switch path
@@ -491,6 +500,91 @@ TEST(Compiler, RoutesDoNotDependOnTheOrderTheyAreBuiltIn) {
     ASSERT_TRUE(replay.ok()) << replay.status();
     EXPECT_EQ(*replay, pruned->predicted_s) << pieces;
   }
+}
+
+// The lower bound of every piece count is a bound: in an exhaustive search (every candidate
+// scheduled to completion) no candidate's makespan is below it. And the pruned search does rule
+// some candidates out or abandon them (otherwise the equivalence test above proves nothing).
+TEST(Compiler, PieceSearchLowerBoundsHoldAndPrune) {
+  std::mt19937_64 rng(20261204);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto below = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  const std::vector<std::string> names = BuiltinNames();
+  int scheduled = 0, ruled_out = 0, abandoned = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const uint32_t n = 2 + static_cast<uint32_t>(below(11));
+    Topology t;
+    t.ranks = n;
+    for (uint32_t i = 0; i < n; ++i) t.nodes.push_back(absl::StrCat("r", i));
+    for (uint32_t a = 0; a < n; ++a) {
+      for (uint32_t b = 0; b < n; ++b) {
+        if (a == b) continue;
+        const bool ring = b == (a + 1) % n || a == (b + 1) % n;
+        if (!ring && below(4) == 0) continue;
+        t.links.push_back(Link{a, b, kGbit * uniform(0.25, 4), uniform(0, 0.005)});
+      }
+    }
+    const std::string& name = names[below(names.size())];
+    const std::vector<Kind> kinds = BuiltinKinds(name);
+    const Kind kind = kinds[below(kinds.size())];
+    ExpandOptions e{.ranks = n};
+    if (kind == Kind::kBroadcast || kind == Kind::kReduce) {
+      e.params["root"] = static_cast<int64_t>(below(n));
+    }
+    if (name == "hierarchical") e.params["G"] = int64_t{1};
+    absl::StatusOr<Intent> in = ParseIntent(*BuiltinIntentText(name, kind), e);
+    ASSERT_TRUE(in.ok()) << name << ": " << in.status();
+    const std::string what = absl::StrCat("trial ", trial, ": ", name, " n=", n);
+    CompileOptions o;
+    o.per_op_overhead_s = std::vector<double>{0, 1e-6, 1e-4}[below(3)];
+    o.slot_bytes = std::vector<uint64_t>{kMiB, 64 * kMiB}[below(2)];
+    CompileDebug debug;
+    o.debug = &debug;
+    o.exhaustive_piece_search = true;
+    absl::StatusOr<Schedule> exhaustive = Compile(*in, t, o);
+    ASSERT_TRUE(exhaustive.ok()) << what << ": " << exhaustive.status();
+    ASSERT_FALSE(debug.candidates.empty()) << what;
+    for (const PieceCandidate& c : debug.candidates) {
+      ASSERT_EQ(c.outcome, PieceCandidate::Outcome::kScheduled) << what << " P=" << c.pieces;
+      EXPECT_GT(c.lower_bound, 0) << what << " P=" << c.pieces;
+      EXPECT_LE(c.lower_bound, c.makespan * (1 + 1e-9)) << what << " P=" << c.pieces;
+    }
+    const std::vector<PieceCandidate> all = debug.candidates;
+    o.exhaustive_piece_search = false;
+    absl::StatusOr<Schedule> pruned = Compile(*in, t, o);
+    ASSERT_TRUE(pruned.ok()) << what << ": " << pruned.status();
+    EXPECT_TRUE(*pruned == *exhaustive) << what;
+    // The same piece counts are tried, with the same bounds; one scheduled to completion ends
+    // at the exhaustive run's makespan.
+    ASSERT_EQ(debug.candidates.size(), all.size()) << what;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const PieceCandidate& c = debug.candidates[i];
+      EXPECT_EQ(c.pieces, all[i].pieces) << what;
+      EXPECT_EQ(c.lower_bound, all[i].lower_bound) << what << " P=" << c.pieces;
+      switch (c.outcome) {
+        case PieceCandidate::Outcome::kScheduled:
+          ++scheduled;
+          EXPECT_EQ(c.makespan, all[i].makespan) << what << " P=" << c.pieces;
+          break;
+        case PieceCandidate::Outcome::kRuledOut:
+          ++ruled_out;
+          EXPECT_GE(c.lower_bound, c.must_beat) << what << " P=" << c.pieces;
+          EXPECT_GE(all[i].makespan, c.must_beat) << what << " P=" << c.pieces;
+          break;
+        case PieceCandidate::Outcome::kAbandoned:
+          ++abandoned;
+          EXPECT_GE(all[i].makespan, c.must_beat) << what << " P=" << c.pieces;
+          break;
+      }
+    }
+  }
+  std::printf("%d candidates scheduled, %d ruled out by their bound, %d abandoned\n", scheduled,
+              ruled_out, abandoned);
+  EXPECT_GT(scheduled, 0);
+  EXPECT_GT(ruled_out, 0);
+  EXPECT_GT(abandoned, 0);
 }
 
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule
