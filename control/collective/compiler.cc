@@ -104,6 +104,9 @@ class Network {
   // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
   // a wider bottleneck), and — when neither exists — the statically shortest path over any
   // nodes, split at the ranks it passes. The reference stays valid as long as the Network.
+  // The routes of a pair and their segments depend on the pair alone, not on which routes were
+  // built before (segment ids do, but nothing is decided by them), so Run(), LowerBound() and
+  // Emit() may ask for routes in any order.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
     if (!inserted) return it->second;
@@ -141,24 +144,22 @@ class Network {
     }
     if (routes.empty()) {
       std::vector<uint32_t> path = ShortestPath(a, b, /*through_ranks=*/true);
-      // Split at ranks: each piece between two ranks is a segment.
+      // Split at the ranks it passes: each stretch between two ranks goes through switches
+      // only (or is a link), so Seg() has a segment for it. The route takes Seg()'s segment,
+      // not the stretch's own links: an equal-cost path through another switch would make the
+      // pair's segment depend on which routes were asked for first, and the replay
+      // (PredictTime) prices every transfer on Seg()'s segment.
       std::vector<uint32_t> route;
-      std::vector<uint32_t> links;
       uint32_t from = a;
       for (uint32_t li : path) {
-        links.push_back(li);
         const uint32_t v = t_.links[li].dst;
         if (v < t_.ranks) {
-          uint32_t id;
-          auto [sit, fresh] = seg_index_.emplace(PairKey(from, v), kNone);
-          if (!fresh && sit->second != kNone) {
-            id = sit->second;
-          } else {
-            id = AddSegment(from, v, links);
-            sit->second = id;
+          const uint32_t id = Seg(from, v);
+          if (id == kNone) {  // unreachable: the stretch itself is such a path
+            route.clear();
+            break;
           }
           route.push_back(id);
-          links.clear();
           from = v;
         }
       }
@@ -387,7 +388,13 @@ class Scheduler {
     // A bound reaching give_up_at·(1 + kBoundSlack) is certain to be ≥ give_up_at in the
     // scheduler's own arithmetic too.
     const double hopeless = give_up_at * (1 + kBoundSlack);
-    if (give_up_at != kInf && LowerBound() >= hopeless) return std::nullopt;
+    lower_bound_ = 0;
+    if (give_up_at != kInf || options_.debug != nullptr) lower_bound_ = LowerBound();
+    if (give_up_at != kInf && lower_bound_ >= hopeless) {
+      outcome_ = PieceCandidate::Outcome::kRuledOut;
+      return std::nullopt;
+    }
+    outcome_ = PieceCandidate::Outcome::kAbandoned;
     // Sources whose only route is one direct link (every source on a mesh): Evaluate() prices
     // them without walking the route lists.
     src_fast_.assign(dag_.sources.size(), FastSource{});
@@ -457,6 +464,7 @@ class Scheduler {
             "intent %s: move %u never became ready (dependency cycle)", intent_.name, m));
       }
     }
+    outcome_ = PieceCandidate::Outcome::kScheduled;
     return Result();
   }
 
@@ -469,6 +477,10 @@ class Scheduler {
     }
     return Result();
   }
+
+  // Of the last Run(): the lower bound it computed (0 if none) and how it ended.
+  double lower_bound() const { return lower_bound_; }
+  PieceCandidate::Outcome outcome() const { return outcome_; }
 
  private:
   // Everything Run() and Emit() start from.
@@ -488,6 +500,11 @@ class Scheduler {
     pending_.assign(m_count, 0);
     link_free_.assign(net_.link_count(), 0);
     makespan_ = 0;
+    if (options_.debug != nullptr && options_.debug->reverse_route_order) {
+      for (uint32_t m = m_count; m-- > 0;) {
+        for (uint32_t si = dag_.src_start[m + 1]; si-- > dag_.src_start[m];) SourceRoutes(m, si);
+      }
+    }
     if (emit_) {
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});
@@ -896,8 +913,10 @@ class Scheduler {
   std::vector<double> tail_;       // per move: LowerBound()'s tail(m), or 0
   std::vector<double> lb_head_;
   std::vector<double> link_free_;
-  double makespan_ = 0;                            // the latest end of a committed op
-  std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
+  double makespan_ = 0;     // the latest end of a committed op
+  double lower_bound_ = 0;  // LowerBound() of the last Run(), or 0
+  PieceCandidate::Outcome outcome_ = PieceCandidate::Outcome::kScheduled;
+  std::vector<std::vector<ScratchSlot>> scratch_;                      // per (rank, piece)
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
   // Per dag_.sources: a source whose only route is one link, all Evaluate() reads of it.
   struct FastSource {
@@ -1307,11 +1326,19 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   // A candidate that cannot beat `give_up_at` is abandoned as soon as its makespan is certain
   // to reach it (nullopt). Candidates are timed without ops (emit = false), recording their
   // commits; the chosen one's are committed again with ops (Emit), without searching.
+  // With options.debug, every candidate of the search is recorded there.
+  if (options.debug != nullptr) options.debug->candidates.clear();
   auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
-                 std::vector<Scheduler::Step>* trace =
-                     nullptr) -> absl::StatusOr<std::optional<Schedule>> {
+                 std::vector<Scheduler::Step>* trace = nullptr,
+                 double must_beat = kInf) -> absl::StatusOr<std::optional<Schedule>> {
     Scheduler scheduler(intent, topology, dag, pieces, options, emit);
-    return scheduler.Run(give_up_at, trace);
+    HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at, trace));
+    if (options.debug != nullptr && options.pieces == 0) {
+      options.debug->candidates.push_back(PieceCandidate{pieces, scheduler.lower_bound(), must_beat,
+                                                         s ? s->predicted_s : kInf,
+                                                         scheduler.outcome()});
+    }
+    return s;
   };
   auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
     // The replay is the cost model's one definition: it fills the times and the prediction.
@@ -1336,7 +1363,8 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
     HEDDLE_ASSIGN_OR_RETURN(
         std::optional<Schedule> s,
-        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat, &trace));
+        one(p, /*emit=*/false, options.exhaustive_piece_search ? kInf : must_beat, &trace,
+            must_beat));
     if (s && s->predicted_s < must_beat) {
       best_pieces = p;
       best_s = s->predicted_s;

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "control/collective/intent.h"
@@ -35,6 +36,30 @@
 #include "control/collective/topology.h"
 
 namespace heddle::collective {
+
+// One piece count the piece search tried (CompileDebug::candidates).
+struct PieceCandidate {
+  enum class Outcome {
+    kScheduled,  // scheduled to completion: makespan is its time
+    kRuledOut,   // not scheduled: its lower bound already reached the time to beat
+    kAbandoned,  // stopped while scheduling: certain to reach the time to beat
+  };
+  uint32_t pieces = 0;
+  double lower_bound = 0;  // the bound on its makespan the search computed
+  double must_beat = 0;    // what it had to beat to be kept (infinity for the first)
+  double makespan = 0;     // the scheduler's makespan (kScheduled only)
+  Outcome outcome = Outcome::kScheduled;
+};
+
+// What tests and tools may ask of Compile() besides the schedule.
+struct CompileDebug {
+  // In: build every route the intent needs before each candidate is scheduled, last move and
+  // last source first (the result must not depend on the order routes are built in).
+  bool reverse_route_order = false;
+  // Out (pieces = 0): every candidate the search tried, in order. The lower bound is computed
+  // in the exhaustive search too, so that it can be compared with the makespan.
+  std::vector<PieceCandidate> candidates;
+};
 
 struct CompileOptions {
   uint64_t slot_bytes = 1 << 20;  // bytes of one data slot (the size the schedule is tuned for)
@@ -46,6 +71,7 @@ struct CompileOptions {
   // early, by lower bounds, those that cannot be kept. The result is the same either way (the
   // tests compare them); this is the slow reference.
   bool exhaustive_piece_search = false;
+  CompileDebug* debug = nullptr;  // not owned; see CompileDebug
 };
 
 // Upper bound on pieces (explicit or searched) and on moves × pieces.

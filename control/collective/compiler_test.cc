@@ -1,5 +1,6 @@
 #include "control/collective/compiler.h"
 
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -356,6 +357,7 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
   auto below = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
   const std::vector<std::string> names = BuiltinNames();
   int compiled = 0;
+  int pruned_away = 0;  // candidates the pruned search ruled out or abandoned
   for (int trial = 0; trial < 120; ++trial) {
     const uint32_t n = 2 + static_cast<uint32_t>(below(11));
     Topology t;
@@ -419,7 +421,13 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
     }
     const std::string what =
         absl::StrCat("trial ", trial, ": ", in.name, " ", KindName(in.collective.kind), " n=", n);
+    CompileDebug debug;
+    o.debug = &debug;
     absl::StatusOr<Schedule> pruned = Compile(in, t, o);
+    for (const PieceCandidate& c : debug.candidates) {
+      pruned_away += c.outcome != PieceCandidate::Outcome::kScheduled;
+    }
+    o.debug = nullptr;
     o.exhaustive_piece_search = true;
     absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
     ASSERT_EQ(pruned.status(), exhaustive.status()) << what;
@@ -430,6 +438,153 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
     EXPECT_TRUE(*pruned == *exhaustive) << what;
   }
   EXPECT_GT(compiled, 100);
+  EXPECT_GT(pruned_away, 20);
+}
+
+// Ranks 0..3, switches s1 and s2. Rank 0 reaches only rank 1, so 0 → 2 has neither a switch path
+// nor a relay over one rank and takes the shortest path over any nodes (0 → 1 → s? → 2). Rank 1
+// reaches 2 over s1 or s2 at the same cost in real numbers (0.2 + 0.7 s and 0.7 + 0.2 s of
+// latency); the shortest-path search from 1 and the one from 0 (0.3 s further out) round the
+// two sums differently and break the tie to different switches. Rank 3 reaches 2 only over s1,
+// so which switch 1 → 2 takes changes what waits on s1 → 2.
+Topology TwoEqualSwitchPaths() {
+  Topology t;
+  t.ranks = 4;
+  t.nodes = {"r0", "r1", "r2", "r3", "s1", "s2"};
+  auto both = [&](uint32_t a, uint32_t b, double lat) {
+    t.links.push_back(Link{a, b, kGbit, lat});
+    t.links.push_back(Link{b, a, kGbit, lat});
+  };
+  both(0, 1, 0.3);
+  both(1, 4, 0.2);
+  both(4, 2, 0.7);
+  both(1, 5, 0.7);
+  both(5, 2, 0.2);
+  both(3, 4, 0.01);
+  return t;
+}
+
+// The routes of a pair are the same whichever pair's routes are built first: the piece search
+// with lower bounds (routes built by LowerBound() first), the exhaustive one, and a run that
+// builds every route last move first all give the same schedule, and the one the replay prices.
+TEST(Compiler, RoutesDoNotDependOnTheOrderTheyAreBuiltIn) {
+  const Topology t = TwoEqualSwitchPaths();
+  const Intent in{"equal-paths",
+                  {Kind::kAllGather, 4, 1},
+                  {Copy(1, 1, 2), Copy(0, 0, 2), Copy(3, 3, 2), Copy(0, 0, 1), Copy(1, 1, 0)}};
+  for (const uint32_t pieces : {0u, 1u, 2u, 4u, 8u}) {
+    CompileOptions o = Pieces(pieces);
+    absl::StatusOr<Schedule> pruned = Compile(in, t, o);
+    ASSERT_TRUE(pruned.ok()) << pruned.status();
+    o.exhaustive_piece_search = true;
+    absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
+    ASSERT_TRUE(exhaustive.ok()) << exhaustive.status();
+    CompileDebug debug{.reverse_route_order = true};
+    o.debug = &debug;
+    absl::StatusOr<Schedule> reversed = Compile(in, t, o);
+    ASSERT_TRUE(reversed.ok()) << reversed.status();
+    o.exhaustive_piece_search = false;
+    absl::StatusOr<Schedule> reversed_pruned = Compile(in, t, o);
+    ASSERT_TRUE(reversed_pruned.ok()) << reversed_pruned.status();
+    EXPECT_TRUE(*pruned == *exhaustive) << pieces;
+    EXPECT_TRUE(*pruned == *reversed) << pieces;
+    EXPECT_TRUE(*pruned == *reversed_pruned) << pieces;
+    EXPECT_EQ(pruned->predicted_s, reversed->predicted_s) << pieces;
+    // 0's slot reaches 2 through 1.
+    bool relayed = false;
+    for (const Op& op : pruned->per_rank[1].ops) {
+      relayed |= op.kind == OpKind::kSend && op.peer == 2 && op.chunk == 0;
+    }
+    EXPECT_TRUE(relayed) << pieces;
+    absl::StatusOr<double> replay = PredictTime(*pruned, t, 0);
+    ASSERT_TRUE(replay.ok()) << replay.status();
+    EXPECT_EQ(*replay, pruned->predicted_s) << pieces;
+  }
+}
+
+// The lower bound of every piece count is a bound: in an exhaustive search (every candidate
+// scheduled to completion) no candidate's makespan is below it. And the pruned search does rule
+// some candidates out or abandon them (otherwise the equivalence test above proves nothing).
+TEST(Compiler, PieceSearchLowerBoundsHoldAndPrune) {
+  std::mt19937_64 rng(20261204);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  auto below = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  const std::vector<std::string> names = BuiltinNames();
+  int scheduled = 0, ruled_out = 0, abandoned = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const uint32_t n = 2 + static_cast<uint32_t>(below(11));
+    Topology t;
+    t.ranks = n;
+    for (uint32_t i = 0; i < n; ++i) t.nodes.push_back(absl::StrCat("r", i));
+    for (uint32_t a = 0; a < n; ++a) {
+      for (uint32_t b = 0; b < n; ++b) {
+        if (a == b) continue;
+        const bool ring = b == (a + 1) % n || a == (b + 1) % n;
+        if (!ring && below(4) == 0) continue;
+        t.links.push_back(Link{a, b, kGbit * uniform(0.25, 4), uniform(0, 0.005)});
+      }
+    }
+    const std::string& name = names[below(names.size())];
+    const std::vector<Kind> kinds = BuiltinKinds(name);
+    const Kind kind = kinds[below(kinds.size())];
+    ExpandOptions e{.ranks = n};
+    if (kind == Kind::kBroadcast || kind == Kind::kReduce) {
+      e.params["root"] = static_cast<int64_t>(below(n));
+    }
+    if (name == "hierarchical") e.params["G"] = int64_t{1};
+    absl::StatusOr<Intent> in = ParseIntent(*BuiltinIntentText(name, kind), e);
+    ASSERT_TRUE(in.ok()) << name << ": " << in.status();
+    const std::string what = absl::StrCat("trial ", trial, ": ", name, " n=", n);
+    CompileOptions o;
+    o.per_op_overhead_s = std::vector<double>{0, 1e-6, 1e-4}[below(3)];
+    o.slot_bytes = std::vector<uint64_t>{kMiB, 64 * kMiB}[below(2)];
+    CompileDebug debug;
+    o.debug = &debug;
+    o.exhaustive_piece_search = true;
+    absl::StatusOr<Schedule> exhaustive = Compile(*in, t, o);
+    ASSERT_TRUE(exhaustive.ok()) << what << ": " << exhaustive.status();
+    ASSERT_FALSE(debug.candidates.empty()) << what;
+    for (const PieceCandidate& c : debug.candidates) {
+      ASSERT_EQ(c.outcome, PieceCandidate::Outcome::kScheduled) << what << " P=" << c.pieces;
+      EXPECT_GT(c.lower_bound, 0) << what << " P=" << c.pieces;
+      EXPECT_LE(c.lower_bound, c.makespan * (1 + 1e-9)) << what << " P=" << c.pieces;
+    }
+    const std::vector<PieceCandidate> all = debug.candidates;
+    o.exhaustive_piece_search = false;
+    absl::StatusOr<Schedule> pruned = Compile(*in, t, o);
+    ASSERT_TRUE(pruned.ok()) << what << ": " << pruned.status();
+    EXPECT_TRUE(*pruned == *exhaustive) << what;
+    // The same piece counts are tried, with the same bounds; one scheduled to completion ends
+    // at the exhaustive run's makespan.
+    ASSERT_EQ(debug.candidates.size(), all.size()) << what;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const PieceCandidate& c = debug.candidates[i];
+      EXPECT_EQ(c.pieces, all[i].pieces) << what;
+      EXPECT_EQ(c.lower_bound, all[i].lower_bound) << what << " P=" << c.pieces;
+      switch (c.outcome) {
+        case PieceCandidate::Outcome::kScheduled:
+          ++scheduled;
+          EXPECT_EQ(c.makespan, all[i].makespan) << what << " P=" << c.pieces;
+          break;
+        case PieceCandidate::Outcome::kRuledOut:
+          ++ruled_out;
+          EXPECT_GE(c.lower_bound, c.must_beat) << what << " P=" << c.pieces;
+          EXPECT_GE(all[i].makespan, c.must_beat) << what << " P=" << c.pieces;
+          break;
+        case PieceCandidate::Outcome::kAbandoned:
+          ++abandoned;
+          EXPECT_GE(all[i].makespan, c.must_beat) << what << " P=" << c.pieces;
+          break;
+      }
+    }
+  }
+  std::printf("%d candidates scheduled, %d ruled out by their bound, %d abandoned\n", scheduled,
+              ruled_out, abandoned);
+  EXPECT_GT(scheduled, 0);
+  EXPECT_GT(ruled_out, 0);
+  EXPECT_GT(abandoned, 0);
 }
 
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule

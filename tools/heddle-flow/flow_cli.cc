@@ -283,7 +283,40 @@ struct CompileArgs {
   uint32_t pieces = 0;
   uint32_t chunks = 0;
   bool json = false;
+  bool piece_search = false;  // print every candidate piece count the search tried
+  bool exhaustive = false;    // schedule every candidate to completion (the slow reference)
 };
+
+// One line per candidate of the piece search: its lower bound, what it had to beat, and its
+// makespan or why it has none.
+void PrintPieceSearch(const collective::CompileDebug& d, std::ostream& out) {
+  for (const collective::PieceCandidate& c : d.candidates) {
+    out << "  P=" << c.pieces << " bound " << absl::StrFormat("%.6f", c.lower_bound) << " s";
+    if (std::isfinite(c.must_beat)) {
+      out << ", must beat " << absl::StrFormat("%.6f", c.must_beat) << " s";
+    }
+    switch (c.outcome) {
+      case collective::PieceCandidate::Outcome::kScheduled: {
+        out << ", makespan " << absl::StrFormat("%.6f", c.makespan) << " s";
+        // The bound adds the same times in another order: equal within rounding is exact.
+        const double below = 1 - c.lower_bound / c.makespan;
+        if (std::abs(below) < 1e-9) {
+          out << " (bound exact)";
+        } else {
+          out << " (bound " << absl::StrFormat("%.2f", 100 * below) << " % below)";
+        }
+        break;
+      }
+      case collective::PieceCandidate::Outcome::kRuledOut:
+        out << ", ruled out by its bound";
+        break;
+      case collective::PieceCandidate::Outcome::kAbandoned:
+        out << ", abandoned while scheduling";
+        break;
+    }
+    out << "\n";
+  }
+}
 
 int Compile_(const CompileArgs& a, std::ostream& out, std::ostream& err) {
   if (a.intent_file.empty() == a.builtin.empty()) {
@@ -348,13 +381,25 @@ int Compile_(const CompileArgs& a, std::ostream& out, std::ostream& err) {
     PrintDiagnosticsText(diags, err);
     return kExitRejected;
   }
+  if (a.piece_search && (a.json || a.pieces != 0)) {
+    err << "heddle-flow compile: --piece-search prints text for a searched piece count (no "
+           "--json, no --pieces)\n";
+    return kExitBadInput;
+  }
   CompileOptions co;
   co.slot_bytes = a.slot_bytes;
   co.pieces = a.pieces;
+  co.exhaustive_piece_search = a.exhaustive;
+  collective::CompileDebug debug;
+  if (a.piece_search) co.debug = &debug;
   absl::StatusOr<Schedule> s = collective::Compile(*intent, *t, co);
   if (!s.ok()) {
     err << "heddle-flow compile: " << s.status().message() << "\n";
     return kExitRejected;
+  }
+  if (a.piece_search) {
+    out << "piece search" << (a.exhaustive ? " (exhaustive)" : "") << ":\n";
+    PrintPieceSearch(debug, out);
   }
   return Emit("compile", *s, a.output, a.json, out, err);
 }
@@ -679,6 +724,10 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   compile->add_option("--chunks", ca.chunks, "chunks per rank (default: the program's)");
   compile->add_option("-o,--output", ca.output, "write the schedule (JSON) here");
   compile->add_flag("-j,--json", ca.json, "print the summary as JSON");
+  compile->add_flag("--piece-search", ca.piece_search,
+                    "print every piece count tried: lower bound, time to beat, makespan");
+  compile->add_flag("--exhaustive", ca.exhaustive,
+                    "schedule every candidate piece count to completion (same result, slower)");
 
   std::string verify_path;
   bool verify_json = false;

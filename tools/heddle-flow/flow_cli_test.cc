@@ -57,6 +57,39 @@ class FlowCli : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// --piece-search lists every piece count tried; the exhaustive search schedules every one of
+// them (a makespan on every line, never below its bound) and picks the same piece count.
+TEST_F(FlowCli, CompilePrintsThePieceSearch) {
+  const std::vector<std::string> base = {"compile",   "--topology",    kData + "/wan4.yaml",
+                                         "--builtin", "ring",          "--collective",
+                                         "allgather", "--piece-search"};
+  Result pruned = Flow(base);
+  ASSERT_EQ(pruned.code, cli::kExitOk) << pruned.err;
+  EXPECT_THAT(pruned.out, StartsWith("piece search:\n  P=1 bound "));
+  std::vector<std::string> args = base;
+  args.push_back("--exhaustive");
+  Result exhaustive = Flow(args);
+  ASSERT_EQ(exhaustive.code, cli::kExitOk) << exhaustive.err;
+  EXPECT_THAT(exhaustive.out, StartsWith("piece search (exhaustive):\n  P=1 bound "));
+  EXPECT_THAT(exhaustive.out, Not(HasSubstr("ruled out")));
+  EXPECT_THAT(exhaustive.out, Not(HasSubstr("abandoned")));
+  int lines = 0;
+  for (size_t at = exhaustive.out.find("  P="); at != std::string::npos;
+       at = exhaustive.out.find("  P=", at + 1)) {
+    ++lines;
+    const std::string line = exhaustive.out.substr(at, exhaustive.out.find('\n', at) - at);
+    EXPECT_THAT(line, HasSubstr(", makespan ")) << line;
+    EXPECT_THAT(line, Not(HasSubstr("(bound -"))) << line;
+  }
+  EXPECT_GE(lines, 2);
+  // The schedule summary after the search is the same.
+  EXPECT_EQ(pruned.out.substr(pruned.out.find("schedule ")),
+            exhaustive.out.substr(exhaustive.out.find("schedule ")));
+  args = base;
+  args.push_back("--json");
+  EXPECT_EQ(Flow(args).code, cli::kExitBadInput);
+}
+
 TEST_F(FlowCli, CompileWritesAVerifiedScheduleAndVerifyAcceptsIt) {
   const std::string out = Path("ring.json");
   Result r = Flow({"compile", "--topology", kData + "/wan4.yaml", "--intent",
