@@ -136,10 +136,14 @@ void PrioEgress::SendSorted(WorkerContext& ctx, const Burst& b) {
     const auto p = static_cast<uint16_t>(std::countr_zero(mask));
     const uint16_t lo = p == 0 ? 0 : pos[p - 1];
     const uint16_t hi = pos[p];
-    flushed_ |= 1u << p;
     if (dcb_ports_ & (1u << p)) {
+      // Not marked flushed: SendDcb serves only the queues this burst has packets for, so the
+      // next Poll() must still retry what waits for the port's other queues.
       SendDcb(ctx, p, lo, hi);
-    } else if (ports_[p].total == 0) {
+      continue;
+    }
+    flushed_ |= 1u << p;
+    if (ports_[p].total == 0) {
       // Nothing waits on this port: the burst goes straight to the driver in arrival order, and
       // only what it refuses is queued, each packet at its level.
       const uint16_t sent = TxBurst(p, tx_queue_, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);

@@ -76,7 +76,8 @@ class PrioEgress {
   void Send(WorkerContext& ctx, const Burst& b);
 
   // Once per poll loop: flushes every port that holds packets and that Send() has not already
-  // flushed since the previous Poll(). Returns the packets the driver accepted.
+  // flushed since the previous Poll(). A DCB port is always retried here: a burst serves only the
+  // queues it has packets for. Returns the packets the driver accepted.
   uint32_t Poll();
 
   // Hands port `port`'s queued packets to the driver, highest level first, until the driver
