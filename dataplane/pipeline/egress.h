@@ -25,8 +25,9 @@
 // it in arrival order while nothing waits for it, what it refuses waits in the FIFOs of its
 // levels, and those are flushed highest level first until that queue refuses one. A full queue
 // holds back only the levels on it, never another queue's (a stalled low class never delays a
-// high one). The budget, push-out and counters are the same as above. The choice is made once
-// per burst: with no DCB port the software path is unchanged.
+// high one). The budget, push-out and counters are the same as above. The choice is made per
+// burst: a burst for one software port takes the software fast path even when other ports are
+// DCB ports.
 //
 // Every packet's Burst::held count (if set) is decremented, saturating at 0, exactly when the
 // packet leaves heddled: accepted by the driver, pushed out, refused, or freed at stop.

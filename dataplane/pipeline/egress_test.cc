@@ -716,5 +716,30 @@ TEST_F(DcbEgressTest, AWaitingClassIsRetriedWhileAnotherClassKeepsGettingTraffic
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
 }
 
+TEST_F(DcbEgressTest, ASoftwarePortBesideADcbPortSendsBurstsAsTheyCame) {
+  MakeWorker(64);
+  // One burst from the uplink to the host, a software port: it leaves whole, in arrival order,
+  // levels ignored while the host's queue takes everything (the one-port path), counted per level.
+  const Ids in = {{0, 1}, {5, 2}, {2, 3}, {7, 4}, {1, 5}, {3, 6}, {6, 7}, {4, 8}, {0, 9}, {7, 10}};
+  Arrive(in, /*from_uplink=*/true);
+  EXPECT_EQ(TakeHost(), in);
+  // A burst to the DCB uplink in between is still split by traffic class.
+  Arrive({{7, 20}, {0, 21}});
+  EXPECT_EQ(Take(3, ~0u), (Ids{{7, 20}}));
+  EXPECT_EQ(Take(0, ~0u), (Ids{{0, 21}}));
+  const Ids again = {{1, 30}, {6, 31}, {1, 32}};
+  Arrive(again, /*from_uplink=*/true);
+  EXPECT_EQ(TakeHost(), again);
+  EXPECT_EQ(worker_->egress()->queued(), 0u);
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.ports[0].tx_packets, in.size() + again.size());
+  EXPECT_EQ(s.ports[0].tx_bytes, BytesOf(in) + BytesOf(again));
+  EXPECT_EQ(s.ports[1].tx_packets, 2u);
+  const uint64_t per_level[8] = {3, 3, 1, 1, 1, 1, 2, 3};
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(s.egress_level_tx[l], per_level[l]) << "level " << l;
+  for (uint64_t d : s.drops) EXPECT_EQ(d, 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
 }  // namespace
 }  // namespace heddle::pipeline
