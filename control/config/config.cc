@@ -1211,15 +1211,26 @@ absl::Status Validate(const Config& c) {
   }
 
   // storm: the level parameters are checked by the library, whose messages name storm.* keys.
+  // DCB TX serves the STORM levels, so it (and PFC on it) only means something with STORM on;
+  // the level -> TC map is checked only then (docs/storm.md §6.7).
   if (absl::Status s = storm::ValidateLevelConfig(c.storm.levels); !s.ok()) {
     p.Add(std::string(s.message()));
-  } else if (c.storm.egress != StormEgress::kSoftware) {
-    // DCB TX needs a traffic class per level (docs/storm.md §6.7).
+  } else if (c.storm.enabled && c.storm.egress != StormEgress::kSoftware) {
+    // DCB TX needs a traffic class per level.
     if (absl::StatusOr<storm::TcMap> m = storm::MapLevelsToTcs(c.storm.levels); !m.ok()) {
       p.Add(std::string(m.status().message()));
     }
   }
-  if (c.storm.dcb_pfc && c.storm.egress == StormEgress::kSoftware) {
+  if (!c.storm.enabled && c.storm.egress != StormEgress::kSoftware) {
+    p.Add(absl::StrCat("storm.egress: ", StormEgressName(c.storm.egress),
+                       " needs storm.enabled: true (DCB TX queues serve the STORM levels); "
+                       "set storm.enabled: true, or storm.egress: software"));
+  }
+  if (c.storm.dcb_pfc && !c.storm.enabled) {
+    p.Add(
+        "storm.dcb_pfc: true needs storm.enabled: true and storm.egress: dcb (or auto); "
+        "enable STORM or drop dcb_pfc");
+  } else if (c.storm.dcb_pfc && c.storm.egress == StormEgress::kSoftware) {
     p.Add("storm.dcb_pfc: true needs DCB TX; set storm.egress: dcb (or auto), or drop dcb_pfc");
   }
   auto power_of_two = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };
