@@ -18,6 +18,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,6 +99,14 @@ constexpr absl::string_view kStormKeys[] = {"enabled",
 constexpr absl::string_view kStormEgressNames[] = {"software", "dcb", "auto"};
 constexpr StormEgress kStormEgressValues[] = {StormEgress::kSoftware, StormEgress::kDcb,
                                               StormEgress::kAuto};
+// StormEgressName() indexes kStormEgressNames by the enum.
+static_assert(std::size(kStormEgressNames) == std::size(kStormEgressValues));
+static_assert([] {
+  for (size_t i = 0; i < std::size(kStormEgressValues); ++i) {
+    if (static_cast<size_t>(kStormEgressValues[i]) != i) return false;
+  }
+  return true;
+}());
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinReadStreams = 64;
@@ -986,7 +995,10 @@ class Parser {
 const char* PortRoleName(PortRole r) { return r == PortRole::kHost ? "host" : "uplink"; }
 
 const char* StormEgressName(StormEgress e) {
-  return e == StormEgress::kDcb ? "dcb" : e == StormEgress::kAuto ? "auto" : "software";
+  // kStormEgressNames is indexed by the enum (checked where the tables are defined); its entries
+  // are string literals, so data() is NUL-terminated.
+  const auto i = static_cast<size_t>(e);
+  return i < std::size(kStormEgressNames) ? kStormEgressNames[i].data() : "?";
 }
 
 uint64_t MbufsNeeded(const Config& c) {

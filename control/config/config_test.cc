@@ -908,6 +908,12 @@ TEST(StormConfigTest, DcbEgressAndPfcNeedStormEnabled) {
                   .ok());
 }
 
+TEST(StormConfigTest, EgressNamesAreTheKeysValues) {
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kSoftware)), "software");
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kDcb)), "dcb");
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kAuto)), "auto");
+}
+
 TEST(StormConfigTest, DcbTxRingsCountInTheMbufMinimum) {
   Config c = Minimal();
   c.storm.enabled = true;

@@ -206,5 +206,19 @@ TEST(DcbPlanTest, IxgbeWithoutAnRxDcbModeIsRefused) {
       << q.status();
 }
 
+TEST(DcbPlanTest, ALevelPastTheTcsIsRefusedAlikeBeforeAndAfterConfigure) {
+  DcbTcs tcs = InOrder(4, 4);
+  tcs.level_tc[5] = 4;
+  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 1, false);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(c.status()), "port uplink0: level 5 maps to TC 4 of 4");
+  // The queue plan checks against the configured TC count with the same message.
+  c = PlanDcbConf("uplink0", Ixgbe(), InOrder(4, 4), 1, false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(4), 1);
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(q.status()), "port uplink0: level 5 maps to TC 4 of 4");
+}
+
 }  // namespace
 }  // namespace heddle::dpdk
