@@ -204,6 +204,7 @@ TEST(DcbPlanTest, IxgbeWithoutAnRxDcbModeIsRefused) {
   EXPECT_NE(Msg(q.status()).find("reports 1 traffic classes after DCB TX was configured with 4"),
             std::string::npos)
       << q.status();
+  EXPECT_NE(Msg(q.status()).find("only with an RX DCB mode"), std::string::npos) << q.status();
 }
 
 TEST(DcbPlanTest, ALevelPastTheTcsIsRefusedAlikeBeforeAndAfterConfigure) {
