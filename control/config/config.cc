@@ -18,6 +18,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -98,6 +99,14 @@ constexpr absl::string_view kStormKeys[] = {"enabled",
 constexpr absl::string_view kStormEgressNames[] = {"software", "dcb", "auto"};
 constexpr StormEgress kStormEgressValues[] = {StormEgress::kSoftware, StormEgress::kDcb,
                                               StormEgress::kAuto};
+// StormEgressName() indexes kStormEgressNames by the enum.
+static_assert(std::size(kStormEgressNames) == std::size(kStormEgressValues));
+static_assert([] {
+  for (size_t i = 0; i < std::size(kStormEgressValues); ++i) {
+    if (static_cast<size_t>(kStormEgressValues[i]) != i) return false;
+  }
+  return true;
+}());
 constexpr uint32_t kMinQpCapacity = 1024;
 constexpr uint32_t kMaxQpCapacity = 16u << 20;
 constexpr uint32_t kMinReadStreams = 64;
@@ -986,7 +995,10 @@ class Parser {
 const char* PortRoleName(PortRole r) { return r == PortRole::kHost ? "host" : "uplink"; }
 
 const char* StormEgressName(StormEgress e) {
-  return e == StormEgress::kDcb ? "dcb" : e == StormEgress::kAuto ? "auto" : "software";
+  // kStormEgressNames is indexed by the enum (checked where the tables are defined); its entries
+  // are string literals, so data() is NUL-terminated.
+  const auto i = static_cast<size_t>(e);
+  return i < std::size(kStormEgressNames) ? kStormEgressNames[i].data() : "?";
 }
 
 uint64_t MbufsNeeded(const Config& c) {
@@ -1211,15 +1223,26 @@ absl::Status Validate(const Config& c) {
   }
 
   // storm: the level parameters are checked by the library, whose messages name storm.* keys.
+  // DCB TX serves the STORM levels, so it (and PFC on it) only means something with STORM on;
+  // the level -> TC map is checked only then (docs/storm.md §6.7).
   if (absl::Status s = storm::ValidateLevelConfig(c.storm.levels); !s.ok()) {
     p.Add(std::string(s.message()));
-  } else if (c.storm.egress != StormEgress::kSoftware) {
-    // DCB TX needs a traffic class per level (docs/storm.md §6.7).
+  } else if (c.storm.enabled && c.storm.egress != StormEgress::kSoftware) {
+    // DCB TX needs a traffic class per level.
     if (absl::StatusOr<storm::TcMap> m = storm::MapLevelsToTcs(c.storm.levels); !m.ok()) {
       p.Add(std::string(m.status().message()));
     }
   }
-  if (c.storm.dcb_pfc && c.storm.egress == StormEgress::kSoftware) {
+  if (!c.storm.enabled && c.storm.egress != StormEgress::kSoftware) {
+    p.Add(absl::StrCat("storm.egress: ", StormEgressName(c.storm.egress),
+                       " needs storm.enabled: true (DCB TX queues serve the STORM levels); "
+                       "set storm.enabled: true, or storm.egress: software"));
+  }
+  if (c.storm.dcb_pfc && !c.storm.enabled) {
+    p.Add(
+        "storm.dcb_pfc: true needs storm.enabled: true and storm.egress: dcb (or auto); "
+        "enable STORM or drop dcb_pfc");
+  } else if (c.storm.dcb_pfc && c.storm.egress == StormEgress::kSoftware) {
     p.Add("storm.dcb_pfc: true needs DCB TX; set storm.egress: dcb (or auto), or drop dcb_pfc");
   }
   auto power_of_two = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
@@ -870,15 +871,47 @@ TEST(StormConfigTest, EgressModes) {
     return Fails(std::string(kMinimal) + "storm: " + storm + "\n");
   };
   EXPECT_TRUE(HasError(bad("{ egress: hardware }"), "storm.egress", "\"software\""));
-  EXPECT_TRUE(HasError(bad("{ egress: dcb, pcp: [-1, 3, 4, 5] }"), "storm.pcp",
+  EXPECT_TRUE(HasError(bad("{ enabled: true, egress: dcb, pcp: [-1, 3, 4, 5] }"), "storm.pcp",
                        "give every level a PCP or none"));
-  EXPECT_TRUE(HasError(bad("{ egress: auto, pcp: [1, 5, 3, 6] }"), "storm.pcp",
+  EXPECT_TRUE(HasError(bad("{ enabled: true, egress: auto, pcp: [1, 5, 3, 6] }"), "storm.pcp",
                        "level 2 has PCP 3, below level 1's PCP 5"));
-  EXPECT_TRUE(HasError(bad("{ dcb_pfc: true }"), "storm.dcb_pfc", "storm.egress: dcb"));
   EXPECT_TRUE(
-      HasError(bad("{ egress: dcb, dcb_pfc: yes please }"), "storm.dcb_pfc", "true or false"));
+      HasError(bad("{ enabled: true, dcb_pfc: true }"), "storm.dcb_pfc", "storm.egress: dcb"));
+  EXPECT_TRUE(HasError(bad("{ enabled: true, egress: dcb, dcb_pfc: yes please }"), "storm.dcb_pfc",
+                       "true or false"));
   // The software egress does not care about a partial PCP list.
   EXPECT_TRUE(LoadString(std::string(kMinimal) + "storm: { pcp: [-1, 3, 4, 5] }\n").ok());
+}
+
+TEST(StormConfigTest, DcbEgressAndPfcNeedStormEnabled) {
+  const std::string pool = "mempool: { mbufs: 16383 }\n";
+  auto bad = [&pool](const std::string& storm) {
+    return Fails(std::string(kMinimal) + pool + "storm: " + storm + "\n");
+  };
+  // Not silently ignored while STORM is off: the key, the value and the fix.
+  for (const char* mode : {"dcb", "auto"}) {
+    const absl::Status s = bad(absl::StrCat("{ egress: ", mode, " }"));
+    EXPECT_TRUE(HasError(s, "storm.egress", absl::StrCat(mode, " needs storm.enabled: true"))) << s;
+  }
+  EXPECT_TRUE(HasError(bad("{ egress: dcb, dcb_pfc: true }"), "storm.dcb_pfc",
+                       "needs storm.enabled: true"));
+  EXPECT_TRUE(HasError(bad("{ dcb_pfc: true }"), "storm.dcb_pfc", "needs storm.enabled: true"));
+  // With STORM off the level -> TC map does not apply: a PCP list it would refuse is no error of
+  // its own, only the egress mode is named.
+  const absl::Status s = bad("{ egress: dcb, pcp: [1, 5, 3, 6] }");
+  EXPECT_TRUE(HasError(s, "storm.egress", "needs storm.enabled: true")) << s;
+  EXPECT_FALSE(HasError(s, "storm.pcp")) << s;
+  EXPECT_TRUE(LoadString(std::string(kMinimal) + "storm: { pcp: [1, 5, 3, 6] }\n").ok());
+  // The same keys with STORM on load.
+  EXPECT_TRUE(LoadString(std::string(kMinimal) + pool +
+                         "storm: { enabled: true, egress: dcb, dcb_pfc: true }\n")
+                  .ok());
+}
+
+TEST(StormConfigTest, EgressNamesAreTheKeysValues) {
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kSoftware)), "software");
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kDcb)), "dcb");
+  EXPECT_EQ(std::string(StormEgressName(StormEgress::kAuto)), "auto");
 }
 
 TEST(StormConfigTest, DcbTxRingsCountInTheMbufMinimum) {

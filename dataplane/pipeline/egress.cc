@@ -66,12 +66,9 @@ uint32_t PrioEgress::queued(uint16_t port, int level) const {
 
 void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
   if (b.n == 0) return;
-  if (dcb_ports_ != 0) [[unlikely]] {
-    SendSorted(ctx, b);
-    return;
-  }
-  // The common case: the whole burst leaves on one port that has nothing queued. It goes to the
-  // driver as it came; only what the driver refuses is queued, each packet at its level.
+  // The common case: the whole burst leaves on one software (non-DCB) port that has nothing
+  // queued. It goes to the driver as it came; only what the driver refuses is queued, each packet
+  // at its level. A DCB port's burst is split by queue in SendSorted().
   // One pass checks the port and sums the bytes and per-level packets before the driver call
   // (after it, the mbufs it took are no longer ours); the refused tail is taken back out.
   const uint16_t p0 = b.egress[0];
@@ -83,7 +80,7 @@ void PrioEgress::Send(WorkerContext& ctx, const Burst& b) {
     bytes += b.pkts[i]->pkt_len;
     ++per_level[LevelOf(b.level[i])];
   }
-  if (one_port && ports_[p0].total == 0) [[likely]] {
+  if (one_port && !(dcb_ports_ & (1u << p0)) && ports_[p0].total == 0) [[likely]] {
     assert(p0 < num_ports_);
     flushed_ |= 1u << p0;
     // The driver reads the array and takes the mbufs it accepts; it does not write the array.
@@ -136,10 +133,14 @@ void PrioEgress::SendSorted(WorkerContext& ctx, const Burst& b) {
     const auto p = static_cast<uint16_t>(std::countr_zero(mask));
     const uint16_t lo = p == 0 ? 0 : pos[p - 1];
     const uint16_t hi = pos[p];
-    flushed_ |= 1u << p;
     if (dcb_ports_ & (1u << p)) {
+      // Not marked flushed: SendDcb serves only the queues this burst has packets for, so the
+      // next Poll() must still retry what waits for the port's other queues.
       SendDcb(ctx, p, lo, hi);
-    } else if (ports_[p].total == 0) {
+      continue;
+    }
+    flushed_ |= 1u << p;
+    if (ports_[p].total == 0) {
       // Nothing waits on this port: the burst goes straight to the driver in arrival order, and
       // only what it refuses is queued, each packet at its level.
       const uint16_t sent = TxBurst(p, tx_queue_, sorted_pkts_ + lo, sorted_held_ + lo, hi - lo);

@@ -25,8 +25,9 @@
 // it in arrival order while nothing waits for it, what it refuses waits in the FIFOs of its
 // levels, and those are flushed highest level first until that queue refuses one. A full queue
 // holds back only the levels on it, never another queue's (a stalled low class never delays a
-// high one). The budget, push-out and counters are the same as above. The choice is made once
-// per burst: with no DCB port the software path is unchanged.
+// high one). The budget, push-out and counters are the same as above. The choice is made per
+// burst: a burst for one software port takes the software fast path even when other ports are
+// DCB ports.
 //
 // Every packet's Burst::held count (if set) is decremented, saturating at 0, exactly when the
 // packet leaves heddled: accepted by the driver, pushed out, refused, or freed at stop.
@@ -76,7 +77,8 @@ class PrioEgress {
   void Send(WorkerContext& ctx, const Burst& b);
 
   // Once per poll loop: flushes every port that holds packets and that Send() has not already
-  // flushed since the previous Poll(). Returns the packets the driver accepted.
+  // flushed since the previous Poll(). A DCB port is always retried here: a burst serves only the
+  // queues it has packets for. Returns the packets the driver accepted.
   uint32_t Poll();
 
   // Hands port `port`'s queued packets to the driver, highest level first, until the driver

@@ -530,7 +530,7 @@ class DcbEgressTest : public ::testing::Test {
   void MakeWorker(uint32_t queue_packets) {
     WorkerSetup s;
     s.lcore_id = 1;
-    s.rx = {{0, host_.port_id, 0}};
+    s.rx = {{0, host_.port_id, 0}, {1, uplink_id_, 0}};
     s.port_ids[0] = host_.port_id;
     s.port_ids[1] = uplink_id_;
     s.num_ports = 2;
@@ -549,16 +549,29 @@ class DcbEgressTest : public ::testing::Test {
     worker_ = std::make_unique<Worker>(std::move(s));
   }
 
-  void Arrive(const Ids& ids) {
+  // Puts `ids` on the host's RX ring (bound for the DCB uplink), or on the uplink's RX ring
+  // (bound for the host, a software port), and polls until the worker has received them all.
+  void Arrive(const Ids& ids, bool from_uplink = false) {
+    rte_ring* rx = from_uplink ? rx_ : host_.rx;
     for (Id id : ids) {
       const std::vector<uint8_t> f = Frame(id);
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       ASSERT_NE(m, nullptr);
       memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
-      ASSERT_EQ(rte_ring_enqueue(host_.rx, m), 0);
+      ASSERT_EQ(rte_ring_enqueue(rx, m), 0);
       bytes_[id] = f.size();
     }
-    while (rte_ring_count(host_.rx) > 0) worker_->PollOnce();
+    while (rte_ring_count(rx) > 0) worker_->PollOnce();
+  }
+  // What the host port has sent, oldest first.
+  Ids TakeHost() {
+    Ids out;
+    void* m;
+    while (rte_ring_dequeue(host_.tx, &m) == 0) {
+      out.push_back(IdOf(static_cast<rte_mbuf*>(m)));
+      rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+    }
+    return out;
   }
   // What TX queue `q` has sent: up to `n` packets off its ring, oldest first.
   Ids Take(uint16_t q, unsigned n) {
@@ -679,6 +692,52 @@ TEST_F(DcbEgressTest, AFullBudgetPushesOutTheStalledLowestLevel) {
   EXPECT_EQ(stats_->Snapshot().drops[static_cast<int>(DropReason::kTxFull)], 16u);
   ExpectQueued({});
   Take(0, ~0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(DcbEgressTest, AWaitingClassIsRetriedWhileAnotherClassKeepsGettingTraffic) {
+  MakeWorker(64);
+  // TC0 stalls with 7 level-0 packets in its queue and 5 waiting in software.
+  Arrive(Seq(0, 0, kTc0Holds + 5));
+  ASSERT_EQ(rte_ring_count(tx_[0]), kTc0Holds);
+  ExpectQueued(Seq(0, kTc0Holds, 5));
+  // The link empties TC0's queue while level 6 (TC3) keeps arriving, one burst per poll loop:
+  // the first of those loops already hands the waiting level-0 packets to TC0's queue.
+  EXPECT_EQ(Take(0, ~0u), Seq(0, 0, kTc0Holds));
+  Arrive({{6, 100}});
+  EXPECT_EQ(Take(0, ~0u), Seq(0, kTc0Holds, 5));
+  ExpectQueued({});
+  for (uint32_t i = 1; i < 4; ++i) Arrive({{6, 100 + i}});
+  EXPECT_EQ(Take(3, ~0u), Seq(6, 100, 4));
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.egress_level_tx[0], kTc0Holds + 5);
+  EXPECT_EQ(s.egress_level_tx[6], 4u);
+  for (uint64_t d : s.drops) EXPECT_EQ(d, 0u);
+  EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
+}
+
+TEST_F(DcbEgressTest, ASoftwarePortBesideADcbPortSendsBurstsAsTheyCame) {
+  MakeWorker(64);
+  // One burst from the uplink to the host, a software port: it leaves whole, in arrival order,
+  // levels ignored while the host's queue takes everything (the one-port path), counted per level.
+  const Ids in = {{0, 1}, {5, 2}, {2, 3}, {7, 4}, {1, 5}, {3, 6}, {6, 7}, {4, 8}, {0, 9}, {7, 10}};
+  Arrive(in, /*from_uplink=*/true);
+  EXPECT_EQ(TakeHost(), in);
+  // A burst to the DCB uplink in between is still split by traffic class.
+  Arrive({{7, 20}, {0, 21}});
+  EXPECT_EQ(Take(3, ~0u), (Ids{{7, 20}}));
+  EXPECT_EQ(Take(0, ~0u), (Ids{{0, 21}}));
+  const Ids again = {{1, 30}, {6, 31}, {1, 32}};
+  Arrive(again, /*from_uplink=*/true);
+  EXPECT_EQ(TakeHost(), again);
+  EXPECT_EQ(worker_->egress()->queued(), 0u);
+  StatsSnapshot s = stats_->Snapshot();
+  EXPECT_EQ(s.ports[0].tx_packets, in.size() + again.size());
+  EXPECT_EQ(s.ports[0].tx_bytes, BytesOf(in) + BytesOf(again));
+  EXPECT_EQ(s.ports[1].tx_packets, 2u);
+  const uint64_t per_level[8] = {3, 3, 1, 1, 1, 1, 2, 3};
+  for (int l = 0; l < 8; ++l) EXPECT_EQ(s.egress_level_tx[l], per_level[l]) << "level " << l;
+  for (uint64_t d : s.drops) EXPECT_EQ(d, 0u);
   EXPECT_EQ(rte_mempool_avail_count(Env::pool), avail_before_);
 }
 
