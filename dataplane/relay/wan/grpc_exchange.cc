@@ -1352,7 +1352,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           }
           l.push_bytes += it.frame->size();
           flight.pop_front();
-          if (flight.empty()) StreamIdleLocked(l);
+          if (flight.empty()) {
+            StreamIdleLocked(l);
+            l.cv.notify_all();  // a draining writer waits for this
+          }
           refusals = 0;
         }
         if (unexpected) ctx.TryCancel();
@@ -1365,15 +1368,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         Link::Item it;
         {
           std::unique_lock<std::mutex> lk(l.mu);
+          if (absl::Now() - opened > opt_.push_timeout / 2) {
+            // Reopen well before the deadline, once what is in flight is acknowledged. Wait for
+            // exactly that (the reader notifies when in-flight empties), not for a non-empty
+            // queue, which would already hold and turn this into a spin.
+            l.cv.wait_for(lk, std::chrono::milliseconds(200),
+                          [&] { return flight.empty() || reader_done || Stopping(); });
+            if (flight.empty() || reader_done || Stopping()) break;
+            continue;
+          }
           l.cv.wait_for(lk, std::chrono::milliseconds(200),
                         [&] { return !q.empty() || reader_done || Stopping(); });
           if (reader_done || Stopping()) break;
           // Older rounds are over: peers fetch what they lack from the coordinator.
           while (!q.empty() && Stale(q.front(), pub)) q.pop_front();
-          if (absl::Now() - opened > opt_.push_timeout / 2) {
-            if (flight.empty()) break;  // reopen well before the deadline
-            continue;                   // let what is in flight be acknowledged first
-          }
+          if (absl::Now() - opened > opt_.push_timeout / 2) continue;  // drain first (above)
           if (q.empty()) continue;
           it = std::move(q.front());
           q.pop_front();
