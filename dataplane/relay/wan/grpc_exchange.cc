@@ -109,6 +109,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return ss.str();
 }
 
+// A refusal of a frame for a reason of its round, not of the frame or the stream: the round is
+// over or being decided at the callee, too far ahead, or it holds a different copy. A frame
+// stream answers these with FrameAck{refused} and stays open.
+bool RoundLevel(grpc::StatusCode c) {
+  return c == grpc::StatusCode::FAILED_PRECONDITION || c == grpc::StatusCode::OUT_OF_RANGE ||
+         c == grpc::StatusCode::ALREADY_EXISTS;
+}
+
 bool Transient(grpc::StatusCode c) {
   switch (c) {
     case grpc::StatusCode::OK:
@@ -495,7 +503,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     while (reader->Read(&c)) {
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack, false); !st.ok()) return st;
       if (!ack) continue;
       reply->set_frames(reply->frames() + 1);
       if (ack->duplicate()) reply->set_duplicates(reply->duplicates() + 1);
@@ -512,7 +520,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     while (stream->Read(&c)) {
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack, true); !st.ok()) return st;
       if (ack && !stream->Write(*ack)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
       }
@@ -853,6 +861,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::vector<uint8_t> buf;
     uint64_t round = 0, total = 0, got = 0;
     uint32_t slice = 0, region = 0;
+    grpc::Status refused;  // a round-level refusal: the rest of the frame is read and dropped
   };
 
   grpc::Status RefusePush(uint32_t caller, grpc::StatusCode code, std::string msg) {
@@ -870,11 +879,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   // Takes one chunk of a push stream from `caller`; when it completes a frame, validates and
   // stores it, queues it on to the peers the schedule names, and sets *ack. A non-OK status
-  // ends the stream (counted).
+  // ends the stream (counted). With `ack_refusals` (StreamFrames), a round-level refusal
+  // (RoundLevel) is counted and answered with an acknowledgement marked refused instead, so the
+  // caller's stream and the other frames in flight on it go on.
   grpc::Status TakeChunk(uint32_t caller, Inbound& in, const pb::FrameChunk& c,
-                         std::optional<pb::FrameAck>* ack) {
+                         std::optional<pb::FrameAck>* ack, bool ack_refusals) {
     Link& link = *links_.at(caller);
+    auto refuse_frame = [&](const grpc::Status& st) {
+      pb::FrameAck a;
+      a.set_round_id(in.round);
+      a.set_region_id(in.region);
+      a.set_slice(in.slice);
+      a.set_refused(true);
+      a.set_reason(st.error_message());
+      *ack = std::move(a);
+    };
     if (in.got == 0) {
+      in.refused = grpc::Status::OK;
       in.round = c.round_id();
       in.slice = c.slice();
       in.total = c.frame_bytes();
@@ -902,9 +923,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                           in.round, in.slice, in.total, want));
       }
       if (grpc::Status st = CheckRoundWindow(in.round, "frame"); !st.ok()) {
-        return RefusePush(caller, st.error_code(), st.error_message());
+        if (!ack_refusals || !RoundLevel(st.error_code())) {
+          return RefusePush(caller, st.error_code(), st.error_message());
+        }
+        in.refused = RefusePush(caller, st.error_code(), st.error_message());  // counts it
       }
-      in.buf.assign(in.total, 0);
+      if (in.refused.ok()) in.buf.assign(in.total, 0);
     } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
                c.region_id() != in.region) {
       return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
@@ -919,12 +943,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                         in.round, in.slice, c.offset(), c.data().size(), in.got,
                                         in.total - in.got));
     }
-    std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
+    if (in.refused.ok()) std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
     in.got += c.data().size();
     link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
-    NoteRoundBytes(in.round, c.data().size());
+    if (in.refused.ok()) NoteRoundBytes(in.round, c.data().size());
     if (in.got < in.total) return grpc::Status::OK;
     in.got = 0;
+    if (!in.refused.ok()) {
+      refuse_frame(in.refused);
+      return grpc::Status::OK;
+    }
     absl::StatusOr<FrameView> f = ParseFrame(in.buf);
     absl::Status check =
         f.ok() ? CheckFrameForSlice(*f, spec_, slices_[in.slice], in.round, in.region) : f.status();
@@ -943,7 +971,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     in.buf = {};
     bool duplicate = false;
     if (grpc::Status st = StoreFrame(in.round, in.region, in.slice, frame, &duplicate); !st.ok()) {
-      return RefusePush(caller, st.error_code(), st.error_message());
+      grpc::Status counted = RefusePush(caller, st.error_code(), st.error_message());
+      if (!ack_refusals || !RoundLevel(st.error_code())) return counted;
+      refuse_frame(counted);
+      return grpc::Status::OK;
     }
     if (!duplicate) Forward(in.round, in.region, in.slice, frame, caller);
     link.frames_received.fetch_add(1, std::memory_order_relaxed);
@@ -1303,9 +1334,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // blocks Write() when the callee falls behind, so the in-flight bytes are bounded by the link,
   // and no frame waits for another's reply round trip. When the stream fails, what is still in
   // flight goes back to the front of the queue (a callee acknowledges identical duplicates, so
-  // resending a frame it did store is harmless); a frame refused as malformed is resent up to
-  // three times, one refused for good is dropped (the follower fetches it from the coordinator,
-  // or the coordinator leaves the region out). A stream is closed and reopened before its
+  // resending a frame it did store is harmless). A frame refused for a reason of its round (over
+  // or being decided at the callee, too far ahead, a different copy held) comes back as an
+  // acknowledgement marked refused and is dropped without ending the stream; a frame refused as
+  // malformed ends the stream and is resent up to three times, one refused for good is dropped
+  // (the follower fetches it from the coordinator, or the coordinator leaves the region out). A stream is closed and reopened before its
   // deadline (push_timeout), when nothing is in flight.
   void StreamLoop(Link& l, uint32_t stripe) {
     std::deque<Link::Item>& q = l.queues[stripe];
@@ -1345,10 +1378,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
             continue;
           }
           const Link::Item& it = flight.front();
-          l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
-          l.frames_sent.fetch_add(1, std::memory_order_relaxed);
-          if (it.region != opt_.region_id) {
-            l.frames_forwarded.fetch_add(1, std::memory_order_relaxed);
+          // A frame refused for a reason of its round (the callee counted and logged it) is
+          // retired like an acknowledged one, not sent again; the stream goes on.
+          if (!ack.refused()) {
+            l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
+            l.frames_sent.fetch_add(1, std::memory_order_relaxed);
+            if (it.region != opt_.region_id) {
+              l.frames_forwarded.fetch_add(1, std::memory_order_relaxed);
+            }
           }
           l.push_bytes += it.frame->size();
           flight.pop_front();

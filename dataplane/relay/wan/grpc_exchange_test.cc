@@ -933,6 +933,58 @@ TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefused
   EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 5u);
 }
 
+// A frame refused for a reason of its round (too far ahead; a different copy already held) is
+// answered with an acknowledgement marked refused, counted, and the stream goes on: the frames
+// after it are stored and acknowledged, and the call ends OK.
+TEST(GrpcExchangeTest, FrameStreamAnswersRoundLevelRefusalsAndStaysOpen) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true), other(m.spec(), 2, true);
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  // Slice 0 of round 1 with other values: a different copy of a frame the callee will hold.
+  const std::vector<uint8_t> conflicting = **other.Submit(1, slices[0], RegionSlice(3, 7, slices[0]));
+  ASSERT_NE(conflicting, frames[0]);
+  auto stub =
+      pb::Peer::NewStub(grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.AddMetadata("authorization", "Bearer s3cret-token");
+  c.AddMetadata("x-heddle-region", "2");
+  c.AddMetadata("x-heddle-spec", Hex(SpecDigest(m.spec())));
+  c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
+  auto stream = stub->StreamFrames(&c);
+  std::vector<pb::FrameAck> acks;
+  std::thread reader([&] {
+    pb::FrameAck a;
+    while (stream->Read(&a)) acks.push_back(a);
+  });
+  // Round 9 is too far ahead (nothing published yet), then slice 0 of round 1, its conflicting
+  // copy, and slice 1.
+  for (const auto& chunks : {Chunks(9, 2, 2, frames[2]), Chunks(1, 2, 0, frames[0]),
+                             Chunks(1, 2, 0, conflicting), Chunks(1, 2, 1, frames[1])}) {
+    for (const pb::FrameChunk& ch : chunks) ASSERT_TRUE(stream->Write(ch));
+  }
+  stream->WritesDone();
+  reader.join();
+  const grpc::Status st = stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(acks.size(), 4u);
+  EXPECT_TRUE(acks[0].refused());
+  EXPECT_EQ(acks[0].round_id(), 9u);
+  EXPECT_EQ(acks[0].slice(), 2u);
+  EXPECT_THAT(acks[0].reason(), HasSubstr("too far ahead"));
+  EXPECT_FALSE(acks[1].refused());
+  EXPECT_EQ(acks[1].slice(), 0u);
+  EXPECT_TRUE(acks[2].refused());
+  EXPECT_THAT(acks[2].reason(), HasSubstr("different frame"));
+  EXPECT_FALSE(acks[3].refused());
+  EXPECT_EQ(acks[3].slice(), 1u);
+  const WanStats s = m.ex(1).Stats();
+  EXPECT_EQ(s.out_of_window_messages, 1u);
+  EXPECT_EQ(Peer(s, 2).frames_received, 2u);
+}
+
 // A gateway's own stream: every frame of several rounds is acknowledged (nothing left in flight
 // or queued), counted once per frame, with no refusal — many frames in flight per stripe.
 TEST(GrpcExchangeTest, FrameStreamsDeliverEveryFrameOnceWithManyInFlight) {
