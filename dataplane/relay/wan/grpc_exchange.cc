@@ -2218,6 +2218,13 @@ absl::Status ValidateWanOptions(const WanOptions& o) {
         "wan.coordinator: region %u is neither this gateway's region nor one of its peers",
         o.coordinator));
   }
+  if (o.coordinator_auto && o.schedule.topology_file.empty() && o.schedule.topology_yaml.empty()) {
+    // Without a topology every link looks the same and "auto" would quietly pick the lowest
+    // region id: refuse rather than pretend to have chosen.
+    return absl::InvalidArgumentError(
+        "wan.coordinator: auto needs wan.topology (the links' latency and bandwidth it chooses "
+        "from); set wan.topology, or name the coordinator's region in wan.coordinator");
+  }
   if (o.streams_per_peer < 1 || o.streams_per_peer > 64) {
     return absl::InvalidArgumentError(
         absl::StrFormat("wan.streams_per_peer: %u; must be 1..64", o.streams_per_peer));

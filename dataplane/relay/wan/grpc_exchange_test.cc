@@ -1610,10 +1610,30 @@ TEST(WanScheduleTest, CoordinatorChosenByLatency) {
   EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
   // From the `wan:` block, and every gateway of a mesh names the same one.
   YAML::Node n = YAML::Load(
-      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n");
+      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n"
+      "topology: {ranks: ['1', '2'], default: {bandwidth: 1Gbit, latency: 20ms}}\n");
   absl::StatusOr<WanOptions> w = WanOptionsFromYaml(n);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_TRUE(w->coordinator_auto);
+}
+
+// `coordinator: auto` without a topology has nothing to choose from: refused at start-up,
+// naming both keys, from YAML and from options built in code.
+TEST(GrpcExchangeTest, CoordinatorAutoWithoutTopologyFailsAtStart) {
+  YAML::Node n = YAML::Load(
+      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n");
+  absl::StatusOr<WanOptions> w = WanOptionsFromYaml(n);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(), HasSubstr("wan.coordinator"));
+  EXPECT_THAT(w.status().message(), HasSubstr("wan.topology"));
+  WanOptions o;
+  o.region_id = 1;
+  o.listen_address = "127.0.0.1:0";
+  o.peers = {{.region_id = 2}};
+  o.coordinator_auto = true;
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(TestSpec(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.topology"));
 }
 
 TEST(GrpcExchangeTest, BadOptionsFailAtStart) {
