@@ -1434,6 +1434,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       stream->WritesDone();  // the callee acknowledges what it got, then ends the call
       reader.join();
       const grpc::Status st = stream->Finish();
+      bool dropped = false;  // the refused frame was dropped, not kept for a retry
       {
         std::lock_guard<std::mutex> lk(l.mu);
         if (!flight.empty()) StreamIdleLocked(l);
@@ -1448,6 +1449,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           }
           flight.pop_front();
           refusals = 0;
+          dropped = true;
         }
         // Not acknowledged: to the front of the queue, in order.
         q.insert(q.begin(), std::make_move_iterator(flight.begin()),
@@ -1455,7 +1457,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         flight.clear();
       }
       if (st.ok() || Stopping()) continue;
-      if (Transient(st.error_code()) || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      // The link is suspect when the call failed, or while a malformed frame is being retried
+      // (the backoff paces the retries); once that frame is dropped, one bad frame is no reason
+      // to take the link down.
+      if (Transient(st.error_code()) ||
+          (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && !dropped)) {
         MarkFailed(l, FromGrpc(st, "push"));  // Connect() waits out the backoff
       }
     }
