@@ -691,7 +691,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     bool own_finished = false;
     absl::Time own_finished_at;
     bool deciding = false;        // coordinator: no more frames or summaries
-    uint64_t bytes_received = 0;  // of this round's frames, pushed by any peer
+    uint64_t bytes_received = 0;  // of new, valid frames of this round pushed by any peer
     // Follower: the aggregate the coordinator decides when every region is ready in time,
     // built before its decision comes; published only if the decision matches it bit for bit.
     std::shared_ptr<GlobalAggregate> speculative;
@@ -849,6 +849,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                           "frame for this slice",
                                           r, slice, region));
     }
+    // Progress for the fetch grace: only a valid frame new here counts (not a duplicate, not
+    // one refused), under mu_ already held.
+    rs.bytes_received += frame->size();
     rr.frames[slice] = std::move(frame);
     ++rr.have;
     rs.last_frame_at = absl::Now();
@@ -946,7 +949,6 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     if (in.refused.ok()) std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
     in.got += c.data().size();
     link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
-    if (in.refused.ok()) NoteRoundBytes(in.round, c.data().size());
     if (in.got < in.total) return grpc::Status::OK;
     in.got = 0;
     if (!in.refused.ok()) {
@@ -993,13 +995,6 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
                       absl::StrFormat("round %u slice %u: the stream ended after %u of %u bytes",
                                       in.round, in.slice, in.got, in.total));
-  }
-
-  // Counts bytes of round r's frames received here (what the fetch grace watches for progress).
-  void NoteRoundBytes(uint64_t r, uint64_t n) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (r <= published_through_ || r > published_through_ + kRoundWindow) return;
-    rounds_[r].bytes_received += n;
   }
 
   template <typename WriteFn>
@@ -1968,10 +1963,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // the coordinator (over what may be the longest link): wait while they keep arriving, and
     // fetch only what stops coming for fetch_grace (a cut link, a peer that died).
     {
-      // Progress is this round's frame bytes received from any peer (a schedule may route a
-      // region's frames over another gateway), counted per chunk: a large frame on a slow link
-      // is progress before it is whole, and the next round's pushes are not progress for this
-      // one. mu_ held.
+      // Progress is this round's new, valid frames' bytes received from any peer (a schedule
+      // may route a region's frames over another gateway), counted in StoreFrame: duplicates
+      // and refused frames do not stretch the wait, and the next round's pushes are not
+      // progress for this one. mu_ held.
       auto in_flight = [&]() -> uint64_t {
         auto it = rounds_.find(r);
         return it == rounds_.end() ? 0 : it->second.bytes_received;
