@@ -1617,6 +1617,39 @@ TEST(WanScheduleTest, CoordinatorChosenByLatency) {
   EXPECT_TRUE(w->coordinator_auto);
 }
 
+// A coordinator without a direct link to some region still pays for that region's frames, at
+// the bottleneck of the route they take; of parallel links the lower latency wins with its own
+// bandwidth.
+TEST(WanScheduleTest, CoordinatorCostUsesTheRouteBottleneck) {
+  const std::vector<uint32_t> regions = {1, 2, 3};
+  WanScheduleOptions o;
+  // 1–2 fast, 2–3 slow, no 1–3 link: region 3's frames cross the slow link whatever the
+  // coordinator, and 2 is one hop nearer to everyone than 1 (whose route from 3 goes via 2).
+  o.topology_yaml =
+      "ranks: ['1', '2', '3']\nlinks:\n"
+      "  - {between: ['1', '2'], bandwidth: 1Gbit, latency: 1ms}\n"
+      "  - {between: ['2', '3'], bandwidth: 10Mbit, latency: 1ms}\n";
+  absl::StatusOr<collective::Topology> t = ResolveWanTopology(o, regions);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
+  // Built in code, every link 1 ms and 1 GB/s but two parallel links 3 -> 1: the 1 ms one
+  // carries 1 kB/s, the 1 GB/s one takes 50 ms. The route is the 1 ms link, with its own
+  // bandwidth: region 3's frames take over 1000 s to reach 1, so 2 is chosen, not the lowest id.
+  collective::Topology u;
+  u.nodes = {"1", "2", "3"};
+  u.ranks = 3;
+  for (uint32_t i = 0; i < 3; ++i) {
+    for (uint32_t j = 0; j < 3; ++j) {
+      if (i != j && !(i == 2 && j == 0)) {
+        u.links.push_back({.src = i, .dst = j, .bytes_per_second = 1e9, .latency_s = 0.001});
+      }
+    }
+  }
+  u.links.push_back({.src = 2, .dst = 0, .bytes_per_second = 1e3, .latency_s = 0.001});
+  u.links.push_back({.src = 2, .dst = 0, .bytes_per_second = 1e9, .latency_s = 0.050});
+  EXPECT_EQ(ChooseCoordinator(u, regions, 1 << 20), 2u);
+}
+
 // `coordinator: auto` without a topology has nothing to choose from: refused at start-up,
 // naming both keys, from YAML and from options built in code.
 TEST(GrpcExchangeTest, CoordinatorAutoWithoutTopologyFailsAtStart) {
