@@ -1920,6 +1920,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         return absl::DataLossError(
             absl::StrFormat("round %u: the decision includes unknown region %u", r, p.region_id()));
       }
+      if (p.tokens() < 1) {  // its frames would be patched with totals no frame may carry
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        return absl::DataLossError(absl::StrFormat(
+            "round %u: the decision includes region %u with 0 tokens (a part weighs at least "
+            "one token)",
+            r, p.region_id()));
+      }
       g->parts.push_back({.region_id = p.region_id(),
                           .tokens = p.tokens(),
                           .tau_eff = p.tau_eff(),
