@@ -83,8 +83,6 @@ using wan_internal::FramePtr;
 constexpr uint64_t kRoundWindow = 2;
 // Largest chunk a peer may send; the server's message limit is a little above it.
 constexpr uint64_t kMaxChunkBytes = uint64_t{16} << 20;
-// A push stream carries at most this many bytes of frames before it is closed and acknowledged.
-constexpr uint64_t kPushBatchBytes = uint64_t{64} << 20;
 constexpr absl::Duration kMaxPoll = absl::Seconds(60);
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -1159,8 +1157,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     const uint64_t pub = PublishedThrough();
     std::lock_guard<std::mutex> lk(l.mu);
     for (std::deque<Link::Item>& q : l.queues) {
-      // The sender pops what it sent by identity, so removing items it holds in flight is
-      // safe; the front stays, it may be the one being sent.
+      // A frame stripe moves an item to its in-flight list before writing it, so its queue
+      // holds nothing being sent; the summary sender sends its queue's front in place and pops
+      // it afterwards only if it is still that round's summary. So the front stays (it may be
+      // the summary being sent) and the rest may go.
       if (q.size() <= 1) continue;
       auto keep = std::remove_if(q.begin() + 1, q.end(),
                                  [&](const Link::Item& it) { return Stale(it, pub); });

@@ -233,7 +233,8 @@ namespace {
 // FramesDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
 template <typename BodyCrcFn>
 uint64_t FramesDigestWith(std::span<const FramePtr> frames, BodyCrcFn crc) {
-  // As GlobalDigest(): frame bodies without their CRC trailers.
+  // As GlobalDigest(): frame bodies without their CRC trailers; and as there, both halves
+  // depend on a frame only through its body's CRC-32C and length (a 32-bit check per frame).
   uint32_t lo = 0, hi = 0x9e3779b9u;
   for (size_t i = 0; i < frames.size(); ++i) {
     std::span<const uint8_t> f;
