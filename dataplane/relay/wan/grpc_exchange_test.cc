@@ -985,6 +985,84 @@ TEST(GrpcExchangeTest, FrameStreamAnswersRoundLevelRefusalsAndStaysOpen) {
   EXPECT_EQ(Peer(s, 2).frames_received, 2u);
 }
 
+// A peer that answers Hello as region 2 and refuses every frame stream as malformed at its
+// first chunk, except one starting with slice `hold_slice`, which it holds open until the caller
+// cancels (so a test knows the sender got past every frame before it).
+class RefusingPeer final : public pb::Peer::Service {
+ public:
+  RefusingPeer(uint64_t spec_digest, uint32_t hold_slice)
+      : spec_digest_(spec_digest), hold_slice_(hold_slice) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~RefusingPeer() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  std::string Address() const { return absl::StrFormat("127.0.0.1:%d", port_); }
+  void SetScheduleDigest(uint64_t d) { schedule_digest_.store(d, std::memory_order_relaxed); }
+  int refused() const { return refused_.load(std::memory_order_relaxed); }
+  bool holding() const { return holding_.load(std::memory_order_acquire); }
+
+  grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
+                     pb::HelloReply* reply) override {
+    reply->set_protocol_version(kPeerProtocolVersion);
+    reply->set_region_id(2);
+    reply->set_spec_digest(spec_digest_);
+    reply->add_regions(1);
+    reply->add_regions(2);
+    reply->set_schedule_digest(schedule_digest_.load(std::memory_order_relaxed));
+    return grpc::Status::OK;
+  }
+  grpc::Status StreamFrames(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<pb::FrameAck, pb::FrameChunk>* stream) override {
+    pb::FrameChunk c;
+    if (!stream->Read(&c)) return grpc::Status::OK;
+    if (c.slice() == hold_slice_) {
+      holding_.store(true, std::memory_order_release);
+      while (stream->Read(&c)) {
+      }
+      return grpc::Status(grpc::StatusCode::CANCELLED, "held");
+    }
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad frame");
+  }
+
+ private:
+  const uint64_t spec_digest_;
+  const uint32_t hold_slice_;
+  std::atomic<uint64_t> schedule_digest_{0};
+  std::atomic<int> refused_{0};
+  std::atomic<bool> holding_{false};
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A frame refused as malformed is resent twice, each time after the link is marked failed (the
+// backoff paces the retries); the third refusal drops it without taking the link down again:
+// two reconnects per dropped frame, not three.
+TEST(GrpcExchangeTest, FrameDroppedAfterItsLastRefusalDoesNotResetTheLink) {
+  const ModelSpec spec = TestSpec();
+  const uint32_t nslices = static_cast<uint32_t>(Slices(spec).size());
+  RefusingPeer peer(SpecDigest(spec), nslices - 1);  // holds the last slice's stream
+  Mesh m(spec, {1, 2});
+  WanOptions o = m.Options(1);
+  o.streams_per_peer = 1;  // every frame on one stripe, in slice order
+  o.backoff_min = absl::Milliseconds(1);
+  o.backoff_max = absl::Milliseconds(2);
+  m.Start(1, o);
+  peer.SetScheduleDigest(m.ex(1).Stats().schedule_digest);
+  ASSERT_TRUE(m.ex(1).SetPeerAddress(2, peer.Address()).ok());
+  for (const SliceRef& s : Slices(spec)) {
+    ASSERT_TRUE(m.ex(1).SubmitSlice(1, s, RegionSlice(1, 1, s)).ok());
+  }
+  // The stripe reaches the last slice only after every frame before it was dropped.
+  WaitUntil([&] { return peer.holding(); });
+  EXPECT_EQ(peer.refused(), 3 * static_cast<int>(nslices - 1));
+  EXPECT_EQ(Peer(m.ex(1).Stats(), 2).reconnects, 2u * (nslices - 1));
+}
+
 // A gateway's own stream: every frame of several rounds is acknowledged (nothing left in flight
 // or queued), counted once per frame, with no refusal — many frames in flight per stripe.
 TEST(GrpcExchangeTest, FrameStreamsDeliverEveryFrameOnceWithManyInFlight) {
