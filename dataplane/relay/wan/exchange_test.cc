@@ -306,7 +306,8 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
   EXPECT_FALSE(wan_internal::PatchValidFrameTotals(std::vector<uint8_t>(10), 1, 1).ok());
   // Totals no frame may carry are refused by both, before anything is written.
   RegionEncoder enc(spec, 4, true);
-  absl::StatusOr<FramePtr> f = enc.Submit(1, Slices(spec)[0], RandomValues(Slices(spec)[0].count, rng));
+  absl::StatusOr<FramePtr> f =
+      enc.Submit(1, Slices(spec)[0], RandomValues(Slices(spec)[0].count, rng));
   ASSERT_TRUE(f.ok());
   for (auto [tokens, steps] : {std::pair<uint64_t, uint32_t>{0, 1}, {1, 0}}) {
     absl::StatusOr<FramePtr> valid = wan_internal::PatchValidFrameTotals(**f, tokens, steps);

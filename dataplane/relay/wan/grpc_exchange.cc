@@ -1333,8 +1333,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // or being decided at the callee, too far ahead, a different copy held) comes back as an
   // acknowledgement marked refused and is dropped without ending the stream; a frame refused as
   // malformed ends the stream and is resent up to three times, one refused for good is dropped
-  // (the follower fetches it from the coordinator, or the coordinator leaves the region out). A stream is closed and reopened before its
-  // deadline (push_timeout), when nothing is in flight.
+  // (the follower fetches it from the coordinator, or the coordinator leaves the region out). A
+  // stream is closed and reopened before its deadline (push_timeout), when nothing is in flight.
   void StreamLoop(Link& l, uint32_t stripe) {
     std::deque<Link::Item>& q = l.queues[stripe];
     std::deque<Link::Item>& flight = l.in_flight[stripe];

@@ -944,7 +944,8 @@ TEST(GrpcExchangeTest, FrameStreamAnswersRoundLevelRefusalsAndStaysOpen) {
   std::vector<std::vector<uint8_t>> frames;
   for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
   // Slice 0 of round 1 with other values: a different copy of a frame the callee will hold.
-  const std::vector<uint8_t> conflicting = **other.Submit(1, slices[0], RegionSlice(3, 7, slices[0]));
+  const std::vector<uint8_t> conflicting =
+      **other.Submit(1, slices[0], RegionSlice(3, 7, slices[0]));
   ASSERT_NE(conflicting, frames[0]);
   auto stub =
       pb::Peer::NewStub(grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials()));
