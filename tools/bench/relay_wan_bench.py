@@ -27,7 +27,9 @@ A stricter reference, for when aggregation is slower than the links (then every 
 last slice's is already across at the hand-over): the **pipelined bound**, max over i != j of
 F_i + lat(i->j) + L_i * 8 / rate(i->j) with L_i the last slice's frame (handed over just before
 F_i, so nothing can deliver it sooner), and the same with the coordinator's decision hop. Both
-are printed; the issue's target is stated against the first.
+are printed; the issue's target (<= 1.15) is stated against the pipelined bound, the one a run
+cannot beat. The all-gather ratio is information only: it can be below 1 when the transfer
+overlaps aggregation, so meeting 1.15 against it says nothing about the WAN path.
 
 Each gateway logs, per round, when its region handed over, when the round's last frame and last
 summary arrived, when the decision was taken (coordinator) or came (follower), and when it
@@ -252,15 +254,17 @@ def main():
               + f"  published {pub:+.3f}  prepared {prepared}/{len(names) - 1}")
     med = statistics.median(ratios)
     med_dec = statistics.median(ratios_dec)
-    print(f"median ratio to the all-gather bound (rounds 2..{a.rounds}): {med:.2f}  "
-          f"[min {min(ratios):.2f}, max {max(ratios):.2f}]  target <= 1.15")
-    print(f"median ratio to the bound with the coordinator's decision: {med_dec:.2f}  "
-          f"[min {min(ratios_dec):.2f}, max {max(ratios_dec):.2f}]")
-    print(f"median ratio to the pipelined bound (last slice from the hand-over): "
-          f"{statistics.median(ratios_pipe):.2f}  [min {min(ratios_pipe):.2f}, "
-          f"max {max(ratios_pipe):.2f}]; with the decision hop: "
+    med_pipe = statistics.median(ratios_pipe)
+    print(f"median ratio to the pipelined bound (last slice from the hand-over; rounds "
+          f"2..{a.rounds}): {med_pipe:.2f}  [min {min(ratios_pipe):.2f}, "
+          f"max {max(ratios_pipe):.2f}]  target <= 1.15: "
+          f"{'met' if med_pipe <= 1.15 else 'NOT met'}; with the decision hop: "
           f"{statistics.median(ratios_pipe_dec):.2f}  [min {min(ratios_pipe_dec):.2f}, "
           f"max {max(ratios_pipe_dec):.2f}]")
+    print(f"for information (a run can beat this bound, frames cross before the hand-over): "
+          f"median ratio to the all-gather bound: {med:.2f}  "
+          f"[min {min(ratios):.2f}, max {max(ratios):.2f}]; with the coordinator's decision: "
+          f"{med_dec:.2f}  [min {min(ratios_dec):.2f}, max {max(ratios_dec):.2f}]")
     return 0
 
 

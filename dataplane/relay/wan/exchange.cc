@@ -125,9 +125,13 @@ namespace {
 // GlobalDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
 template <typename BodyCrcFn>
 uint64_t GlobalDigestWith(const GlobalAggregate& g, BodyCrcFn crc) {
-  // lo: CRC-32C of the whole canonical stream; hi: CRC-32C over the header and each frame's own
-  // CRC seeded with its position — two different functions of the bytes, against accidental
-  // mismatch (authentication is the transport's job).
+  // lo: CRC-32C of the canonical stream (header, then each frame's length and body); hi:
+  // CRC-32C over the header and each frame's own CRC seeded with its position, and its length.
+  // CRC-32C is affine (Crc32c(body, prev) = Crc32c(body, 0) ^ Z_n(prev)), so both halves
+  // depend on a frame only through its body's CRC-32C and its length: two frames of one length
+  // with the same CRC-32C give the same digest. It is a 32-bit check per frame against
+  // accidental mismatch, not a 64-bit hash of the bytes, and no protection against a chosen
+  // change (authentication is the transport's job).
   std::string b;
   Put(b, 1, 2);  // digest layout version
   Put(b, g.round_id, 8);

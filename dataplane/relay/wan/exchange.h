@@ -66,8 +66,10 @@ struct GlobalAggregate {
   // frames[p * slices + s]: part p's frame for slice s (a valid frame: ParseFrame() accepts it;
   // its sender id is the region id, its tokens N_r).
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> frames;
-  // CRC-32C based digest of the weights and every frame's bytes, in order: equal on every
-  // gateway; workers and peers compare it.
+  // CRC-32C based digest of the parts (ids, tokens, τ_eff, weights) and, in order, every
+  // frame's length and body CRC-32C (it depends on a frame through those only: a check against
+  // accidental mismatch, not a hash of the bytes): equal on every gateway; workers and peers
+  // compare it.
   uint64_t digest = 0;
 };
 

@@ -290,7 +290,7 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
         EXPECT_EQ(wan_internal::BodyCrc(**f, prev), Crc32c(body, prev));
       }
       for (uint64_t tokens : {uint64_t{1}, uint64_t{12345}, ~uint64_t{0}}) {
-        const uint32_t steps = uint32_t(rng());
+        const uint32_t steps = uint32_t(rng()) | 1;  // ≥ 1
         absl::StatusOr<FramePtr> want = wan_internal::PatchFrameTotals(**f, tokens, steps);
         absl::StatusOr<FramePtr> got = wan_internal::PatchValidFrameTotals(**f, tokens, steps);
         ASSERT_TRUE(want.ok() && got.ok());
@@ -304,6 +304,18 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
     EXPECT_EQ(wan_internal::GlobalDigestOfValidFrames(g), GlobalDigest(g));
   }
   EXPECT_FALSE(wan_internal::PatchValidFrameTotals(std::vector<uint8_t>(10), 1, 1).ok());
+  // Totals no frame may carry are refused by both, before anything is written.
+  RegionEncoder enc(spec, 4, true);
+  absl::StatusOr<FramePtr> f =
+      enc.Submit(1, Slices(spec)[0], RandomValues(Slices(spec)[0].count, rng));
+  ASSERT_TRUE(f.ok());
+  for (auto [tokens, steps] : {std::pair<uint64_t, uint32_t>{0, 1}, {1, 0}}) {
+    absl::StatusOr<FramePtr> valid = wan_internal::PatchValidFrameTotals(**f, tokens, steps);
+    EXPECT_EQ(valid.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(valid.status().message(), HasSubstr("at least one token"));
+    EXPECT_EQ(wan_internal::PatchFrameTotals(**f, tokens, steps).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 // Collects outcomes from the exchange thread.

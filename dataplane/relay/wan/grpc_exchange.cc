@@ -83,8 +83,6 @@ using wan_internal::FramePtr;
 constexpr uint64_t kRoundWindow = 2;
 // Largest chunk a peer may send; the server's message limit is a little above it.
 constexpr uint64_t kMaxChunkBytes = uint64_t{16} << 20;
-// A push stream carries at most this many bytes of frames before it is closed and acknowledged.
-constexpr uint64_t kPushBatchBytes = uint64_t{64} << 20;
 constexpr absl::Duration kMaxPoll = absl::Seconds(60);
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -107,6 +105,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A refusal of a frame for a reason of its round, not of the frame or the stream: the round is
+// over or being decided at the callee, too far ahead, or it holds a different copy. A frame
+// stream answers these with FrameAck{refused} and stays open.
+bool RoundLevel(grpc::StatusCode c) {
+  return c == grpc::StatusCode::FAILED_PRECONDITION || c == grpc::StatusCode::OUT_OF_RANGE ||
+         c == grpc::StatusCode::ALREADY_EXISTS;
 }
 
 bool Transient(grpc::StatusCode c) {
@@ -495,7 +501,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     while (reader->Read(&c)) {
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack, false); !st.ok()) return st;
       if (!ack) continue;
       reply->set_frames(reply->frames() + 1);
       if (ack->duplicate()) reply->set_duplicates(reply->duplicates() + 1);
@@ -512,7 +518,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     while (stream->Read(&c)) {
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack); !st.ok()) return st;
+      if (grpc::Status st = TakeChunk(caller, in, c, &ack, true); !st.ok()) return st;
       if (ack && !stream->Write(*ack)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
       }
@@ -683,7 +689,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     bool own_finished = false;
     absl::Time own_finished_at;
     bool deciding = false;        // coordinator: no more frames or summaries
-    uint64_t bytes_received = 0;  // of this round's frames, pushed by any peer
+    uint64_t bytes_received = 0;  // of new, valid frames of this round pushed by any peer
     // Follower: the aggregate the coordinator decides when every region is ready in time,
     // built before its decision comes; published only if the decision matches it bit for bit.
     std::shared_ptr<GlobalAggregate> speculative;
@@ -841,6 +847,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                           "frame for this slice",
                                           r, slice, region));
     }
+    // Progress for the fetch grace: only a valid frame new here counts (not a duplicate, not
+    // one refused), under mu_ already held.
+    rs.bytes_received += frame->size();
     rr.frames[slice] = std::move(frame);
     ++rr.have;
     rs.last_frame_at = absl::Now();
@@ -853,6 +862,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::vector<uint8_t> buf;
     uint64_t round = 0, total = 0, got = 0;
     uint32_t slice = 0, region = 0;
+    grpc::Status refused;  // a round-level refusal: the rest of the frame is read and dropped
   };
 
   grpc::Status RefusePush(uint32_t caller, grpc::StatusCode code, std::string msg) {
@@ -870,11 +880,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   // Takes one chunk of a push stream from `caller`; when it completes a frame, validates and
   // stores it, queues it on to the peers the schedule names, and sets *ack. A non-OK status
-  // ends the stream (counted).
+  // ends the stream (counted). With `ack_refusals` (StreamFrames), a round-level refusal
+  // (RoundLevel) is counted and answered with an acknowledgement marked refused instead, so the
+  // caller's stream and the other frames in flight on it go on.
   grpc::Status TakeChunk(uint32_t caller, Inbound& in, const pb::FrameChunk& c,
-                         std::optional<pb::FrameAck>* ack) {
+                         std::optional<pb::FrameAck>* ack, bool ack_refusals) {
     Link& link = *links_.at(caller);
+    auto refuse_frame = [&](const grpc::Status& st) {
+      pb::FrameAck a;
+      a.set_round_id(in.round);
+      a.set_region_id(in.region);
+      a.set_slice(in.slice);
+      a.set_refused(true);
+      a.set_reason(st.error_message());
+      *ack = std::move(a);
+    };
     if (in.got == 0) {
+      in.refused = grpc::Status::OK;
       in.round = c.round_id();
       in.slice = c.slice();
       in.total = c.frame_bytes();
@@ -902,9 +924,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                           in.round, in.slice, in.total, want));
       }
       if (grpc::Status st = CheckRoundWindow(in.round, "frame"); !st.ok()) {
-        return RefusePush(caller, st.error_code(), st.error_message());
+        if (!ack_refusals || !RoundLevel(st.error_code())) {
+          return RefusePush(caller, st.error_code(), st.error_message());
+        }
+        in.refused = RefusePush(caller, st.error_code(), st.error_message());  // counts it
       }
-      in.buf.assign(in.total, 0);
+      if (in.refused.ok()) in.buf.assign(in.total, 0);
     } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
                c.region_id() != in.region) {
       return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
@@ -919,12 +944,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                         in.round, in.slice, c.offset(), c.data().size(), in.got,
                                         in.total - in.got));
     }
-    std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
+    if (in.refused.ok()) std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
     in.got += c.data().size();
     link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
-    NoteRoundBytes(in.round, c.data().size());
     if (in.got < in.total) return grpc::Status::OK;
     in.got = 0;
+    if (!in.refused.ok()) {
+      refuse_frame(in.refused);
+      return grpc::Status::OK;
+    }
     absl::StatusOr<FrameView> f = ParseFrame(in.buf);
     absl::Status check =
         f.ok() ? CheckFrameForSlice(*f, spec_, slices_[in.slice], in.round, in.region) : f.status();
@@ -943,7 +971,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     in.buf = {};
     bool duplicate = false;
     if (grpc::Status st = StoreFrame(in.round, in.region, in.slice, frame, &duplicate); !st.ok()) {
-      return RefusePush(caller, st.error_code(), st.error_message());
+      grpc::Status counted = RefusePush(caller, st.error_code(), st.error_message());
+      if (!ack_refusals || !RoundLevel(st.error_code())) return counted;
+      refuse_frame(counted);
+      return grpc::Status::OK;
     }
     if (!duplicate) Forward(in.round, in.region, in.slice, frame, caller);
     link.frames_received.fetch_add(1, std::memory_order_relaxed);
@@ -962,13 +993,6 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
                       absl::StrFormat("round %u slice %u: the stream ended after %u of %u bytes",
                                       in.round, in.slice, in.got, in.total));
-  }
-
-  // Counts bytes of round r's frames received here (what the fetch grace watches for progress).
-  void NoteRoundBytes(uint64_t r, uint64_t n) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (r <= published_through_ || r > published_through_ + kRoundWindow) return;
-    rounds_[r].bytes_received += n;
   }
 
   template <typename WriteFn>
@@ -1133,8 +1157,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     const uint64_t pub = PublishedThrough();
     std::lock_guard<std::mutex> lk(l.mu);
     for (std::deque<Link::Item>& q : l.queues) {
-      // The sender pops what it sent by identity, so removing items it holds in flight is
-      // safe; the front stays, it may be the one being sent.
+      // A frame stripe moves an item to its in-flight list before writing it, so its queue
+      // holds nothing being sent; the summary sender sends its queue's front in place and pops
+      // it afterwards only if it is still that round's summary. So the front stays (it may be
+      // the summary being sent) and the rest may go.
       if (q.size() <= 1) continue;
       auto keep = std::remove_if(q.begin() + 1, q.end(),
                                  [&](const Link::Item& it) { return Stale(it, pub); });
@@ -1303,10 +1329,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // blocks Write() when the callee falls behind, so the in-flight bytes are bounded by the link,
   // and no frame waits for another's reply round trip. When the stream fails, what is still in
   // flight goes back to the front of the queue (a callee acknowledges identical duplicates, so
-  // resending a frame it did store is harmless); a frame refused as malformed is resent up to
-  // three times, one refused for good is dropped (the follower fetches it from the coordinator,
-  // or the coordinator leaves the region out). A stream is closed and reopened before its
-  // deadline (push_timeout), when nothing is in flight.
+  // resending a frame it did store is harmless). A frame refused for a reason of its round (over
+  // or being decided at the callee, too far ahead, a different copy held) comes back as an
+  // acknowledgement marked refused and is dropped without ending the stream; a frame refused as
+  // malformed ends the stream and is resent up to three times, one refused for good is dropped
+  // (the follower fetches it from the coordinator, or the coordinator leaves the region out). A
+  // stream is closed and reopened before its deadline (push_timeout), when nothing is in flight.
   void StreamLoop(Link& l, uint32_t stripe) {
     std::deque<Link::Item>& q = l.queues[stripe];
     std::deque<Link::Item>& flight = l.in_flight[stripe];
@@ -1345,14 +1373,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
             continue;
           }
           const Link::Item& it = flight.front();
-          l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
-          l.frames_sent.fetch_add(1, std::memory_order_relaxed);
-          if (it.region != opt_.region_id) {
-            l.frames_forwarded.fetch_add(1, std::memory_order_relaxed);
+          // A frame refused for a reason of its round (the callee counted and logged it) is
+          // retired like an acknowledged one, not sent again; the stream goes on.
+          if (!ack.refused()) {
+            l.bytes_sent.fetch_add(it.frame->size(), std::memory_order_relaxed);
+            l.frames_sent.fetch_add(1, std::memory_order_relaxed);
+            if (it.region != opt_.region_id) {
+              l.frames_forwarded.fetch_add(1, std::memory_order_relaxed);
+            }
           }
           l.push_bytes += it.frame->size();
           flight.pop_front();
-          if (flight.empty()) StreamIdleLocked(l);
+          if (flight.empty()) {
+            StreamIdleLocked(l);
+            l.cv.notify_all();  // a draining writer waits for this
+          }
           refusals = 0;
         }
         if (unexpected) ctx.TryCancel();
@@ -1365,15 +1400,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         Link::Item it;
         {
           std::unique_lock<std::mutex> lk(l.mu);
+          if (absl::Now() - opened > opt_.push_timeout / 2) {
+            // Reopen well before the deadline, once what is in flight is acknowledged. Wait for
+            // exactly that (the reader notifies when in-flight empties), not for a non-empty
+            // queue, which would already hold and turn this into a spin.
+            l.cv.wait_for(lk, std::chrono::milliseconds(200),
+                          [&] { return flight.empty() || reader_done || Stopping(); });
+            if (flight.empty() || reader_done || Stopping()) break;
+            continue;
+          }
           l.cv.wait_for(lk, std::chrono::milliseconds(200),
                         [&] { return !q.empty() || reader_done || Stopping(); });
           if (reader_done || Stopping()) break;
           // Older rounds are over: peers fetch what they lack from the coordinator.
           while (!q.empty() && Stale(q.front(), pub)) q.pop_front();
-          if (absl::Now() - opened > opt_.push_timeout / 2) {
-            if (flight.empty()) break;  // reopen well before the deadline
-            continue;                   // let what is in flight be acknowledged first
-          }
+          if (absl::Now() - opened > opt_.push_timeout / 2) continue;  // drain first (above)
           if (q.empty()) continue;
           it = std::move(q.front());
           q.pop_front();
@@ -1388,6 +1429,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       stream->WritesDone();  // the callee acknowledges what it got, then ends the call
       reader.join();
       const grpc::Status st = stream->Finish();
+      bool dropped = false;  // the refused frame was dropped, not kept for a retry
       {
         std::lock_guard<std::mutex> lk(l.mu);
         if (!flight.empty()) StreamIdleLocked(l);
@@ -1402,6 +1444,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           }
           flight.pop_front();
           refusals = 0;
+          dropped = true;
         }
         // Not acknowledged: to the front of the queue, in order.
         q.insert(q.begin(), std::make_move_iterator(flight.begin()),
@@ -1409,7 +1452,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         flight.clear();
       }
       if (st.ok() || Stopping()) continue;
-      if (Transient(st.error_code()) || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      // The link is suspect when the call failed, or while a malformed frame is being retried
+      // (the backoff paces the retries); once that frame is dropped, one bad frame is no reason
+      // to take the link down.
+      if (Transient(st.error_code()) ||
+          (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT && !dropped)) {
         MarkFailed(l, FromGrpc(st, "push"));  // Connect() waits out the backoff
       }
     }
@@ -1873,6 +1920,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         return absl::DataLossError(
             absl::StrFormat("round %u: the decision includes unknown region %u", r, p.region_id()));
       }
+      if (p.tokens() < 1) {  // its frames would be patched with totals no frame may carry
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        return absl::DataLossError(absl::StrFormat(
+            "round %u: the decision includes region %u with 0 tokens (a part weighs at least "
+            "one token)",
+            r, p.region_id()));
+      }
       g->parts.push_back({.region_id = p.region_id(),
                           .tokens = p.tokens(),
                           .tau_eff = p.tau_eff(),
@@ -1916,10 +1970,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // the coordinator (over what may be the longest link): wait while they keep arriving, and
     // fetch only what stops coming for fetch_grace (a cut link, a peer that died).
     {
-      // Progress is this round's frame bytes received from any peer (a schedule may route a
-      // region's frames over another gateway), counted per chunk: a large frame on a slow link
-      // is progress before it is whole, and the next round's pushes are not progress for this
-      // one. mu_ held.
+      // Progress is this round's new, valid frames' bytes received from any peer (a schedule
+      // may route a region's frames over another gateway), counted in StoreFrame: duplicates
+      // and refused frames do not stretch the wait, and the next round's pushes are not
+      // progress for this one. mu_ held.
       auto in_flight = [&]() -> uint64_t {
         auto it = rounds_.find(r);
         return it == rounds_.end() ? 0 : it->second.bytes_received;
@@ -2171,6 +2225,13 @@ absl::Status ValidateWanOptions(const WanOptions& o) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "wan.coordinator: region %u is neither this gateway's region nor one of its peers",
         o.coordinator));
+  }
+  if (o.coordinator_auto && o.schedule.topology_file.empty() && o.schedule.topology_yaml.empty()) {
+    // Without a topology every link looks the same and "auto" would quietly pick the lowest
+    // region id: refuse rather than pretend to have chosen.
+    return absl::InvalidArgumentError(
+        "wan.coordinator: auto needs wan.topology (the links' latency and bandwidth it chooses "
+        "from); set wan.topology, or name the coordinator's region in wan.coordinator");
   }
   if (o.streams_per_peer < 1 || o.streams_per_peer > 64) {
     return absl::InvalidArgumentError(

@@ -933,6 +933,137 @@ TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefused
   EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 5u);
 }
 
+// A frame refused for a reason of its round (too far ahead; a different copy already held) is
+// answered with an acknowledgement marked refused, counted, and the stream goes on: the frames
+// after it are stored and acknowledged, and the call ends OK.
+TEST(GrpcExchangeTest, FrameStreamAnswersRoundLevelRefusalsAndStaysOpen) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true), other(m.spec(), 2, true);
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  // Slice 0 of round 1 with other values: a different copy of a frame the callee will hold.
+  const std::vector<uint8_t> conflicting =
+      **other.Submit(1, slices[0], RegionSlice(3, 7, slices[0]));
+  ASSERT_NE(conflicting, frames[0]);
+  auto stub =
+      pb::Peer::NewStub(grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.AddMetadata("authorization", "Bearer s3cret-token");
+  c.AddMetadata("x-heddle-region", "2");
+  c.AddMetadata("x-heddle-spec", Hex(SpecDigest(m.spec())));
+  c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
+  auto stream = stub->StreamFrames(&c);
+  std::vector<pb::FrameAck> acks;
+  std::thread reader([&] {
+    pb::FrameAck a;
+    while (stream->Read(&a)) acks.push_back(a);
+  });
+  // Round 9 is too far ahead (nothing published yet), then slice 0 of round 1, its conflicting
+  // copy, and slice 1.
+  for (const auto& chunks : {Chunks(9, 2, 2, frames[2]), Chunks(1, 2, 0, frames[0]),
+                             Chunks(1, 2, 0, conflicting), Chunks(1, 2, 1, frames[1])}) {
+    for (const pb::FrameChunk& ch : chunks) ASSERT_TRUE(stream->Write(ch));
+  }
+  stream->WritesDone();
+  reader.join();
+  const grpc::Status st = stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(acks.size(), 4u);
+  EXPECT_TRUE(acks[0].refused());
+  EXPECT_EQ(acks[0].round_id(), 9u);
+  EXPECT_EQ(acks[0].slice(), 2u);
+  EXPECT_THAT(acks[0].reason(), HasSubstr("too far ahead"));
+  EXPECT_FALSE(acks[1].refused());
+  EXPECT_EQ(acks[1].slice(), 0u);
+  EXPECT_TRUE(acks[2].refused());
+  EXPECT_THAT(acks[2].reason(), HasSubstr("different frame"));
+  EXPECT_FALSE(acks[3].refused());
+  EXPECT_EQ(acks[3].slice(), 1u);
+  const WanStats s = m.ex(1).Stats();
+  EXPECT_EQ(s.out_of_window_messages, 1u);
+  EXPECT_EQ(Peer(s, 2).frames_received, 2u);
+}
+
+// A peer that answers Hello as region 2 and refuses every frame stream as malformed at its
+// first chunk, except one starting with slice `hold_slice`, which it holds open until the caller
+// cancels (so a test knows the sender got past every frame before it).
+class RefusingPeer final : public pb::Peer::Service {
+ public:
+  RefusingPeer(uint64_t spec_digest, uint32_t hold_slice)
+      : spec_digest_(spec_digest), hold_slice_(hold_slice) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~RefusingPeer() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  std::string Address() const { return absl::StrFormat("127.0.0.1:%d", port_); }
+  void SetScheduleDigest(uint64_t d) { schedule_digest_.store(d, std::memory_order_relaxed); }
+  int refused() const { return refused_.load(std::memory_order_relaxed); }
+  bool holding() const { return holding_.load(std::memory_order_acquire); }
+
+  grpc::Status Hello(grpc::ServerContext*, const pb::HelloRequest*,
+                     pb::HelloReply* reply) override {
+    reply->set_protocol_version(kPeerProtocolVersion);
+    reply->set_region_id(2);
+    reply->set_spec_digest(spec_digest_);
+    reply->add_regions(1);
+    reply->add_regions(2);
+    reply->set_schedule_digest(schedule_digest_.load(std::memory_order_relaxed));
+    return grpc::Status::OK;
+  }
+  grpc::Status StreamFrames(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<pb::FrameAck, pb::FrameChunk>* stream) override {
+    pb::FrameChunk c;
+    if (!stream->Read(&c)) return grpc::Status::OK;
+    if (c.slice() == hold_slice_) {
+      holding_.store(true, std::memory_order_release);
+      while (stream->Read(&c)) {
+      }
+      return grpc::Status(grpc::StatusCode::CANCELLED, "held");
+    }
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad frame");
+  }
+
+ private:
+  const uint64_t spec_digest_;
+  const uint32_t hold_slice_;
+  std::atomic<uint64_t> schedule_digest_{0};
+  std::atomic<int> refused_{0};
+  std::atomic<bool> holding_{false};
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A frame refused as malformed is resent twice, each time after the link is marked failed (the
+// backoff paces the retries); the third refusal drops it without taking the link down again:
+// two reconnects per dropped frame, not three.
+TEST(GrpcExchangeTest, FrameDroppedAfterItsLastRefusalDoesNotResetTheLink) {
+  const ModelSpec spec = TestSpec();
+  const uint32_t nslices = static_cast<uint32_t>(Slices(spec).size());
+  RefusingPeer peer(SpecDigest(spec), nslices - 1);  // holds the last slice's stream
+  Mesh m(spec, {1, 2});
+  WanOptions o = m.Options(1);
+  o.streams_per_peer = 1;  // every frame on one stripe, in slice order
+  o.backoff_min = absl::Milliseconds(1);
+  o.backoff_max = absl::Milliseconds(2);
+  m.Start(1, o);
+  peer.SetScheduleDigest(m.ex(1).Stats().schedule_digest);
+  ASSERT_TRUE(m.ex(1).SetPeerAddress(2, peer.Address()).ok());
+  for (const SliceRef& s : Slices(spec)) {
+    ASSERT_TRUE(m.ex(1).SubmitSlice(1, s, RegionSlice(1, 1, s)).ok());
+  }
+  // The stripe reaches the last slice only after every frame before it was dropped.
+  WaitUntil([&] { return peer.holding(); });
+  EXPECT_EQ(peer.refused(), 3 * static_cast<int>(nslices - 1));
+  EXPECT_EQ(Peer(m.ex(1).Stats(), 2).reconnects, 2u * (nslices - 1));
+}
+
 // A gateway's own stream: every frame of several rounds is acknowledged (nothing left in flight
 // or queued), counted once per frame, with no refusal — many frames in flight per stripe.
 TEST(GrpcExchangeTest, FrameStreamsDeliverEveryFrameOnceWithManyInFlight) {
@@ -1558,10 +1689,63 @@ TEST(WanScheduleTest, CoordinatorChosenByLatency) {
   EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
   // From the `wan:` block, and every gateway of a mesh names the same one.
   YAML::Node n = YAML::Load(
-      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n");
+      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n"
+      "topology: {ranks: ['1', '2'], default: {bandwidth: 1Gbit, latency: 20ms}}\n");
   absl::StatusOr<WanOptions> w = WanOptionsFromYaml(n);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_TRUE(w->coordinator_auto);
+}
+
+// A coordinator without a direct link to some region still pays for that region's frames, at
+// the bottleneck of the route they take; of parallel links the lower latency wins with its own
+// bandwidth.
+TEST(WanScheduleTest, CoordinatorCostUsesTheRouteBottleneck) {
+  const std::vector<uint32_t> regions = {1, 2, 3};
+  WanScheduleOptions o;
+  // 1–2 fast, 2–3 slow, no 1–3 link: region 3's frames cross the slow link whatever the
+  // coordinator, and 2 is one hop nearer to everyone than 1 (whose route from 3 goes via 2).
+  o.topology_yaml =
+      "ranks: ['1', '2', '3']\nlinks:\n"
+      "  - {between: ['1', '2'], bandwidth: 1Gbit, latency: 1ms}\n"
+      "  - {between: ['2', '3'], bandwidth: 10Mbit, latency: 1ms}\n";
+  absl::StatusOr<collective::Topology> t = ResolveWanTopology(o, regions);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(ChooseCoordinator(*t, regions, 1 << 20), 2u);
+  // Built in code, every link 1 ms and 1 GB/s but two parallel links 3 -> 1: the 1 ms one
+  // carries 1 kB/s, the 1 GB/s one takes 50 ms. The route is the 1 ms link, with its own
+  // bandwidth: region 3's frames take over 1000 s to reach 1, so 2 is chosen, not the lowest id.
+  collective::Topology u;
+  u.nodes = {"1", "2", "3"};
+  u.ranks = 3;
+  for (uint32_t i = 0; i < 3; ++i) {
+    for (uint32_t j = 0; j < 3; ++j) {
+      if (i != j && !(i == 2 && j == 0)) {
+        u.links.push_back({.src = i, .dst = j, .bytes_per_second = 1e9, .latency_s = 0.001});
+      }
+    }
+  }
+  u.links.push_back({.src = 2, .dst = 0, .bytes_per_second = 1e3, .latency_s = 0.001});
+  u.links.push_back({.src = 2, .dst = 0, .bytes_per_second = 1e9, .latency_s = 0.050});
+  EXPECT_EQ(ChooseCoordinator(u, regions, 1 << 20), 2u);
+}
+
+// `coordinator: auto` without a topology has nothing to choose from: refused at start-up,
+// naming both keys, from YAML and from options built in code.
+TEST(GrpcExchangeTest, CoordinatorAutoWithoutTopologyFailsAtStart) {
+  YAML::Node n = YAML::Load(
+      "region: 1\nlisten: 127.0.0.1:0\npeers: [{region: 2, address: a:1}]\ncoordinator: auto\n");
+  absl::StatusOr<WanOptions> w = WanOptionsFromYaml(n);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(), HasSubstr("wan.coordinator"));
+  EXPECT_THAT(w.status().message(), HasSubstr("wan.topology"));
+  WanOptions o;
+  o.region_id = 1;
+  o.listen_address = "127.0.0.1:0";
+  o.peers = {{.region_id = 2}};
+  o.coordinator_auto = true;
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(TestSpec(), o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.topology"));
 }
 
 TEST(GrpcExchangeTest, BadOptionsFailAtStart) {

@@ -172,19 +172,44 @@ uint32_t ChooseCoordinator(const col::Topology& t, std::span<const uint32_t> reg
                            uint64_t slot_bytes) {
   const size_t n = t.nodes.size();
   const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> lat(n * n, inf), direct_bw(n * n, 0);
-  for (size_t i = 0; i < n; ++i) lat[i * n + i] = 0;
+  // Per ordered pair, the shortest-latency route and the bottleneck bandwidth along it (0: no
+  // route). Of parallel links the lower latency wins, and its own bandwidth goes with it.
+  std::vector<double> lat(n * n, inf), bw(n * n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    lat[i * n + i] = 0;
+    bw[i * n + i] = inf;
+  }
+  auto better = [](double l1, double b1, double l0, double b0) {
+    return l1 < l0 || (l1 == l0 && b1 > b0);
+  };
   for (const col::Link& l : t.links) {
-    lat[l.src * n + l.dst] = std::min(lat[l.src * n + l.dst], l.latency_s);
-    direct_bw[l.src * n + l.dst] = l.bytes_per_second;
+    if (l.src >= n || l.dst >= n) continue;
+    const size_t ij = l.src * n + l.dst;
+    if (better(l.latency_s, l.bytes_per_second, lat[ij], bw[ij])) {
+      lat[ij] = l.latency_s;
+      bw[ij] = l.bytes_per_second;
+    }
   }
   for (size_t k = 0; k < n; ++k) {  // shortest latencies (switches, or missing rank pairs)
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < n; ++j) {
-        lat[i * n + j] = std::min(lat[i * n + j], lat[i * n + k] + lat[k * n + j]);
+        const double l = lat[i * n + k] + lat[k * n + j];
+        const double b = std::min(bw[i * n + k], bw[k * n + j]);
+        if (better(l, b, lat[i * n + j], bw[i * n + j])) {
+          lat[i * n + j] = l;
+          bw[i * n + j] = b;
+        }
       }
     }
   }
+  // One region's frames from i to c: the route's latency plus the frames at its bottleneck;
+  // infinite with no route (or a route of no bandwidth), so such a coordinator is never chosen
+  // over one every region can reach.
+  auto transfer = [&](size_t i, size_t c) {
+    const double b = bw[i * n + c];
+    if (lat[i * n + c] == inf || !(b > 0)) return inf;
+    return lat[i * n + c] + static_cast<double>(slot_bytes) / b;
+  };
   const size_t ranks = std::min<size_t>(regions.size(), t.ranks);
   uint32_t best = regions.empty() ? 0 : regions.front();
   double best_cost = inf;
@@ -192,8 +217,7 @@ uint32_t ChooseCoordinator(const col::Topology& t, std::span<const uint32_t> reg
     double in = 0, out = 0;
     for (size_t i = 0; i < ranks; ++i) {
       if (i == c) continue;
-      const double bw = direct_bw[i * n + c];
-      in = std::max(in, lat[i * n + c] + (bw > 0 ? static_cast<double>(slot_bytes) / bw : 0));
+      in = std::max(in, transfer(i, c));
       out = std::max(out, lat[c * n + i]);
     }
     if (in + out < best_cost) {

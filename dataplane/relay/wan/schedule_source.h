@@ -44,10 +44,11 @@ uint64_t WanScheduleDigest(const collective::Schedule& s);
 
 // `wan.coordinator: auto`: the region whose decision reaches every gateway first on topology
 // `t` (ranks = `regions` in order): the smallest max_i arrival(i → c) + max_g latency(c → g),
-// arrival = the shortest-latency path plus, over a direct link, slot_bytes / its bandwidth (the
-// coordinator decides once it holds every region's frames, then its decision travels one more
-// latency to each gateway). Ties go to the lower region id; every gateway computes the same
-// from the same topology.
+// arrival = the shortest-latency path's latency plus slot_bytes / the path's bottleneck
+// bandwidth (infinite with no path; of parallel links the lower latency, with its own
+// bandwidth), since the coordinator decides once it holds every region's frames, then its
+// decision travels one more latency to each gateway. Ties go to the lower region id; every gateway
+// computes the same from the same topology.
 uint32_t ChooseCoordinator(const collective::Topology& t, std::span<const uint32_t> regions,
                            uint64_t slot_bytes);
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
+#include "common/status_macros.h"
 #include "dataplane/relay/codec/frame.h"
 
 namespace heddle::relay::wan_internal {
@@ -81,14 +82,9 @@ uint32_t BodyCrc(std::span<const uint8_t> frame, uint32_t previous) {
 
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps) {
-  if (provisional.size() < kFrameHeaderBytes + kFrameTrailerBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("frame of %u bytes is shorter than a frame header", provisional.size()));
-  }
   auto out = std::make_shared<std::vector<uint8_t>>(provisional.begin(), provisional.end());
+  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(*out, tokens, inner_steps));
   uint8_t* p = out->data();
-  PutLe(p + 52, inner_steps, 4);  // frame.h: inner steps at 52, token count at 56
-  PutLe(p + 56, tokens, 8);
   // The body changed by D = old ^ new, non-zero in the header only: the new CRC is the old one
   // ^ R(D), and R(D) is R of the header's difference followed by zeros.
   uint8_t d[kFrameHeaderBytes];

@@ -33,8 +33,9 @@ uint32_t Crc32cExtendZeros(uint32_t reg, uint64_t n);
 // than a trailer is its own body (read in full).
 uint32_t BodyCrc(std::span<const uint8_t> frame, uint32_t previous);
 
-// PatchFrameTotals() for a valid frame: a copy with the totals written and the trailer updated
-// from the old one (the body is copied, not read again).
+// PatchFrameTotals() for a valid frame: a copy with the totals written (WriteFrameTotals(), so
+// the same refusals) and the trailer updated from the old one (the body is copied, not read
+// again, nor parsed: the caller vouches for the frame).
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/crc32c.h"
+#include "common/status_macros.h"
 #include "dataplane/relay/codec/frame.h"
 #include "dataplane/relay/wan/internal/frame_crc.h"
 
@@ -27,16 +28,27 @@ uint32_t RegionInnerSteps(double tau_eff) {
   return static_cast<uint32_t>(r);
 }
 
+absl::Status WriteFrameTotals(std::span<uint8_t> frame, uint64_t tokens, uint32_t inner_steps) {
+  if (frame.size() < kFrameHeaderBytes + kFrameTrailerBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("frame of %u bytes is shorter than a frame header", frame.size()));
+  }
+  if (tokens < 1 || inner_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "frame totals of %u tokens and %u inner steps: a contribution weighs at least one token "
+        "and comes from at least one step",
+        tokens, inner_steps));
+  }
+  PutLe(frame.data() + 52, inner_steps, 4);  // frame.h: inner steps at 52, token count at 56
+  PutLe(frame.data() + 56, tokens, 8);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FramePtr> PatchFrameTotals(std::span<const uint8_t> provisional, uint64_t tokens,
                                           uint32_t inner_steps) {
   auto out = std::make_shared<std::vector<uint8_t>>(provisional.begin(), provisional.end());
-  if (out->size() < kFrameHeaderBytes + kFrameTrailerBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("frame of %u bytes is shorter than a frame header", out->size()));
-  }
+  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(*out, tokens, inner_steps));
   uint8_t* p = out->data();
-  PutLe(p + 52, inner_steps, 4);  // frame.h: inner steps at 52, token count at 56
-  PutLe(p + 56, tokens, 8);
   const size_t body = out->size() - kFrameTrailerBytes;
   PutLe(p + body, Crc32c(std::span<const uint8_t>(p, body)), 4);
   absl::StatusOr<FrameView> f = ParseFrame(*out);
@@ -221,7 +233,8 @@ namespace {
 // FramesDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
 template <typename BodyCrcFn>
 uint64_t FramesDigestWith(std::span<const FramePtr> frames, BodyCrcFn crc) {
-  // As GlobalDigest(): frame bodies without their CRC trailers.
+  // As GlobalDigest(): frame bodies without their CRC trailers; and as there, both halves
+  // depend on a frame only through its body's CRC-32C and length (a 32-bit check per frame).
   uint32_t lo = 0, hi = 0x9e3779b9u;
   for (size_t i = 0; i < frames.size(); ++i) {
     std::span<const uint8_t> f;

@@ -36,8 +36,15 @@ using FramePtr = std::shared_ptr<const std::vector<uint8_t>>;
 // inner_steps of a region frame: max(1, round(τ_eff)), clamped to uint32 (information only).
 uint32_t RegionInnerSteps(double tau_eff);
 
+// Writes token_count and inner_steps into `frame`'s header (the trailer is left to the
+// caller); refused (InvalidArgument, nothing written) for a frame shorter than a header and
+// trailer, tokens < 1 or inner_steps < 1 — what ParseFrame() would refuse in the result. The one
+// place both patches below write the totals.
+absl::Status WriteFrameTotals(std::span<uint8_t> frame, uint64_t tokens, uint32_t inner_steps);
+
 // A copy of the valid frame `provisional` with token_count and inner_steps replaced and the
-// checksum recomputed; refused (InvalidArgument) unless the result parses.
+// checksum recomputed; refused (InvalidArgument) unless WriteFrameTotals() accepts the totals
+// and the result parses.
 absl::StatusOr<FramePtr> PatchFrameTotals(std::span<const uint8_t> provisional, uint64_t tokens,
                                           uint32_t inner_steps);
 
