@@ -764,7 +764,7 @@ void StormTagStage::ScanForQuery(uint32_t now_ms) {
     r.size = e.size;
     r.sent = e.sent;
     r.remaining = (e.flags & storm::kEntryInProgress)
-                      ? storm::RemainingBytes(e, e.sent, storm::UnknownBytes(o_.control->levels()))
+                      ? storm::RemainingBytes(e, e.sent, o_.control->levels().unknown_floor)
                       : 0;
     r.egress_held = e.egress_queued;
     r.host_backlog = e.host_backlog;
