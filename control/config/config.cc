@@ -627,8 +627,13 @@ class Parser {
       Uint(*v, "storm.backlog_max", 0, UINT32_MAX, &l.backlog_max);
     }
     // Per-message mode: the size a request of unknown size is levelled as (docs/storm.md §3).
+    uint64_t ignored = 0;
     if (auto v = Child(n, "unknown_size"); v && v->IsScalar() && v->Scalar() == "lowest") {
       l.unknown_size = storm::kUnknownSizeLowest;
+    } else if (v && v->IsScalar() && ParseUint(v->Scalar(), &ignored) == UintParse::kNotInteger) {
+      Error(*v, "storm.unknown_size",
+            absl::StrCat(Quote(v->Scalar()),
+                         " is not a size; use bytes 1..4294967295, or lowest (the default)"));
     } else if (v) {
       Uint(*v, "storm.unknown_size", 1, UINT32_MAX, &l.unknown_size);
     }

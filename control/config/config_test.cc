@@ -771,7 +771,8 @@ TEST(StormConfigTest, BadValuesNameKeyAndFix) {
   EXPECT_TRUE(HasError(bad("{ beta: nan }"), "storm.beta", "finite"));
   EXPECT_TRUE(HasError(bad("{ unknown_size: 0 }"), "storm.unknown_size", "1..4294967295"));
   EXPECT_TRUE(HasError(bad("{ unknown_size: 4294967296 }"), "storm.unknown_size", "out of range"));
-  EXPECT_TRUE(HasError(bad("{ unknown_size: highest }"), "storm.unknown_size", "not an integer"));
+  EXPECT_TRUE(HasError(bad("{ unknown_size: highest }"), "storm.unknown_size",
+                       "\"highest\" is not a size; use bytes 1..4294967295, or lowest"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 5000 }"), "storm.qp_capacity", "power of two"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 512 }"), "storm.qp_capacity", "1024.."));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: automatic }"), "storm.qp_capacity", ""));
