@@ -597,18 +597,19 @@ TEST_F(HeddlectlTest, SetStormEachSettingAloneLeavesTheRestUnset) {
   EXPECT_FALSE(u->control_level.has_value());
   EXPECT_THAT(r.out, HasSubstr("beta:           0\n"));
 
-  // The level it gives is shown beside the size: 256 KiB is level 1 under 4K/64K/1M.
+  // The level it gives is shown beside the size: 256 KiB is level 1 under 4K/64K/1M. The mode
+  // is per-packet since above, which demotes from a floor instead: per-message only.
   const Result sized = Ok({"set", "storm", "unknown-size", "256K"});
   u = LastUpdate();
   EXPECT_EQ(u->unknown_size, std::optional<uint32_t>(262144));
   EXPECT_FALSE(u->beta.has_value());
-  EXPECT_THAT(sized.out, HasSubstr("unknown size:   256 KiB (level 1)\n"));
-  Ok({"set", "storm", "unknown-size", "lowest"});
-  EXPECT_EQ(LastUpdate()->unknown_size, std::optional<uint32_t>(4294967295u));
-  // Per-packet mode demotes from a floor instead: the setting is per-message only.
-  const Result per_packet = Ok({"set", "storm", "mode", "per-packet"});
+  EXPECT_THAT(sized.out, HasSubstr("unknown size:   256 KiB (level 1 in per-message mode)\n"));
+  const Result per_message = Ok({"set", "storm", "mode", "per-message"});
   EXPECT_FALSE(LastUpdate()->unknown_size.has_value());
-  EXPECT_THAT(per_packet.out, HasSubstr("unknown size:   lowest (level 0 in per-message mode)\n"));
+  EXPECT_THAT(per_message.out, HasSubstr("unknown size:   256 KiB (level 1)\n"));
+  const Result lowest = Ok({"set", "storm", "unknown-size", "lowest"});
+  EXPECT_EQ(LastUpdate()->unknown_size, std::optional<uint32_t>(4294967295u));
+  EXPECT_THAT(lowest.out, HasSubstr("unknown size:   lowest (level 0)\n"));
 }
 
 TEST_F(HeddlectlTest, SetStormOneLevelSendsAnEmptyCutoffList) {
