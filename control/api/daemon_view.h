@@ -124,6 +124,7 @@ struct StormView {
   uint32_t control_level = 0;
   double beta = 0;
   uint64_t backlog_max = 0;
+  uint64_t unknown_size = 0;   // per-message R of a request of unknown size (storm.unknown_size)
   std::string backlog_source;  // "none" | "egress" | "host"
   uint64_t generation = 0;     // bumps on every published change
   uint32_t auto_interval_ms = 0;
@@ -183,6 +184,7 @@ struct StormUpdate {
   std::optional<std::vector<int32_t>> pcp;    // one per level, -1 keeps
   std::optional<uint32_t> control_level;
   std::optional<double> beta;
+  std::optional<uint32_t> unknown_size;  // 1..4294967295
 };
 
 // One path of a path set (docs/pin.md §1) and the bytes the pin-select stages sent on it.

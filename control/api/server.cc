@@ -104,6 +104,7 @@ void ToProto(const StormView& in, v1::Storm* out) {
   out->set_control_level(in.control_level);
   out->set_beta(in.beta);
   out->set_backlog_max(in.backlog_max);
+  out->set_unknown_size(in.unknown_size);
   out->set_backlog_source(in.backlog_source);
   out->set_generation(in.generation);
   out->set_auto_interval_ms(in.auto_interval_ms);
@@ -309,8 +310,16 @@ absl::StatusOr<StormUpdate> FromProto(const v1::SetStormRequest& in) {
     }
     update.beta = in.beta();
   }
+  if (in.has_unknown_size()) {
+    if (in.unknown_size() < 1 || in.unknown_size() > UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "storm unknown_size ", in.unknown_size(),
+          " is out of range; use 1 to 4294967295 bytes (4294967295: the lowest level)"));
+    }
+    update.unknown_size = static_cast<uint32_t>(in.unknown_size());
+  }
   if (!update.levels && !update.cutoffs && !update.cutoffs_auto && !update.mode && !update.dscp &&
-      !update.pcp && !update.control_level && !update.beta) {
+      !update.pcp && !update.control_level && !update.beta && !update.unknown_size) {
     return absl::InvalidArgumentError("the storm change sets nothing; give at least one setting");
   }
   return update;

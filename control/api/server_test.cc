@@ -567,6 +567,7 @@ TEST_F(ApiServerTest, SetStormCarriesEveryFieldAndAnswersTheNewState) {
   for (int32_t p : {-1, 3, 6}) req.mutable_pcp()->add_values(p);
   req.set_control_level(2);
   req.set_beta(0.25);
+  req.set_unknown_size(262144);
   auto r = Client(socket_path_)->SetStorm(req);
   ASSERT_TRUE(r.ok()) << r.status();
 
@@ -583,12 +584,14 @@ TEST_F(ApiServerTest, SetStormCarriesEveryFieldAndAnswersTheNewState) {
   EXPECT_THAT(*u.pcp, ElementsAre(-1, 3, 6));
   EXPECT_EQ(u.control_level, std::optional<uint32_t>(2));
   EXPECT_EQ(u.beta, std::optional<double>(0.25));
+  EXPECT_EQ(u.unknown_size, std::optional<uint32_t>(262144));
 
   const v1::Storm& s = r->storm();
   EXPECT_EQ(s.levels(), 3u);
   EXPECT_THAT(s.cutoffs(), ElementsAre(8192u, 262144u));
   EXPECT_EQ(s.mode(), "per-packet");
   EXPECT_DOUBLE_EQ(s.beta(), 0.25);
+  EXPECT_EQ(s.unknown_size(), 262144u);
   EXPECT_EQ(s.generation(), 8u);
   ASSERT_EQ(s.per_level_size(), 3);
   EXPECT_EQ(s.per_level(0).level(), 2u);
@@ -634,6 +637,13 @@ TEST_F(ApiServerTest, SetStormRejectsMalformedRequestsWithoutAskingTheDaemon) {
     cases.push_back({"negative beta", beta, "must be a finite number >= 0"});
     beta.set_beta(std::numeric_limits<double>::quiet_NaN());
     cases.push_back({"nan beta", beta, "must be a finite number >= 0"});
+  }
+  {
+    v1::SetStormRequest unknown;
+    unknown.set_unknown_size(0);
+    cases.push_back({"zero unknown_size", unknown, "storm unknown_size 0 is out of range"});
+    unknown.set_unknown_size(uint64_t{1} << 32);
+    cases.push_back({"huge unknown_size", unknown, "use 1 to 4294967295 bytes"});
   }
   for (const Case& c : cases) {
     auto r = client->SetStorm(c.request);

@@ -81,6 +81,7 @@ constexpr absl::string_view kStormKeys[] = {"enabled",
                                             "control_level",
                                             "beta",
                                             "backlog_max",
+                                            "unknown_size",
                                             "qp_capacity",
                                             "qp_idle_ms",
                                             "mtu",
@@ -639,6 +640,17 @@ class Parser {
     }
     if (auto v = Child(n, "backlog_max")) {
       Uint(*v, "storm.backlog_max", 0, UINT32_MAX, &l.backlog_max);
+    }
+    // Per-message mode: the size a request of unknown size is levelled as (docs/storm.md §3).
+    uint64_t ignored = 0;
+    if (auto v = Child(n, "unknown_size"); v && v->IsScalar() && v->Scalar() == "lowest") {
+      l.unknown_size = storm::kUnknownSizeLowest;
+    } else if (v && v->IsScalar() && ParseUint(v->Scalar(), &ignored) == UintParse::kNotInteger) {
+      Error(*v, "storm.unknown_size",
+            absl::StrCat(Quote(v->Scalar()),
+                         " is not a size; use bytes 1..4294967295, or lowest (the default)"));
+    } else if (v) {
+      Uint(*v, "storm.unknown_size", 1, UINT32_MAX, &l.unknown_size);
     }
     if (auto v = Child(n, "qp_capacity"); v && v->IsScalar() && v->Scalar() == "auto") {
       s->qp_capacity = 0;
@@ -1625,6 +1637,11 @@ std::string ToYaml(const Config& c) {
   out << YAML::Key << "control_level" << YAML::Value << static_cast<unsigned>(l.control_level);
   out << YAML::Key << "beta" << YAML::Value << l.beta;
   out << YAML::Key << "backlog_max" << YAML::Value << l.backlog_max;
+  if (l.unknown_size == storm::kUnknownSizeLowest) {
+    out << YAML::Key << "unknown_size" << YAML::Value << "lowest";
+  } else {
+    out << YAML::Key << "unknown_size" << YAML::Value << l.unknown_size;
+  }
   if (c.storm.qp_capacity == 0) {
     out << YAML::Key << "qp_capacity" << YAML::Value << "auto"
         << YAML::Comment(absl::StrCat(QpCapacityPerWorker(c), " entries per worker"));

@@ -59,6 +59,7 @@ storm:
   control_level: 1
   beta: 0.5
   backlog_max: 1048576
+  unknown_size: 262144
   qp_capacity: 4096
   qp_idle_ms: 2000
   mtu: 1024
@@ -692,6 +693,7 @@ TEST(StormConfigTest, FullExample) {
   EXPECT_EQ(s.levels.control_level, 1);
   EXPECT_EQ(s.levels.beta, 0.5);
   EXPECT_EQ(s.levels.backlog_max, 1048576u);
+  EXPECT_EQ(s.levels.unknown_size, 262144u);
   EXPECT_EQ(s.qp_capacity, 4096u);
   EXPECT_EQ(s.qp_idle_ms, 2000u);
   EXPECT_EQ(s.mtu, 1024u);
@@ -737,6 +739,12 @@ TEST(StormConfigTest, DefaultsAreOffAndValid) {
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_TRUE(e->storm.enabled);
   EXPECT_EQ(e->storm.levels.control_level, 3);
+  // A request of unknown size is levelled as above every cutoff, the lowest level.
+  EXPECT_EQ(e->storm.levels.unknown_size, storm::kUnknownSizeLowest);
+  absl::StatusOr<Config> lowest =
+      LoadString(std::string(kMinimal) + "storm: { unknown_size: lowest }\n");
+  ASSERT_TRUE(lowest.ok()) << lowest.status();
+  EXPECT_EQ(lowest->storm.levels.unknown_size, storm::kUnknownSizeLowest);
 }
 
 TEST(StormConfigTest, ControlLevelDefaultsToTheTopLevel) {
@@ -762,6 +770,10 @@ TEST(StormConfigTest, BadValuesNameKeyAndFix) {
   EXPECT_TRUE(HasError(bad("{ control_level: 4 }"), "storm.control_level", "not below"));
   EXPECT_TRUE(HasError(bad("{ beta: -1 }"), "storm.beta", ">= 0"));
   EXPECT_TRUE(HasError(bad("{ beta: nan }"), "storm.beta", "finite"));
+  EXPECT_TRUE(HasError(bad("{ unknown_size: 0 }"), "storm.unknown_size", "1..4294967295"));
+  EXPECT_TRUE(HasError(bad("{ unknown_size: 4294967296 }"), "storm.unknown_size", "out of range"));
+  EXPECT_TRUE(HasError(bad("{ unknown_size: highest }"), "storm.unknown_size",
+                       "\"highest\" is not a size; use bytes 1..4294967295, or lowest"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 5000 }"), "storm.qp_capacity", "power of two"));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: 512 }"), "storm.qp_capacity", "1024.."));
   EXPECT_TRUE(HasError(bad("{ qp_capacity: automatic }"), "storm.qp_capacity", ""));
@@ -936,6 +948,9 @@ TEST(StormConfigTest, ValidateChecksProgrammaticConfigs) {
   c = Minimal();
   c.storm.mtu = 3000;
   EXPECT_TRUE(HasError(Validate(c), "storm.mtu"));
+  c = Minimal();
+  c.storm.levels.unknown_size = 0;
+  EXPECT_TRUE(HasError(Validate(c), "storm.unknown_size"));
 }
 
 // --- lb --------------------------------------------------------------------------------------
@@ -1147,7 +1162,7 @@ TEST(ToYamlTest, RoundTripDefaultsAreSpelledOut) {
   for (const char* key :
        {"main: 0", "mbufs: 8191", "data_room: 2176", "burst_size: 32", "rx_desc: 1024",
         "promiscuous: true", "verify_icrc: false", "qp_capacity: auto", "mode: per-message",
-        "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
+        "unknown_size: lowest", "\"127.0.0.1:9464\"", "\"/run/heddle/heddled.sock\""}) {
     EXPECT_THAT(yaml, HasSubstr(key));
   }
   absl::StatusOr<Config> back = LoadString(yaml);

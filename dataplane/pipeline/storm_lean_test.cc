@@ -213,6 +213,8 @@ TEST_P(StormLeanTest, LeanPathEqualsGeneralPath) {
   levels.levels = 2 + seed % 7;  // 2..8
   for (int l = 0; l + 1 < levels.levels; ++l) levels.cutoffs[l] = 1024u << (3 * l);
   levels.control_level = static_cast<uint8_t>(levels.levels - 1);
+  // Unknown-size SENDs: the lowest level, or a size somewhere among the cutoffs.
+  levels.unknown_size = seed % 3 == 0 ? storm::kUnknownSizeLowest : 512u << (seed % 12);
   uint32_t now_ms = 1000;
   // A small table: it fills (table-full, evictions of idle entries) as QPs come and go.
   const size_t capacity = seed % 2 ? 64 : 4096;
@@ -241,6 +243,7 @@ TEST_P(StormLeanTest, LeanPathEqualsGeneralPath) {
       levels.levels = 1 + static_cast<int>(rng() % 8);
       for (int l = 0; l + 1 < levels.levels; ++l) levels.cutoffs[l] = 2048u << (2 * l);
       levels.control_level = static_cast<uint8_t>(rng() % levels.levels);
+      levels.unknown_size = rng() % 2 ? storm::kUnknownSizeLowest : 1 + rng() % (4u << 20);
       for (Side* side : {&lean, &general}) {
         side->control.Offline(0);
         ASSERT_TRUE(side->control.SetLevels(levels).ok());

@@ -43,14 +43,16 @@ Ip V4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
 
 // K = 4, cutoffs 4 KiB / 64 KiB / 1 MiB: level 3 for R <= 4 KiB, 2 up to 64 KiB, 1 up to 1 MiB,
 // 0 above. An unknown size counts as 8 KiB until more was sent (level 2), so that the unknown-size
-// rule is told apart from the default level of untracked traffic (level 2 too, but fixed).
-storm::LevelConfig Levels(storm::Mode mode) {
+// rule is told apart from the default level of untracked traffic (level 2 too, but fixed); in
+// per-message mode as storm.unknown_size (8 KiB unless a test says otherwise).
+storm::LevelConfig Levels(storm::Mode mode, uint32_t unknown_size = 8192) {
   storm::LevelConfig c;
   c.levels = 4;
   c.cutoffs = {4096, 65536, 1u << 20, 0, 0, 0, 0};
   c.mode = mode;
   c.control_level = 3;
   c.unknown_floor = 8192;
+  c.unknown_size = unknown_size;
   return c;
 }
 
@@ -176,12 +178,13 @@ class StormReadTest : public ::testing::Test {
     bool publish_index = true;
     size_t read_streams = 1024;
     uint32_t window_ms = 2;
+    uint32_t unknown_size = 8192;
   };
 
   void Make(const Setup& s) {
     for (TestWorker& w : w_) w.Release();
     w_.clear();
-    control_ = std::make_unique<StormControl>(Levels(s.mode), s.workers);
+    control_ = std::make_unique<StormControl>(Levels(s.mode, s.unknown_size), s.workers);
     w_ = std::vector<TestWorker>(s.workers);
     std::bitset<kMaxPorts> hosts;
     hosts.set(kHostPort);
@@ -236,14 +239,28 @@ TEST_F(StormReadTest, WithoutAJoinAStreamIsLevelledLikeASendOfUnknownSize) {
   // No shim: the egress backlog source, no index.
   Make({.source = storm::BacklogSource::kEgressQueue, .publish_index = false});
   TestWorker& w = w_[0];
-  // Per-message: the level of R = unknown_floor (8 KiB: level 2) for the whole 80 KiB stream.
+  // Per-message: the level of R = unknown_size (8 KiB: level 2) for the whole 80 KiB stream.
   EXPECT_EQ(w.Run(Responses(kPeerQp, 10, 80 * 1024), kHostPort), All(80, 2));
   w.Release();
-  // Per-packet: R = max(bytes so far, floor) demotes it once it sent more than 64 KiB.
-  // (No backlog source: the stream's own packets held from earlier bursts would boost it.)
+  // The default unknown_size, above every cutoff: level 0 from its First to its Last; 200 KiB:
+  // level 1. Neither changes mid-stream, though the stream is 80 KiB.
+  Make({.source = storm::BacklogSource::kEgressQueue,
+        .publish_index = false,
+        .unknown_size = storm::kUnknownSizeLowest});
+  EXPECT_EQ(w_[0].Run(Responses(kPeerQp, 10, 80 * 1024), kHostPort), All(80, 0));
+  w_[0].Release();
+  Make({.source = storm::BacklogSource::kEgressQueue,
+        .publish_index = false,
+        .unknown_size = 200 * 1024});
+  EXPECT_EQ(w_[0].Run(Responses(kPeerQp, 10, 80 * 1024), kHostPort), All(80, 1));
+  w_[0].Release();
+  // Per-packet: R = max(bytes so far, floor) demotes it once it sent more than 64 KiB; the
+  // per-message unknown_size plays no part. (No backlog source: the stream's own packets held
+  // from earlier bursts would boost it.)
   Make({.mode = storm::Mode::kPerPacket,
         .source = storm::BacklogSource::kNone,
-        .publish_index = false});
+        .publish_index = false,
+        .unknown_size = storm::kUnknownSizeLowest});
   // Its Last knows the stream's size (as a SEND's does): R is that packet's own bytes.
   std::vector<int> expect = All(65, 2);  // sent_before <= 64 KiB
   for (int i = 65; i < 79; ++i) expect.push_back(1);

@@ -342,7 +342,7 @@ uint8_t StormTagStage::TagReadResponse(const pkt::PacketDesc& d, uint64_t hash, 
     // queued in heddled (egress source).
     if (o_.backlog_source == storm::BacklogSource::kHostShim) backlog = storm::PendingReadBytes(*s);
     const uint8_t computed = storm::ComputeLevel(
-        L, storm::ReadStreamRemaining(*s, r.sent_before, L.unknown_floor), backlog, o_.mtu);
+        L, storm::ReadStreamRemaining(*s, r.sent_before, storm::UnknownBytes(L)), backlog, o_.mtu);
     level = std::min(computed, ceiling);
     if (windowed && computed > level) ++rj_.response_guarded;
     s->level = level;
@@ -471,7 +471,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
        (o_.backlog_source == storm::BacklogSource::kEgressQueue && egress_idle))) {
     const uint8_t top = static_cast<uint8_t>(top_level);
     const uint32_t mtu = o_.mtu;
-    const uint32_t unknown_floor = L.unknown_floor;
+    const uint32_t unknown_size = L.unknown_size;  // per-message: UnknownBytes(L)
     // Everything a packet needs is loaded into locals before its first store: the byte stores
     // (entry fields, the frame, Burst::level) may alias anything, and would make the compiler
     // load it all again.
@@ -528,7 +528,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
           level = std::min(e->level, ceiling);  // per-message: the request's level
         } else if (ends == (pkt::kFlagFirst | pkt::kFlagLast) &&
                    tracker_.TryOnePacket(
-                       *e, d, kind, unknown_floor,
+                       *e, d, kind, unknown_size,
                        [&](uint64_t r) {
                          return std::min(storm::UnboostedLevel(cutoffs, top, r), ceiling);
                        },

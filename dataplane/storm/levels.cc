@@ -46,6 +46,12 @@ absl::Status ValidateLevelConfig(const LevelConfig& c) {
         "storm.control_level: ", c.control_level, " is not below storm.levels = ", c.levels,
         "; use 0 to ", c.levels - 1, " (default ", c.levels - 1, ", served first)"));
   }
+  if (c.unknown_size == 0) {
+    return absl::InvalidArgumentError(
+        "storm.unknown_size: 0 is not a size; give the bytes a request of unknown size (a SEND "
+        "without the host shim, a READ response stream without a join) is levelled as in "
+        "per-message mode, 1 to 4294967295 (default 4294967295: the lowest level)");
+  }
   return absl::OkStatus();
 }
 
@@ -71,7 +77,7 @@ uint8_t ComputeLevel(const LevelConfig& c, uint64_t remaining, uint64_t backlog,
 uint8_t ComputeLevelCapped(const LevelConfig& c, QpEntry* entry, const TrackResult& track,
                            uint64_t backlog, uint32_t mtu, uint8_t ceiling) {
   const uint8_t level = std::min(
-      ComputeLevel(c, RemainingBytes(*entry, track.sent_before, c.unknown_floor), backlog, mtu),
+      ComputeLevel(c, RemainingBytes(*entry, track.sent_before, UnknownBytes(c)), backlog, mtu),
       ceiling);
   entry->level = level;
   entry->flags |= kEntryLevelValid;

@@ -11,7 +11,7 @@
 //
 // Level K-1 is served first. For a request of size S with `sent` bytes before this packet and a
 // QP backlog of B bytes:
-//   R     = S - sent                     (S unknown: R = max(sent, unknown_floor))
+//   R     = S - sent                     (S unknown: R = max(sent, UnknownBytes(config)))
 //   R_eff = R / (1 + beta * min(B, backlog_max) / max(R, MTU))
 //   level = K - 1 - |{ i : R_eff > c_i }|
 //
@@ -35,6 +35,9 @@
 namespace heddle::storm {
 
 inline constexpr int kMaxLevels = 8;
+// storm.unknown_size's default: above every cutoff (auto cutoffs stay below it), so a request of
+// unknown size takes level 0 in per-message mode.
+inline constexpr uint32_t kUnknownSizeLowest = UINT32_MAX;
 
 enum class Mode : uint8_t {
   kPerMessage,  // level fixed at a request's first packet (in-order RoCEv2, go-back-N)
@@ -47,7 +50,13 @@ struct LevelConfig {
   std::array<uint32_t, kMaxLevels - 1> cutoffs = {4096, 65536, 1u << 20, 0, 0, 0, 0};
   double beta = 1.0;                 // weight of the backlog boost
   uint32_t backlog_max = 16u << 20;  // B_max, bytes
-  uint32_t unknown_floor = 4096;     // R for a request of unknown size before that many bytes
+  // R for a request of unknown size (a SEND without the host shim's WQE length, a READ response
+  // stream without a join) before it sent that many bytes: per-packet mode uses unknown_floor,
+  // which is safe there as the level falls as the bytes are sent (PIAS); per-message mode, which
+  // fixes the level at the first packet, uses unknown_size (storm.unknown_size; default above
+  // every cutoff, the lowest data level: a request that cannot be demoted must not start high).
+  uint32_t unknown_floor = 4096;
+  uint32_t unknown_size = kUnknownSizeLowest;
   uint8_t control_level = 3;         // ACK/NAK, CNP, READ request, atomic ACK
   std::array<uint8_t, kMaxLevels> dscp = {0, 10, 18, 26, 34, 36, 38, 46};  // per level, 0..63
   std::array<int8_t, kMaxLevels> pcp = {-1, -1, -1, -1, -1, -1, -1, -1};   // -1: keep PCP
@@ -62,18 +71,26 @@ absl::Status ValidateLevelConfig(const LevelConfig& config);
 // The level formula. `remaining` is R, `backlog` is B (bytes), `mtu` the path MTU (>= 1).
 uint8_t ComputeLevel(const LevelConfig& config, uint64_t remaining, uint64_t backlog, uint32_t mtu);
 
+// R of a request of unknown size with nothing sent yet: unknown_size in per-message mode, where
+// the level computed at the first packet is kept for the whole request, unknown_floor in
+// per-packet mode, where it is recomputed from max(sent, floor) as the bytes go by.
+constexpr uint32_t UnknownBytes(const LevelConfig& config) {
+  return config.mode == Mode::kPerMessage ? config.unknown_size : config.unknown_floor;
+}
+
 // Level for traffic that has no tracked request: unknown size (R = unknown_floor), no backlog.
 // Used when the QP table refused the QP, so all its packets share one level (no reordering).
 inline uint8_t DefaultLevel(const LevelConfig& config, uint32_t mtu) {
   return ComputeLevel(config, config.unknown_floor, 0, mtu);
 }
 
-// R for the request in `entry`, given the bytes sent before the current packet.
-inline uint64_t RemainingBytes(const QpEntry& entry, uint32_t sent_before, uint32_t unknown_floor) {
+// R for the request in `entry`, given the bytes sent before the current packet; `unknown` is
+// UnknownBytes() of the configuration.
+inline uint64_t RemainingBytes(const QpEntry& entry, uint32_t sent_before, uint32_t unknown) {
   if (entry.flags & kEntrySizeKnown) {
     return entry.size > sent_before ? uint64_t{entry.size} - sent_before : 0;
   }
-  return sent_before > unknown_floor ? sent_before : unknown_floor;
+  return sent_before > unknown ? sent_before : unknown;
 }
 
 // Where B comes from (storm.backlog_source).
@@ -199,7 +216,7 @@ inline uint8_t TagPacketTop(const LevelConfig& c, int top, QpEntry* entry,
   if (backlog == 0 || c.beta == 0) {
     // No backlog boost: R against the cutoffs, as ComputeLevel() does it, inline.
     const uint8_t level = std::min(
-        UnboostedLevel(c.cutoffs, top, RemainingBytes(*entry, track.sent_before, c.unknown_floor)),
+        UnboostedLevel(c.cutoffs, top, RemainingBytes(*entry, track.sent_before, UnknownBytes(c))),
         ceiling);
     entry->level = level;
     entry->flags |= kEntryLevelValid;

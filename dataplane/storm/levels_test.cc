@@ -188,12 +188,47 @@ TEST_F(TagTest, ControlTrafficTakesControlLevel) {
 
 TEST_F(TagTest, UnknownSendSizeIsShortUntilProvenLong) {
   config_.mode = Mode::kPerPacket;
+  config_.unknown_size = 1u << 20;  // per-message only: per-packet demotes from the floor
   EXPECT_EQ(Send(MakePacket(kSendFirst, 0, kMtu)), 3);   // R = floor = 4 KiB
   EXPECT_EQ(Send(MakePacket(kSendMiddle, 1, kMtu)), 3);  // sent 4 KiB
   EXPECT_EQ(Send(MakePacket(kSendMiddle, 2, kMtu)), 2);  // sent 8 KiB
   uint8_t l = 0;
   for (uint32_t p = 3; p < 40; ++p) l = Send(MakePacket(kSendMiddle, p, kMtu));
   EXPECT_EQ(l, 1);  // sent 148 KiB
+}
+
+TEST_F(TagTest, PerMessageUnknownSendSizeTakesTheConfiguredLevelForGood) {
+  // Default: above every cutoff. A SEND First of unknown size cannot be demoted later, so it
+  // starts at the lowest level and keeps it to its Last, however short it turns out to be.
+  EXPECT_EQ(UnknownBytes(config_), kUnknownSizeLowest);
+  EXPECT_EQ(Send(MakePacket(kSendFirst, 0, kMtu)), 0);
+  EXPECT_EQ(Send(MakePacket(kSendMiddle, 1, kMtu)), 0);
+  EXPECT_EQ(Send(MakePacket(pkt::op::kSendLast, 2, 100)), 0);
+  EXPECT_EQ(entry_->size, 2 * kMtu + 100);  // known at its Last
+  // A SEND Only knows its size: its own level.
+  EXPECT_EQ(Send(MakePacket(pkt::op::kSendOnly, 3, 100)), 3);
+  // Configured: 100 KiB is level 1 under 4 KiB / 64 KiB / 1 MiB, for every packet of the SEND,
+  // though R = max(sent, unknown_size) would cross a cutoff by its end.
+  config_.unknown_size = 100 * 1024;
+  EXPECT_EQ(UnknownBytes(config_), 100u * 1024);
+  EXPECT_EQ(Send(MakePacket(kSendFirst, 4, kMtu)), 1);
+  for (uint32_t p = 5; p < 70; ++p) ASSERT_EQ(Send(MakePacket(kSendMiddle, p, kMtu)), 1) << p;
+  EXPECT_EQ(Send(MakePacket(pkt::op::kSendLast, 70, kMtu)), 1);
+  // 1 KiB: the top level, the old floor's behaviour.
+  config_.unknown_size = 1024;
+  EXPECT_EQ(Send(MakePacket(kSendFirst, 71, kMtu)), 3);
+  EXPECT_EQ(Send(MakePacket(kSendMiddle, 72, kMtu)), 3);
+  EXPECT_EQ(Send(MakePacket(kSendMiddle, 73, kMtu)), 3);
+  EXPECT_EQ(Send(MakePacket(pkt::op::kSendLast, 74, kMtu)), 3);
+  // The backlog boost applies to the configured size as to a known one: 100 KiB with 16 MiB
+  // behind it is R_eff = 621 B, level 3 (the out-of-line ComputeLevelCapped() path).
+  config_.unknown_size = 100 * 1024;
+  EXPECT_EQ(Send(MakePacket(kSendFirst, 75, kMtu), 16u << 20), 3);
+  EXPECT_EQ(Send(MakePacket(pkt::op::kSendLast, 76, kMtu)), 3);
+  // Picked up mid-way (an orphan: a Middle with no request in progress) it is unknown too.
+  config_.unknown_size = kUnknownSizeLowest;
+  EXPECT_EQ(Send(MakePacket(kSendMiddle, 77, kMtu)), 0);
+  EXPECT_EQ(Send(MakePacket(kSendMiddle, 78, kMtu)), 0);
 }
 
 TEST_F(TagTest, BogusRethLengthsGetWellDefinedLevels) {
@@ -256,6 +291,9 @@ TEST(ValidateLevelConfigTest, NamesTheKeyAndTheFix) {
   expect_error(c, "storm.beta");
   c.beta = NAN;
   expect_error(c, "storm.beta");
+  c = {};
+  c.unknown_size = 0;
+  expect_error(c, "storm.unknown_size: 0 is not a size");
   // Unused entries beyond K are ignored.
   c = {};
   c.levels = 2;

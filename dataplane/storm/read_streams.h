@@ -15,14 +15,15 @@
 //   ...every READ response packet the host sends:
 //   ReadStreamEntry* s = streams.FindOrInsert(hash, qpn_dir, now_ms, nullptr);  // nullptr: full
 //   StreamResult r = tracker.OnResponse(*s, desc);
-//   uint64_t R = ReadStreamRemaining(*s, r.sent_before, config.unknown_floor);
+//   uint64_t R = ReadStreamRemaining(*s, r.sent_before, UnknownBytes(config));
 //
 // A stream is the responses to one READ: First, Middle..., Last, or a single Only, at consecutive
 // PSNs starting at the READ request's PSN. Its size is known when a pending READ with that PSN was
 // queued on the entry (the join); otherwise it is tracked like a SEND of unknown size: R =
-// max(bytes so far, unknown_floor), the byte count becoming its size at its Last packet. PSNs are
-// 24-bit and compare modulo 2^24: a response whose PSN is not after next_psn - 1 is a duplicate
-// (a READ the requester re-issued) and changes nothing; a jump forward is counted and followed.
+// max(bytes so far, UnknownBytes(config)), the byte count becoming its size at its Last packet.
+// PSNs are 24-bit and compare modulo 2^24: a response whose PSN is not after next_psn - 1 is a
+// duplicate (a READ the requester re-issued) and changes nothing; a jump forward is counted and
+// followed.
 //
 // Pending READs: a FIFO of at most kMaxPendingReads per QP, in arrival order (the responder answers
 // READs in PSN order, so the oldest is normally the next stream). A stream starting at PSN p takes
@@ -136,11 +137,12 @@ struct ReadStreamCounters {
   uint64_t stale = 0;  // pending READs dropped or refused as before the stream (never matched)
 };
 
-// R of the level formula for the stream, given the bytes sent before the current packet.
+// R of the level formula for the stream, given the bytes sent before the current packet; `unknown`
+// is UnknownBytes() of the configuration (storm.unknown_size per message, the floor per packet).
 inline uint64_t ReadStreamRemaining(const ReadStreamEntry& s, uint32_t sent_before,
-                                    uint32_t unknown_floor) {
+                                    uint32_t unknown) {
   if (s.flags & kStreamSizeKnown) return s.size > sent_before ? uint64_t{s.size} - sent_before : 0;
-  return sent_before > unknown_floor ? sent_before : unknown_floor;
+  return sent_before > unknown ? sent_before : unknown;
 }
 
 // Bytes of the READs queued behind the current stream (its backlog B with the host source).

@@ -143,13 +143,12 @@ class RequestTracker {
   // would (outcome kStart, completed), except requests_started and requests_completed, which the
   // caller adds once per burst with CountOnePacketRequests(); then it stores
   // level_of(R) — R = RemainingBytes() of the new request before its packet, the request's size
-  // or unknown_floor — in entry.level with kEntryLevelValid, as TagPacket() would for a request
-  // that starts, and returns true with the level in *level and TrackResult::size_sample in
-  // *size_sample. Otherwise it changes nothing and returns false.
+  // or `unknown` (UnknownBytes() of the configuration) — in entry.level with kEntryLevelValid, as
+  // TagPacket() would for a request that starts, and returns true with the level in *level and
+  // TrackResult::size_sample in *size_sample. Otherwise it changes nothing and returns false.
   template <typename LevelOf>
-  bool TryOnePacket(QpEntry& entry, const pkt::PacketDesc& desc, RequestKind kind,
-                    uint32_t unknown_floor, LevelOf level_of, uint8_t* level,
-                    uint32_t* size_sample);
+  bool TryOnePacket(QpEntry& entry, const pkt::PacketDesc& desc, RequestKind kind, uint32_t unknown,
+                    LevelOf level_of, uint8_t* level, uint32_t* size_sample);
   // Adds n requests started and completed (TryOnePacket()'s).
   void CountOnePacketRequests(uint32_t n) {
     counters_.requests_started += n;
@@ -215,9 +214,11 @@ inline uint32_t SaturatingAdd(uint32_t a, uint32_t b) {
 }
 
 template <typename LevelOf>
-[[gnu::always_inline]] inline bool RequestTracker::TryOnePacket(
-    QpEntry& e, const pkt::PacketDesc& desc, RequestKind kind, uint32_t unknown_floor,
-    LevelOf level_of, uint8_t* level, uint32_t* size_sample) {
+[[gnu::always_inline]] inline bool RequestTracker::TryOnePacket(QpEntry& e,
+                                                                const pkt::PacketDesc& desc,
+                                                                RequestKind kind, uint32_t unknown,
+                                                                LevelOf level_of, uint8_t* level,
+                                                                uint32_t* size_sample) {
   const uint32_t psn = desc.psn & kPsnMask;
   const uint8_t flags = e.flags;
   if ((flags & kEntryInProgress) || ((flags & kEntryPsnValid) && psn != e.next_psn)) {
@@ -240,7 +241,7 @@ template <typename LevelOf>
     size = data;
   }
   // RemainingBytes() with nothing sent before the packet.
-  const uint8_t l = level_of(known ? uint64_t{size} : uint64_t{unknown_floor});
+  const uint8_t l = level_of(known ? uint64_t{size} : uint64_t{unknown});
   e.kind = static_cast<uint8_t>(kind);
   e.level = l;
   e.flags = static_cast<uint8_t>(kEntryPsnValid | kEntryEndPsnValid | kEntryLevelValid |

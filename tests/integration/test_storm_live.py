@@ -231,8 +231,10 @@ class StormLive(unittest.TestCase):
 
     @staticmethod
     def per_message_levels(frames, cutoffs, k=4):
-        """{sent frame: level} for WRITE messages in per-message mode: the level of the RETH
-        size at the first packet, kept by every later packet of the message."""
+        """{sent frame: level} in per-message mode: a WRITE takes the level of its RETH size at
+        its first packet, a multi-packet SEND (size unknown there) the level of
+        storm.unknown_size, by default the lowest (0); every later packet of the message keeps
+        it."""
         out, current = {}, {}
         for f in frames:
             op = f[L3 + 28]
@@ -242,6 +244,11 @@ class StormLive(unittest.TestCase):
                 out[f] = current[flow(f)]
             elif low in (0x07, 0x08, 0x09):  # WRITE MIDDLE / LAST
                 out[f] = current.get(flow(f), k - 1)
+            elif low == 0x00:  # SEND FIRST: unknown size
+                current[flow(f)] = 0
+                out[f] = 0
+            elif low in (0x01, 0x02, 0x03):  # SEND MIDDLE / LAST (an orphan is unknown too)
+                out[f] = current.get(flow(f), 0)
             else:
                 out[f] = k - 1
         return out
@@ -287,9 +294,10 @@ class StormLive(unittest.TestCase):
         self.assertGreater(max(len(f) for f in frames), 4096 + 60, "no 4 KiB-payload frame")
         pairs = self.pair(frames, self.roundtrip(frames, udp_port=None))
         self.check_rewrite(pairs)
-        # WRITEs take the level of their RETH size. Everything else here lands on level 3:
-        # READ requests and CNPs are control traffic, an atomic is 8 bytes, and a SEND of
-        # unknown size counts as unknown_floor = 4096 bytes, not above c_1 = 4096.
+        # WRITEs take the level of their RETH size, multi-packet SENDs (unknown size) the lowest
+        # level (storm.unknown_size's default). Everything else here lands on level 3: READ
+        # requests and CNPs are control traffic, an atomic is 8 bytes, a SEND Only is one
+        # packet of at most 4 KiB.
         levels = self.per_message_levels([f for f in frames if flow(f)], CUTOFFS)
         roce = [(f, o) for f, o in pairs if flow(o)]
         self.assert_message_levels(roce, lambda f: levels[f], DSCP, "demo mix")

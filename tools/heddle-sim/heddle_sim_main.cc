@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   std::string rto = "100us", ops = "write=1", storm_guard = "on";
   double load = 0.5, latency_ns = 1000, link_gbps = 0;
   uint64_t seed = 1, pin_threshold = 0;
+  uint32_t unknown_size = heddle::storm::kUnknownSizeLowest;
   uint32_t mtu = 4096, levels = 4, buffer_pkts = 100, kmin = 25, kmax = 76, window = 0;
   uint32_t qps_per_pair = 1, incast_senders = 0, incast_receiver = 0;
   uint64_t incast_size = 500'000;
@@ -100,6 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--storm-mode", storm_mode, "per-message | per-packet | auto (by transport)")
       ->check(CLI::IsMember({"per-message", "per-packet", "auto"}));
   app.add_option("--levels", levels, "priority levels (queues), 1..8");
+  app.add_option("--storm-unknown-size", unknown_size,
+                 "bytes: the size a request of unknown size (SEND, READ response stream without "
+                 "a join) is levelled as in per-message mode; default above every cutoff");
   app.add_option("--transport", transport, "gbn | sr")->check(CLI::IsMember({"gbn", "sr"}));
   app.add_option("--window-pkts", window, "packets in flight per QP; 0: one base RTT");
   app.add_option("--rto", rto, "retransmission timeout");
@@ -206,6 +210,7 @@ int main(int argc, char** argv) {
   c.ops = *mix;
   c.levels.levels = static_cast<int>(levels);
   c.levels.control_level = static_cast<uint8_t>(levels - 1);
+  c.levels.unknown_size = unknown_size;
   if (levels != 4) {
     // Cutoffs for other K: powers of 16 from 4 KiB, the default's spacing.
     for (uint32_t i = 0; i + 1 < levels && i < c.levels.cutoffs.size(); ++i) {

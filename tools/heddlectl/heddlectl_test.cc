@@ -379,6 +379,7 @@ TEST_F(HeddlectlTest, ShowStormTable) {
                                "cutoffs:        4 KiB, 64 KiB, 1 MiB\n"
                                "control level:  3\n"
                                "beta:           1.5\n"
+                               "unknown size:   lowest (level 0)\n"
                                "backlog:        egress, capped at 16 MiB\n"
                                "host shim:      2 tables, 48 QPs, 777 backlog hits\n"
                                "generation:     7\n"));
@@ -608,6 +609,20 @@ TEST_F(HeddlectlTest, SetStormEachSettingAloneLeavesTheRestUnset) {
   EXPECT_EQ(u->beta, std::optional<double>(0));
   EXPECT_FALSE(u->control_level.has_value());
   EXPECT_THAT(r.out, HasSubstr("beta:           0\n"));
+
+  // The level it gives is shown beside the size: 256 KiB is level 1 under 4K/64K/1M. The mode
+  // is per-packet since above, which demotes from a floor instead: per-message only.
+  const Result sized = Ok({"set", "storm", "unknown-size", "256K"});
+  u = LastUpdate();
+  EXPECT_EQ(u->unknown_size, std::optional<uint32_t>(262144));
+  EXPECT_FALSE(u->beta.has_value());
+  EXPECT_THAT(sized.out, HasSubstr("unknown size:   256 KiB (level 1 in per-message mode)\n"));
+  const Result per_message = Ok({"set", "storm", "mode", "per-message"});
+  EXPECT_FALSE(LastUpdate()->unknown_size.has_value());
+  EXPECT_THAT(per_message.out, HasSubstr("unknown size:   256 KiB (level 1)\n"));
+  const Result lowest = Ok({"set", "storm", "unknown-size", "lowest"});
+  EXPECT_EQ(LastUpdate()->unknown_size, std::optional<uint32_t>(4294967295u));
+  EXPECT_THAT(lowest.out, HasSubstr("unknown size:   lowest (level 0)\n"));
 }
 
 TEST_F(HeddlectlTest, SetStormOneLevelSendsAnEmptyCutoffList) {
@@ -649,7 +664,7 @@ TEST_F(HeddlectlTest, SetStormBadArgumentsAreUsageErrors) {
   const Case cases[] = {
       {{"set", "storm"},
        "missing subcommand for 'set storm'; expected one of: levels, cutoffs, "
-       "mode, dscp, pcp, control-level, beta"},
+       "mode, dscp, pcp, control-level, beta, unknown-size"},
       {{"set", "storm", "bogus"}, "unknown subcommand 'bogus' for 'set storm'"},
       {{"set", "storm", "cutoffs", "4KB,64K,1M"}, "ambiguous: write 4K or 4KiB"},
       {{"set", "storm", "cutoffs", "4X"}, "size \"4X\""},
@@ -664,6 +679,10 @@ TEST_F(HeddlectlTest, SetStormBadArgumentsAreUsageErrors) {
       {{"set", "storm", "beta", "-1"}, "\"-1\" is not a finite number >= 0"},
       {{"set", "storm", "beta", "nan"}, "\"nan\" is not a finite number >= 0"},
       {{"set", "storm", "control-level", "-2"}, "level = -2"},
+      {{"set", "storm", "unknown-size", "0"}, "\"0\" is out of range; use 1 to 4294967295"},
+      {{"set", "storm", "unknown-size", "4G"}, "\"4G\" is out of range"},
+      {{"set", "storm", "unknown-size", "highest"}, "size \"highest\""},
+      {{"set", "storm", "unknown-size"}, "size is required"},
   };
   for (const Case& c : cases) {
     const Result r = Fails(2, c.args);

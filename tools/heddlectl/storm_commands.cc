@@ -50,6 +50,19 @@ std::string Backlog(const v1::Storm& s) {
   return absl::StrCat(s.backlog_source(), ", capped at ", FormatSize(s.backlog_max()));
 }
 
+// storm.unknown_size and the level it gives a request of unknown size in per-message mode.
+std::string UnknownSize(const v1::Storm& s) {
+  constexpr uint64_t kLowest = 4294967295u;  // storm::kUnknownSizeLowest
+  const std::string scope = s.mode() == "per-packet" ? " in per-message mode" : "";
+  if (s.unknown_size() == 0) return "-";  // a daemon that does not report it
+  if (s.unknown_size() >= kLowest) return absl::StrCat("lowest (level 0", scope, ")");
+  uint64_t above = 0;
+  for (uint64_t c : s.cutoffs()) above += s.unknown_size() > c ? 1 : 0;
+  const uint64_t top = s.levels() > 0 ? s.levels() - 1 : 0;
+  return absl::StrCat(FormatSize(s.unknown_size()), " (level ", top - std::min(above, top), scope,
+                      ")");
+}
+
 std::string HostShim(const v1::Storm& s) {
   std::string out = absl::StrCat(s.host().tables(), " tables, ", s.host().qps(), " QPs, ",
                                  s.host().backlog_hits(), " backlog hits");
@@ -96,6 +109,7 @@ std::string Summary(const v1::Storm& s) {
       {"cutoffs", Cutoffs(s)},
       {"control level", Num(s.control_level())},
       {"beta", absl::StrFormat("%g", s.beta())},
+      {"unknown size", UnknownSize(s)},
       {"backlog", Backlog(s)},
       {"host shim", HostShim(s)},
       {"generation", Num(s.generation())},
@@ -274,6 +288,7 @@ struct SetArgs {
   CLI::App* pcp_cmd = nullptr;
   CLI::App* control_level_cmd = nullptr;
   CLI::App* beta_cmd = nullptr;
+  CLI::App* unknown_size_cmd = nullptr;
 
   uint32_t levels = 0;
   std::string cutoffs;  // "a,b,..." | "auto"; empty when not given
@@ -286,6 +301,7 @@ struct SetArgs {
   uint32_t control_level = 0;
   bool control_level_given = false;
   double beta = 0;
+  std::string unknown_size;  // SIZE | lowest
 };
 
 std::string Check(const absl::Status& status) {
@@ -311,6 +327,21 @@ CLI::Validator BetaValidator() {
         return absl::StrCat("\"", value, "\" is not a finite number >= 0");
       },
       "NUMBER", "beta");
+}
+
+CLI::Validator UnknownSizeValidator() {
+  return CLI::Validator(
+      [](std::string& value) {
+        if (value == "lowest") return std::string();
+        absl::StatusOr<uint64_t> size = ParseSize(value);
+        if (!size.ok()) return Check(size.status());
+        if (*size < 1 || *size > 4294967295u) {
+          return absl::StrCat("\"", value,
+                              "\" is out of range; use 1 to 4294967295 bytes or lowest");
+        }
+        return std::string();
+      },
+      "SIZE|lowest", "unknown-size");
 }
 
 CLI::Validator LevelsValidator() {
@@ -387,6 +418,14 @@ void AddSetOptions(CLI::App& storm, const std::shared_ptr<SetArgs>& args) {
   args->beta_cmd->add_option("beta", args->beta, "finite, >= 0; 0 ignores backlog")
       ->required()
       ->check(BetaValidator());
+
+  args->unknown_size_cmd =
+      setting("unknown-size", "per-message level of a SEND or READ response of unknown size");
+  args->unknown_size_cmd
+      ->add_option("size", args->unknown_size,
+                   "the size it is levelled as (256K, 1M, ...) or lowest (above every cutoff)")
+      ->required()
+      ->check(UnknownSizeValidator());
 }
 
 // The options' presence, read after parsing.
@@ -438,6 +477,14 @@ absl::StatusOr<v1::SetStormRequest> Request(SetArgs& args) {
   }
   if (args.control_level_given) req.set_control_level(args.control_level);
   if (args.beta_cmd->parsed()) req.set_beta(args.beta);
+  if (args.unknown_size_cmd->parsed()) {
+    if (args.unknown_size == "lowest") {
+      req.set_unknown_size(4294967295u);  // storm::kUnknownSizeLowest
+    } else {
+      HEDDLE_ASSIGN_OR_RETURN(uint64_t size, ParseSize(args.unknown_size));
+      req.set_unknown_size(size);
+    }
+  }
   return req;
 }
 
@@ -473,8 +520,8 @@ void RegisterStormCommands(CommandRegistry& registry) {
   auto set = std::make_shared<SetArgs>();
   registry.Add({.verb = "set",
                 .object = "storm",
-                .help = "change STORM levels, cutoffs, mode, dscp, pcp, control-level or beta "
-                        "at run time",
+                .help = "change STORM levels, cutoffs, mode, dscp, pcp, control-level, beta or "
+                        "unknown-size at run time",
                 .add_options = [set](CLI::App& app) { AddSetOptions(app, set); },
                 .run = [set](CommandContext& ctx) { return SetStorm(ctx, *set); }});
 }

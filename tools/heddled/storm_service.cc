@@ -159,6 +159,7 @@ api::StormView StormService::View(const pipeline::StatsSnapshot& snap) const {
   v.control_level = l.control_level;
   v.beta = l.beta;
   v.backlog_max = l.backlog_max;
+  v.unknown_size = l.unknown_size;
   v.backlog_source = SourceName(cfg_.backlog_source);
   v.generation = control_->published_generation();
   v.auto_interval_ms = cfg_.auto_interval_ms;
@@ -396,6 +397,7 @@ absl::Status StormService::ApplyOnce(const api::StormUpdate& u, config::StormCon
     next.control_level = static_cast<uint8_t>(*u.control_level);
   }
   if (u.beta) next.beta = *u.beta;
+  if (u.unknown_size) next.unknown_size = *u.unknown_size;
   if (absl::Status s = storm::ValidateLevelConfig(next); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }

@@ -92,6 +92,29 @@ TEST(StormServiceApply, EightLevelsWithAutoCutoffsBeforeAnyTraffic) {
   absl::Status s = svc.Apply(u, nullptr);
   EXPECT_TRUE(s.ok()) << s;
 }
+// `set storm unknown-size` publishes the size in force and records it in the config that `show
+// config` prints; the view reports it.
+TEST(StormServiceApply, UnknownSizeIsPublishedAndShown) {
+  config::StormConfig cfg;
+  cfg.enabled = true;
+  StormService svc(cfg, 1);
+  svc.WorkersStopped();  // no worker polls in this test
+  EXPECT_EQ(svc.control()->current_levels().unknown_size, storm::kUnknownSizeLowest);
+  api::StormUpdate u;
+  u.unknown_size = 256 * 1024;
+  config::StormConfig out = cfg;
+  ASSERT_TRUE(svc.Apply(u, &out).ok());
+  EXPECT_EQ(svc.control()->current_levels().unknown_size, 256u * 1024);
+  EXPECT_EQ(out.levels.unknown_size, 256u * 1024);
+  EXPECT_EQ(svc.View(pipeline::StatsSnapshot{}).unknown_size, 256u * 1024);
+  // Zero is refused by the level validation, naming the key; nothing changes.
+  u.unknown_size = 0;
+  const absl::Status s = svc.Apply(u, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("storm.unknown_size"), std::string::npos) << s;
+  EXPECT_EQ(svc.control()->current_levels().unknown_size, 256u * 1024);
+}
+
 // The storm thread's HostTick publishes the index with its (peer, local QPN) pairs, and `show
 // storm` counts them, ambiguous ones apart.
 TEST(StormServiceHost, HostTickPublishesPairsAndShowStormCountsThem) {

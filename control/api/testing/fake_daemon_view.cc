@@ -165,6 +165,7 @@ FakeDaemonView::FakeDaemonView() {
   storm.control_level = 3;
   storm.beta = 1.5;
   storm.backlog_max = 16777216;
+  storm.unknown_size = 4294967295u;
   storm.backlog_source = "egress";
   storm.generation = 7;
   storm.auto_interval_ms = 1000;
@@ -383,6 +384,7 @@ absl::StatusOr<StormView> FakeDaemonView::SetStorm(const StormUpdate& update) {
   if (update.control_level) next.control_level = *update.control_level;
   if (next.control_level >= next.levels) next.control_level = next.levels - 1;
   if (update.beta) next.beta = *update.beta;
+  if (update.unknown_size) next.unknown_size = *update.unknown_size;
   std::vector<StormLevelView> levels = LevelsFor(next.cutoffs, next.control_level);
   for (StormLevelView& l : levels) {
     for (const StormLevelView& old : storm.per_level) {

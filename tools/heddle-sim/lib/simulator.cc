@@ -1243,9 +1243,9 @@ uint8_t Simulator::Impl::TagHostResponse(uint32_t qi, const pkt::PacketDesc& d) 
         windowed = true;
       }
       // B: the READs queued behind this one at the responder (the host source).
-      const uint8_t computed =
-          storm::ComputeLevel(L, storm::ReadStreamRemaining(s, r.sent_before, L.unknown_floor),
-                              storm::PendingReadBytes(s), cfg.mtu);
+      const uint8_t computed = storm::ComputeLevel(
+          L, storm::ReadStreamRemaining(s, r.sent_before, storm::UnknownBytes(L)),
+          storm::PendingReadBytes(s), cfg.mtu);
       level = std::min(computed, ceiling);
       if (windowed && computed > level) ++res.response_guarded;
       s.level = level;

@@ -66,16 +66,37 @@ def main():
     ap.add_argument("--duration", default="500us", help="Poisson arrivals per run")
     ap.add_argument("--seeds", default="1,2,3,4,5,6,7,8")
     ap.add_argument("--transports", default="gbn,sr")
+    ap.add_argument("--workload", action="append",
+                    help="a workload to run, by name, e.g. \"R/W/S mix 60%%\"; repeat for more "
+                         "(default: all)")
+    ap.add_argument("--scheme", action="append",
+                    help="a scheme to run, by name, e.g. \"STORM, no guards\"; repeat for more "
+                         "(default: all)")
+    ap.add_argument("--extra", default="",
+                    help="more heddle-sim arguments for every run, space-separated "
+                         "(e.g. \"--storm-unknown-size 4096\")")
     args = ap.parse_args()
+    workloads = args.workload or list(WORKLOADS)
+    schemes = args.scheme or list(SCHEMES)
+    for name in workloads:
+        if name not in WORKLOADS:
+            ap.error(f"--workload: {name!r} is not one of {'; '.join(WORKLOADS)}")
+    for name in schemes:
+        if name not in SCHEMES:
+            ap.error(f"--scheme: {name!r} is not one of {'; '.join(SCHEMES)}")
     seeds = args.seeds.split(",")
     rows = []
     t_start = time.time()
     for transport in args.transports.split(","):
         for wl, wargs in WORKLOADS.items():
+            if wl not in workloads:
+                continue
             if transport != "gbn" and wl in GBN_ONLY:
                 continue
             for seed in seeds:
                 for scheme, sargs in SCHEMES.items():
+                    if scheme not in schemes:
+                        continue
                     if transport != "gbn" and scheme in GBN_ONLY:
                         continue
                     tag = (f"{transport}_{wl.split()[0].replace('/', '')}_"
@@ -85,7 +106,7 @@ def main():
                     row = simrun.run(args.build, [
                         "--fabric", simrun.CALIBRATION_FABRIC, "--duration", args.duration,
                         "--seed", seed, "--lb", "ecmp", *simrun.model(transport), *wargs,
-                        *sargs,
+                        *sargs, *args.extra.split(),
                     ], out, reuse=args.reuse)
                     # The background traffic alone, and the collective's completion time.
                     bg = simrun.fct_stats(out, collective=False)
