@@ -238,41 +238,6 @@ void StormTagStage::DrainJoins() {
   }
 }
 
-// The fabric ordering guard (docs/storm.md §6.5): at the first packet of a request, the level of
-// the QP's packets sent and not yet acknowledged, if there are any; else no cap. The in-order
-// guard keeps each new request at or below the newest packet's level while older ones are
-// unacknowledged, so the newest packet (held_level) carries the lowest level of the window.
-uint8_t StormTagStage::FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined) {
-  constexpr uint8_t kNoCap = storm::kMaxLevels - 1;
-  if (!joined || !o_.fabric_guard) return kNoCap;
-  if (t.outcome != storm::TrackOutcome::kStart && t.outcome != storm::TrackOutcome::kOrphan) {
-    return kNoCap;  // later packets keep the level their request started with
-  }
-  const uint32_t acked = storm::LoadAckedPsn(e);
-  if (acked == storm::kNoPsn) return kNoCap;  // nothing joined for this QP: no cap (§6.5)
-  // Packets before this request's first one that are not acknowledged. An acknowledgement ahead
-  // of them (READ responses) gives 2^24 - k, beyond the bound.
-  const uint32_t unacked = ((e.first_psn - 1) - acked) & storm::kPsnMask;
-  if (unacked == 0 || unacked > kMaxGuardedUnacked) return kNoCap;
-  ++join_.fabric_guarded;
-  return e.held_level;
-}
-
-// True while the fabric guard tracks packets of the QP's own requests sent and not acknowledged:
-// its next request will be capped at held_level, which must then not rise above their level.
-bool StormTagStage::RequestsUnacknowledged(storm::QpEntry& e, bool joined) {
-  if (!joined || !o_.fabric_guard || !(e.flags & storm::kEntryPsnValid)) return false;
-  const uint32_t acked = storm::LoadAckedPsn(e);
-  if (acked == storm::kNoPsn) return false;
-  const uint32_t unacked = ((e.next_psn - 1) - acked) & storm::kPsnMask;
-  return unacked != 0 && unacked <= kMaxGuardedUnacked;
-}
-
-bool StormTagStage::InResponseWindow(const storm::ReadStreamEntry& s, uint32_t now_ms) const {
-  return (s.flags & storm::kStreamTagged) &&
-         static_cast<uint32_t>(now_ms - s.tagged_ms) <= o_.response_window_ms;
-}
-
 // A packet the host sends as the QP's responder — a READ response, an ACK/NAK or an atomic ACK —
 // on the QP's request-direction entry (docs/storm.md §6.6). They carry the PSNs of the peer's
 // requests, which the QP's own requests do not share, so the request tracker leaves them alone;
@@ -287,70 +252,38 @@ bool StormTagStage::InResponseWindow(const storm::ReadStreamEntry& s, uint32_t n
 //     A response overtaking an earlier ACK is harmless: it acknowledges the same requests.
 //   * held_level does not rise while the QP's own requests are unacknowledged (the fabric guard
 //     caps their next one at it, §6.5); responses are not capped by that window themselves.
+//
+// The decisions are storm::ResponseCeiling(), ReadResponseLevel(), AckLevel() and
+// HoldResponseLevel() (dataplane/storm/guard.h), which heddle-sim calls too; the stage finds the
+// READ stream in its side table and feeds the stream tracker.
 uint8_t StormTagStage::TagHostResponse(storm::QpEntry& e, const pkt::PacketDesc& d, uint64_t hash,
                                        uint32_t qpn_dir, uint64_t backlog, uint8_t ceiling,
                                        const storm::LevelConfig& L, uint32_t now_ms, bool joined) {
-  const int top = std::clamp(L.levels, 1, storm::kMaxLevels) - 1;
-  if (ceiling > top) ceiling = static_cast<uint8_t>(top);
+  ceiling = storm::ResponseCeiling(L, ceiling);
+  // The response window applies in per-message mode with the fabric guard (0: off).
+  const uint32_t window_ms = o_.fabric_guard ? o_.response_window_ms : 0;
   uint8_t level;
   if (d.roce_class == pkt::RoceClass::kReadResponse) {
-    level = TagReadResponse(d, hash, qpn_dir, backlog, ceiling, L, now_ms);
-  } else {
-    level = std::min(L.control_level, ceiling);
-    if (L.mode == storm::Mode::kPerMessage && o_.fabric_guard && o_.response_window_ms > 0 &&
-        reads_.size() > 0) {
-      const storm::ReadStreamEntry* s = reads_.Find(hash, qpn_dir);
-      if (s != nullptr && InResponseWindow(*s, now_ms) && s->resp_level < level) {
-        level = s->resp_level;
-        ++rj_.response_guarded;
-      }
+    storm::ReadStreamEntry* s = reads_.FindOrInsert(hash, qpn_dir, now_ms, nullptr);
+    if (s == nullptr) [[unlikely]] {
+      // The side table refused the QP: its responses share the default level, as without it.
+      level = std::min(storm::DefaultLevel(L, o_.mtu), ceiling);
+    } else {
+      const storm::StreamResult r = read_tracker_.OnResponse(*s, d);
+      if (r.size_sample) hist_->Add(r.size_sample);
+      // B: the READs queued behind this one at the responder (host source), or the QP's packets
+      // queued in heddled (egress source).
+      level = storm::ReadResponseLevel(L, *s, r, o_.backlog_source, backlog, ceiling, o_.mtu,
+                                       window_ms, now_ms, rj_.response_guarded);
     }
-  }
-  if (level <= e.held_level || !RequestsUnacknowledged(e, joined)) e.held_level = level;
-  return level;
-}
-
-uint8_t StormTagStage::TagReadResponse(const pkt::PacketDesc& d, uint64_t hash, uint32_t qpn_dir,
-                                       uint64_t backlog, uint8_t ceiling,
-                                       const storm::LevelConfig& L, uint32_t now_ms) {
-  storm::ReadStreamEntry* s = reads_.FindOrInsert(hash, qpn_dir, now_ms, nullptr);
-  if (s == nullptr) [[unlikely]] {
-    // The side table refused the QP: its responses share the default level, as without it.
-    return std::min(storm::DefaultLevel(L, o_.mtu), ceiling);
-  }
-  const storm::StreamResult r = read_tracker_.OnResponse(*s, d);
-  if (r.size_sample) hist_->Add(r.size_sample);
-  const bool per_message = L.mode == storm::Mode::kPerMessage;
-  const bool reuse = r.outcome == storm::StreamOutcome::kDuplicate ||
-                     r.outcome == storm::StreamOutcome::kMalformed ||
-                     (r.outcome == storm::StreamOutcome::kContinue && per_message);
-  uint8_t level;
-  if (reuse && (s->flags & storm::kStreamLevelValid)) {
-    level = std::min(s->level, ceiling);
-  } else if (r.outcome == storm::StreamOutcome::kMalformed) {
-    level = std::min(storm::DefaultLevel(L, o_.mtu), ceiling);
   } else {
-    // A stream starts (per-message: its level for good) or, per-packet, any new packet.
-    bool windowed = false;
-    if (per_message && o_.fabric_guard && o_.response_window_ms > 0 &&
-        r.outcome != storm::StreamOutcome::kContinue && InResponseWindow(*s, now_ms) &&
-        s->resp_level < ceiling) {
-      ceiling = s->resp_level;
-      windowed = true;
-    }
-    // B: the READs queued behind this one at the responder (host source), or the QP's packets
-    // queued in heddled (egress source).
-    if (o_.backlog_source == storm::BacklogSource::kHostShim) backlog = storm::PendingReadBytes(*s);
-    const uint8_t computed = storm::ComputeLevel(
-        L, storm::ReadStreamRemaining(*s, r.sent_before, storm::UnknownBytes(L)), backlog, o_.mtu);
-    level = std::min(computed, ceiling);
-    if (windowed && computed > level) ++rj_.response_guarded;
-    s->level = level;
-    s->flags |= storm::kStreamLevelValid;
+    const storm::ReadStreamEntry* s =
+        L.mode == storm::Mode::kPerMessage && window_ms > 0 && reads_.size() > 0
+            ? reads_.Find(hash, qpn_dir)
+            : nullptr;
+    level = storm::AckLevel(L, s, ceiling, window_ms, now_ms, rj_.response_guarded);
   }
-  s->resp_level = level;
-  s->tagged_ms = now_ms;
-  s->flags |= storm::kStreamTagged;
+  storm::HoldResponseLevel(e, level, joined && o_.fabric_guard);
   return level;
 }
 
@@ -519,8 +452,7 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
           e->dst_ip4 = ip4;
         }
         // The in-order guard's cap, clamped as TagPacketTop() clamps it.
-        uint8_t ceiling = e->egress_queued > 0 ? e->held_level : top;
-        if (ceiling > top) ceiling = top;
+        const uint8_t ceiling = storm::InOrderCeiling(*e, /*per_message=*/true, top);
         const uint16_t ends = dflags & (pkt::kFlagFirst | pkt::kFlagLast);
         uint32_t sent_before, size_sample;
         if (ends == 0 && (e->flags & storm::kEntryLevelValid) &&
@@ -609,9 +541,10 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
         // In-order guard: a QP's packet never takes a higher level than its packets still held
         // in heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
         // excepted).
-        uint8_t ceiling =
-            per_message && e->egress_queued > 0 ? e->held_level : storm::kMaxLevels - 1;
-        if (fabric_guard) ceiling = std::min(ceiling, FabricCeiling(*e, t, true));  // §6.5
+        uint8_t ceiling = storm::InOrderCeiling(*e, per_message, top_level);
+        if (fabric_guard) {
+          ceiling = std::min(ceiling, storm::FabricCeiling(*e, t, join_.fabric_guarded));  // §6.5
+        }
         if (IsHostResponse(d.roce_class)) [[unlikely]] {
           // The host answers as the QP's responder: READ responses, ACKs, atomic ACKs (§6.6).
           level = TagHostResponse(*e, d, hash_[j], qpn_dir, backlog, ceiling, L, now_ms,

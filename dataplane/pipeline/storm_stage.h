@@ -45,6 +45,7 @@
 
 #include "dataplane/pipeline/stage.h"
 #include "dataplane/pipeline/storm_control.h"
+#include "dataplane/storm/guard.h"
 #include "dataplane/storm/levels.h"
 #include "dataplane/storm/qp_table.h"
 #include "dataplane/storm/read_streams.h"
@@ -88,8 +89,8 @@ class StormTagStage final : public Stage {
   };
 
   // Unacknowledged packets beyond which the fabric guard assumes the join lost track of the QP
-  // (acknowledgements not seen, e.g. taking another path) and stops capping it.
-  static constexpr uint32_t kMaxGuardedUnacked = 1u << 15;
+  // and stops capping it (dataplane/storm/guard.h).
+  static constexpr uint32_t kMaxGuardedUnacked = storm::kMaxGuardedUnacked;
 
   explicit StormTagStage(const Options& options);
 
@@ -116,15 +117,9 @@ class StormTagStage final : public Stage {
   void FlushReads();
   void DrainJoins();
   void DrainReads();
-  uint8_t FabricCeiling(storm::QpEntry& e, const storm::TrackResult& t, bool joined);
-  bool RequestsUnacknowledged(storm::QpEntry& e, bool joined);
   uint8_t TagHostResponse(storm::QpEntry& e, const pkt::PacketDesc& d, uint64_t hash,
                           uint32_t qpn_dir, uint64_t backlog, uint8_t ceiling,
                           const storm::LevelConfig& L, uint32_t now_ms, bool joined);
-  uint8_t TagReadResponse(const pkt::PacketDesc& d, uint64_t hash, uint32_t qpn_dir,
-                          uint64_t backlog, uint8_t ceiling, const storm::LevelConfig& L,
-                          uint32_t now_ms);
-  bool InResponseWindow(const storm::ReadStreamEntry& s, uint32_t now_ms) const;
   void Housekeep(uint32_t now_ms);
   void CountTableFull(LcoreStats& stats);
   void ScanForQuery(uint32_t now_ms);

@@ -15,6 +15,7 @@
 #include "dataplane/fwd/hash_model.h"
 #include "dataplane/pkt/builder.h"
 #include "dataplane/pkt/parse.h"
+#include "dataplane/storm/guard.h"
 #include "dataplane/storm/read_streams.h"
 #include "dataplane/storm/tracker.h"
 #include "tools/heddle-sim/lib/rng.h"
@@ -1176,15 +1177,10 @@ void Simulator::Impl::TrySend(uint32_t qi) {
 // ---- STORM at the two ends of a QP ----------------------------------------------------------
 //
 // The level of every packet comes from dataplane/storm: RequestTracker and TagPacket for the
-// requester's packets, ReadStreamTracker and ComputeLevel for the responder's READ responses. The
-// guards around them are the storm-tag stage's (dataplane/pipeline/storm_stage.cc:
-// FabricCeiling, TagHostResponse, TagReadResponse), which are private members of a DPDK stage
-// the simulator cannot link; they are followed here rule for rule, with the simulator's exact
-// join in place of the shim's.
-
-// The fabric guard's largest unacknowledged window (StormTagStage::kMaxGuardedUnacked): beyond
-// it the join is taken for lost and the request is not capped.
-constexpr uint32_t kMaxGuardedUnacked = 1u << 15;
+// requester's packets, ReadStreamTracker for the responder's READ responses, and around them the
+// daemon's ordering guards (dataplane/storm/guard.h: InOrderCeiling, FabricCeiling,
+// ReadResponseLevel, AckLevel, HoldResponseLevel), the very functions the storm-tag stage calls,
+// with the simulator's exact join of responses to requests in place of the shim's.
 
 uint8_t Simulator::Impl::TagRequest(uint32_t qi, const pkt::PacketDesc& d) {
   const Qp& qp = qps[qi];
@@ -1195,16 +1191,8 @@ uint8_t Simulator::Impl::TagRequest(uint32_t qi, const pkt::PacketDesc& d) {
   // is tagged once it left. The fabric guard (docs/storm.md §6.5): a request starting while the
   // QP's earlier packets are unacknowledged takes no level above the newest one's.
   uint8_t ceiling = storm::kMaxLevels - 1;
-  if (cfg.storm_fabric_guard && cfg.levels.mode == storm::Mode::kPerMessage &&
-      (t.outcome == storm::TrackOutcome::kStart || t.outcome == storm::TrackOutcome::kOrphan)) {
-    const uint32_t acked = storm::LoadAckedPsn(e);
-    if (acked != storm::kNoPsn) {
-      const uint32_t unacked = ((e.first_psn - 1) - acked) & storm::kPsnMask;
-      if (unacked != 0 && unacked <= kMaxGuardedUnacked) {
-        ++res.fabric_guarded;
-        ceiling = e.held_level;
-      }
-    }
+  if (cfg.storm_fabric_guard && cfg.levels.mode == storm::Mode::kPerMessage) {
+    ceiling = storm::FabricCeiling(e, t, res.fabric_guarded);
   }
   const uint8_t level = storm::TagPacket(
       cfg.levels, &e, d, t, storm::BacklogBytes(e, storm::BacklogSource::kHostShim, cfg.mtu),
@@ -1219,49 +1207,22 @@ uint8_t Simulator::Impl::TagHostResponse(uint32_t qi, const pkt::PacketDesc& d) 
   storm::ReadStreamEntry& s = rstreams[qi];
   const bool per_message = L.mode == storm::Mode::kPerMessage;
   // The in-order guard: nothing above the QP's packets still waiting in the NIC.
-  uint8_t ceiling = per_message && e.egress_queued > 0 ? e.held_level : storm::kMaxLevels - 1;
-  if (ceiling > top_level) ceiling = static_cast<uint8_t>(top_level);
-  const bool window = per_message && cfg.storm_fabric_guard && cfg.storm_response_window_ms > 0;
+  const uint8_t ceiling =
+      storm::ResponseCeiling(L, storm::InOrderCeiling(e, per_message, top_level));
+  // The response window (per-message mode with the fabric guard; 0: off).
+  const uint32_t window_ms = cfg.storm_fabric_guard ? cfg.storm_response_window_ms : 0;
   const auto now_ms = static_cast<uint32_t>(now / 1'000'000'000);
-  const bool in_window =
-      (s.flags & storm::kStreamTagged) && now_ms - s.tagged_ms <= cfg.storm_response_window_ms;
   uint8_t level;
   if (d.roce_class == pkt::RoceClass::kReadResponse) {
     const storm::StreamResult r = hosts[qps[qi].dst].read_tracker.OnResponse(s, d);
-    const bool reuse = r.outcome == storm::StreamOutcome::kDuplicate ||
-                       r.outcome == storm::StreamOutcome::kMalformed ||
-                       (r.outcome == storm::StreamOutcome::kContinue && per_message);
-    if (reuse && (s.flags & storm::kStreamLevelValid)) {
-      level = std::min(s.level, ceiling);
-    } else if (r.outcome == storm::StreamOutcome::kMalformed) {
-      level = std::min(storm::DefaultLevel(L, cfg.mtu), ceiling);
-    } else {
-      bool windowed = false;
-      if (window && r.outcome != storm::StreamOutcome::kContinue && in_window &&
-          s.resp_level < ceiling) {
-        ceiling = s.resp_level;
-        windowed = true;
-      }
-      // B: the READs queued behind this one at the responder (the host source).
-      const uint8_t computed = storm::ComputeLevel(
-          L, storm::ReadStreamRemaining(s, r.sent_before, storm::UnknownBytes(L)),
-          storm::PendingReadBytes(s), cfg.mtu);
-      level = std::min(computed, ceiling);
-      if (windowed && computed > level) ++res.response_guarded;
-      s.level = level;
-      s.flags |= storm::kStreamLevelValid;
-    }
-    s.resp_level = level;
-    s.tagged_ms = now_ms;
-    s.flags |= storm::kStreamTagged;
+    // B: the READs queued behind this one at the responder (the host source).
+    level = storm::ReadResponseLevel(L, s, r, storm::BacklogSource::kHostShim, 0, ceiling, cfg.mtu,
+                                     window_ms, now_ms, res.response_guarded);
   } else {
-    level = std::min(L.control_level, ceiling);
-    if (window && in_window && s.resp_level < level) {
-      level = s.resp_level;
-      ++res.response_guarded;
-    }
+    level = storm::AckLevel(L, &s, ceiling, window_ms, now_ms, res.response_guarded);
   }
-  e.held_level = level;  // the responder's entry has no requests of its own unacknowledged
+  // The responder's entry has no requests of its own unacknowledged: its level is always held.
+  storm::HoldResponseLevel(e, level, cfg.storm_fabric_guard && per_message);
   return level;
 }
 
