@@ -294,6 +294,11 @@ TEST_P(StormLeanTest, LeanPathEqualsGeneralPath) {
   ExpectSameCounters(lean, general);
   // The comparison means something only if the lean path ran, and tracked something.
   EXPECT_GT(lean_bursts, 100u);
+  // ... and the stage itself says it took the lean path (its one-packet form too), the general
+  // side never.
+  EXPECT_GT(lean.stage->lean_bursts(), 100u);
+  EXPECT_GT(lean.stage->lean_one_packet_requests(), 0u);
+  EXPECT_EQ(general.stage->lean_bursts(), 0u);
   EXPECT_GT(lean.stage->tracker().counters().requests_completed, 100u);
   EXPECT_GT(lean.stage->tracker().counters().duplicates, 0u);
 }

@@ -484,6 +484,8 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
       storm::SetDscpAt(frame + l3_off, l3, dscp[level]);
     }
     tracker_.CountOnePacketRequests(one_packet);
+    ++lean_bursts_;
+    lean_one_packet_ += one_packet;
   } else {
   for (uint16_t j = 0; j < n_roce; ++j) {
     const uint16_t i = n_roce == b.n ? j : idx[j];

@@ -101,6 +101,9 @@ class StormTagStage final : public Stage {
   const storm::QpTable& table() const { return table_; }
   const storm::RequestTracker& tracker() const { return tracker_; }
   const storm::ReadStreamTable& read_streams() const { return reads_; }
+  // Bursts the lean path took, and the one-packet requests it accounted (for tests).
+  uint64_t lean_bursts() const { return lean_bursts_; }
+  uint64_t lean_one_packet_requests() const { return lean_one_packet_; }
 
  private:
   uint32_t NowMs() const;
@@ -132,6 +135,8 @@ class StormTagStage final : public Stage {
   uint64_t tsc_per_ms_ = 1;
   uint64_t table_full_seen_ = 0;  // table_.counters().table_full already added to the stats
   uint64_t host_hits_ = 0;
+  uint64_t lean_bursts_ = 0;
+  uint64_t lean_one_packet_ = 0;
   struct JoinCounters {
     uint64_t joined_local = 0, joined_remote = 0, no_pair = 0, no_entry = 0, ring_full = 0,
              malformed = 0, fabric_guarded = 0;
