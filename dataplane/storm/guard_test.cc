@@ -154,8 +154,20 @@ class ReadResponseLevelTest : public ::testing::Test {
   uint64_t guarded_ = 0;
 };
 
+TEST_F(ReadResponseLevelTest, AnUnjoinedStreamStartsAtTheUnknownSizesLevel) {
+  // Per-message mode: a stream of unknown size is levelled as storm.unknown_size, by default
+  // above every cutoff (the lowest level) — it cannot be demoted later.
+  EXPECT_EQ(Tag(pkt::op::kReadResponseFirst, 10, 1024, 3, 0), 0);
+  ReadStreamEntry other{};
+  L_.unknown_size = 100 * 1024;  // between the 64 KiB and 1 MiB cutoffs: level 1
+  const StreamResult r =
+      tracker_.OnResponse(other, MakePacket(pkt::op::kReadResponseFirst, 10, 1024).desc);
+  EXPECT_EQ(ReadResponseLevel(L_, other, r, BacklogSource::kNone, 0, 3, kMtu, 2, 0, guarded_), 1);
+}
+
 TEST_F(ReadResponseLevelTest, AStreamKeepsItsFirstPacketsLevelPerMessage) {
-  // Unknown size: R = unknown_floor (4096) at the first packet, the top level's cutoff.
+  // Unknown size: R = storm.unknown_size, here 4096, the top level's cutoff, at the first packet.
+  L_.unknown_size = 4096;
   const uint8_t first = Tag(pkt::op::kReadResponseFirst, 10, 1024, 3, 0);
   EXPECT_EQ(first, 3);
   EXPECT_TRUE(s_.flags & kStreamLevelValid);
