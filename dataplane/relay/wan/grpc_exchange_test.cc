@@ -708,6 +708,15 @@ TEST(GrpcExchangeScheduleTest, RelayedScheduleReachesTheFarRegionOnlyThroughTheH
     GlobalAggregate want = ref.Aggregate(r, frames);
     ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
   }
+  // A frame counts as sent when its acknowledgement comes back, which may be after every
+  // gateway published: wait for the hub's last acknowledgements before reading the counters.
+  WaitUntil([&] {
+    const WanStats s2 = m.ex(2).Stats();
+    return Peer(s2, 3).frames_sent >= 2 * 2 * nslices &&
+           Peer(s2, 1).frames_sent >= 2 * 2 * nslices &&
+           Peer(s2, 3).frames_forwarded >= 2 * nslices &&
+           Peer(s2, 1).frames_forwarded >= 2 * nslices;
+  });
   const WanStats s1 = m.ex(1).Stats(), s2 = m.ex(2).Stats(), s3 = m.ex(3).Stats();
   for (const WanStats* s : {&s1, &s2, &s3}) {
     EXPECT_EQ(s->schedule_name, "hub");
@@ -1121,7 +1130,11 @@ TEST(GrpcExchangeTest, FollowerPublishesTheAggregatePreparedBeforeTheDecision) {
     GlobalAggregate want = ref.Aggregate(r, frames);
     ExpectSameEverywhere(m, r, {1, 2, 3}, &want);
   }
-  EXPECT_EQ(m.ex(3).Stats().rounds_prepared, 3u);
+  // Usually every round is published from the prepared aggregate; a decision that reaches
+  // gateway 3 before it marked its own region ready (a loaded machine) takes the patch-and-check
+  // path instead, which publishes the same bits (checked above), so only "some" is certain.
+  EXPECT_GE(m.ex(3).Stats().rounds_prepared, 1u);
+  EXPECT_LE(m.ex(3).Stats().rounds_prepared, 3u);
   EXPECT_EQ(m.ex(3).Stats().digest_mismatches, 0u);
   EXPECT_EQ(m.ex(1).Stats().rounds_prepared, 0u);  // the coordinator decides, it prepares none
 }
