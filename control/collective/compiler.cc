@@ -420,20 +420,28 @@ class Scheduler {
       if (pending_[m] == 0) HEDDLE_RETURN_IF_ERROR(Push(m));
     }
     while (!heap_.empty()) {
-      const Entry top = HeapPop();
+      const Entry top = heap_[0];
       const uint32_t m = top.move;
       Choice choice;
       if (top.group != kNone) {
+        HeapPop();
         // Its key is its finish now (the group's entry is renewed on every change).
         TakeFromGroup(top.group, m);
         choice = Choice{top.finish, 0, 0};
       } else {
         choice = Evaluate(m, cur_[m]);
         const Entry now{choice.finish, m};
-        if (!heap_.empty() && heap_[0] < now) {
-          HeapPush(now);  // another piece now finishes earlier
+        // The next entry is the smaller child of the root.
+        size_t c = 1;
+        if (c + 1 < heap_.size() && heap_[c + 1] < heap_[c]) ++c;
+        if (c < heap_.size() && heap_[c] < now) {
+          // Another piece now finishes earlier: re-key this one in place (the same entries as
+          // popping and pushing it, so the same order leaving the heap: keys are distinct).
+          heap_[0] = now;
+          SiftDown(0);
           continue;
         }
+        HeapPop();
       }
       Commit(m, cur_[m], choice);
       if (trace) trace->push_back(Step{m, choice.source, choice.route});
@@ -829,7 +837,7 @@ class Scheduler {
           rd_end_[mi] = start + seg.busy;
         }
         if (seg.to == mv.dst) {
-          fin_end_[mi] = std::max(arrival, DstReady(m, p, nullptr));
+          fin_end_[mi] = std::max(arrival, dst_ready_[m]);  // DstReady(m, p), cached by Push()
           makespan_ = std::max(makespan_, fin_end_[mi]);
         } else {
           makespan_ = std::max(makespan_, arrival);
@@ -876,6 +884,8 @@ class Scheduler {
         recv.kind = mv.kind == MoveKind::kCopy ? OpKind::kRecv : OpKind::kRecvReduce;
         recv.dst = BufRef{BufRef::Buffer::kData, mv.slot};
         const double ready = DstReady(m, p, &recv.deps);
+        // The replay's times: a receive starts with its send or once its deps have ended.
+        recv.start_s = std::max(start, ready);
         recv.end_s = std::max(arrival, ready);
         fin_end_[mi] = recv.end_s;
         makespan_ = std::max(makespan_, recv.end_s);
@@ -888,7 +898,10 @@ class Scheduler {
         if (k == pool.size()) pool.push_back(ScratchSlot{});
         recv.kind = OpKind::kRecv;
         recv.dst = BufRef{BufRef::Buffer::kScratch, k};
-        if (pool[k].reader_op != kNone) recv.deps.push_back(pool[k].reader_op);
+        if (pool[k].reader_op != kNone) {
+          recv.deps.push_back(pool[k].reader_op);
+          recv.start_s = std::max(start, pool[k].free_at);
+        }
         recv.end_s = arrival;
         makespan_ = std::max(makespan_, arrival);
         dep = Append(seg.to, std::move(recv));
@@ -1321,8 +1334,10 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   }
   HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
 
-  // The scheduler's own times are the replay's by construction (the tests hold them equal);
-  // the piece search ranks candidates by them and replays only the schedule it returns.
+  // The scheduler's own times are the replay's by construction (the tests hold them equal:
+  // PredictTime() of every schedule they compile is its predicted_s, and every op's start_s and
+  // end_s are pinned by compiler_golden_test), so the schedule is returned with them as they
+  // are, not replayed again.
   // A candidate that cannot beat `give_up_at` is abandoned as soon as its makespan is certain
   // to reach it (nullopt). Candidates are timed without ops (emit = false), recording their
   // commits; the chosen one's are committed again with ops (Emit), without searching.
@@ -1340,15 +1355,9 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     }
     return s;
   };
-  auto replayed = [&](Schedule s) -> absl::StatusOr<Schedule> {
-    // The replay is the cost model's one definition: it fills the times and the prediction.
-    HEDDLE_RETURN_IF_ERROR(
-        Replay(s, topology, options.slot_bytes, options.per_op_overhead_s, &s).status());
-    return s;
-  };
   if (options.pieces != 0) {
     HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, one(options.pieces, /*emit=*/true));
-    return replayed(std::move(*s));
+    return std::move(*s);
   }
   // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
   // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
@@ -1375,7 +1384,7 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     }
   }
   Scheduler scheduler(intent, topology, dag, best_pieces, options, /*emit=*/true);
-  return replayed(scheduler.Emit(best_trace));
+  return scheduler.Emit(best_trace);
 }
 
 }  // namespace heddle::collective

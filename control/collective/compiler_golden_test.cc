@@ -7,6 +7,15 @@
 //
 //   export HEDDLE_WRITE_GOLDEN=$PWD/control/collective/testdata/compiler_golden.txt
 //   build/control/collective/collective_compiler_golden_test
+//
+// To judge a change of the piece search's rule before making it, the same cases can be compiled
+// with the exhaustive search instead, writing every candidate's makespan (a line per case:
+// "name kind ranks topology| P:makespan P:makespan ..."); the test is then skipped.
+// control/collective/testing/piece_search_rules.py replays rules over that file:
+//
+//   HEDDLE_WRITE_PIECE_CURVES=/tmp/curves.txt
+//   build/control/collective/collective_compiler_golden_test python3
+//   control/collective/testing/piece_search_rules.py /tmp/curves.txt
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -61,8 +70,9 @@ std::vector<Case> Topologies(uint32_t n) {
   return out;
 }
 
-// "name kind n topology" → "pieces predicted ops hash".
-std::map<std::string, std::string> Compute() {
+// "name kind n topology" → "pieces predicted ops hash". With `curves`, every case is compiled with
+// the exhaustive piece search and its candidates' makespans are written there.
+std::map<std::string, std::string> Compute(std::ofstream* curves = nullptr) {
   std::map<std::string, std::string> lines;
   std::vector<uint32_t> sizes;
   for (uint32_t n = 2; n <= 16; ++n) sizes.push_back(n);
@@ -80,10 +90,22 @@ std::map<std::string, std::string> Compute() {
           if (!in.ok()) continue;
           CompileOptions o;
           o.per_op_overhead_s = c.alpha;
+          CompileDebug debug;
+          if (curves != nullptr) {
+            o.exhaustive_piece_search = true;
+            o.debug = &debug;
+          }
           absl::StatusOr<Schedule> s = Compile(*in, c.t, o);
           const std::string key = absl::StrCat(name, " ", KindName(kind), " ", n, " ", c.topology);
           EXPECT_TRUE(s.ok()) << key << ": " << s.status();
           if (!s.ok()) continue;
+          if (curves != nullptr) {
+            *curves << key << "|";
+            for (const PieceCandidate& pc : debug.candidates) {
+              *curves << absl::StrFormat(" %u:%.17g", pc.pieces, pc.makespan);
+            }
+            *curves << "\n";
+          }
           uint64_t ops = 0;
           for (const RankSchedule& r : s->per_rank) ops += r.ops.size();
           lines[key] = absl::StrFormat("%u %.17g %u %016x", s->pieces, s->predicted_s, ops,
@@ -96,6 +118,12 @@ std::map<std::string, std::string> Compute() {
 }
 
 TEST(CompilerGolden, SchedulesAndPredictionsAreUnchanged) {
+  if (const char* out = std::getenv("HEDDLE_WRITE_PIECE_CURVES")) {
+    std::ofstream f(out);
+    Compute(&f);
+    ASSERT_TRUE(f.good()) << out;
+    GTEST_SKIP() << "wrote " << out;
+  }
   const std::map<std::string, std::string> now = Compute();
   if (const char* out = std::getenv("HEDDLE_WRITE_GOLDEN")) {
     std::ofstream f(out);
