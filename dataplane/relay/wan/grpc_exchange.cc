@@ -30,7 +30,9 @@
 // makes the handlers refuse frames and summaries for them, so no stale state survives.
 #include "dataplane/relay/wan/grpc_exchange.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_context.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
@@ -203,7 +205,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         nslices_(static_cast<uint32_t>(slices_.size())),
         encoder_(spec, o.region_id, o.gateway_error_feedback) {
     regions_.push_back(o.region_id);
-    for (const WanPeer& p : o.peers) regions_.push_back(p.region_id);
+    for (const WanPeer& p : o.peers) {
+      regions_.push_back(p.region_id);
+      peer_auth_[p.region_id] = p;
+    }
     std::sort(regions_.begin(), regions_.end());
     coordinator_ = o.coordinator != 0 ? o.coordinator : regions_.front();
     is_coordinator_ = coordinator_ == o.region_id;
@@ -752,9 +757,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     grpc::ClientContext* c_;
   };
 
-  void Prepare(grpc::ClientContext& c, absl::Duration timeout) const {
+  // A call to peer region `peer`: the deadline and this gateway's credentials for that peer.
+  void Prepare(grpc::ClientContext& c, absl::Duration timeout, uint32_t peer) const {
     c.set_deadline(Deadline(timeout));
-    if (!opt_.token.empty()) c.AddMetadata("authorization", "Bearer " + opt_.token);
+    const std::string& token = TokenFor(peer);
+    if (!token.empty()) c.AddMetadata("authorization", "Bearer " + token);
     c.AddMetadata("x-heddle-region", absl::StrCat(opt_.region_id));
     c.AddMetadata("x-heddle-spec", Hex64(spec_digest_));
     c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
@@ -767,20 +774,24 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return std::string(it->second.data(), it->second.size());
   }
 
+  // What a peer must present, and what this gateway sends it (WanPeer::token, cert_name).
+  const std::string& TokenFor(uint32_t peer) const {
+    auto it = peer_auth_.find(peer);
+    return it != peer_auth_.end() && !it->second.token.empty() ? it->second.token : opt_.token;
+  }
+  std::string CertNameFor(uint32_t peer) const {
+    auto it = peer_auth_.find(peer);
+    return it != peer_auth_.end() && !it->second.cert_name.empty() ? it->second.cert_name
+                                                                   : absl::StrCat(peer);
+  }
+
+  // Who is calling, checked on every call: the region it claims (x-heddle-region) must be a
+  // configured peer; it must carry that peer's token (its own, or the job's); with mutual TLS
+  // its verified client certificate must name that peer (cert_name among the certificate's
+  // subject alternative names, or its common name when it has none) — so a gateway holding
+  // one region's certificate or token cannot speak as another region; then the same model
+  // spec and protocol.
   grpc::Status CheckCaller(const grpc::ServerContext* ctx, uint32_t* caller) {
-    if (!opt_.token.empty()) {
-      const std::string got = Metadata(ctx, "authorization");
-      const std::string want = "Bearer " + opt_.token;
-      // Compare every byte: the time taken does not tell how much of the token matched.
-      uint8_t diff = got.size() == want.size() ? 0 : 1;
-      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) diff |= got[i] ^ want[i];
-      if (diff != 0) {
-        auth_failures_.fetch_add(1, std::memory_order_relaxed);
-        return grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            got.empty() ? "no bearer token (authorization metadata)" : "wrong bearer token");
-      }
-    }
     uint32_t region = 0;
     const std::string r = Metadata(ctx, "x-heddle-region");
     if (!absl::SimpleAtoi(r, &region) || region == opt_.region_id || !links_.contains(region)) {
@@ -789,6 +800,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                           absl::StrFormat("caller region '%s' is not a configured peer of "
                                           "region %u",
                                           r, opt_.region_id));
+    }
+    if (const std::string& token = TokenFor(region); !token.empty()) {
+      const std::string got = Metadata(ctx, "authorization");
+      const std::string want = "Bearer " + token;
+      // Compare every byte: the time taken does not tell how much of the token matched.
+      uint8_t diff = got.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) diff |= got[i] ^ want[i];
+      if (diff != 0) {
+        auth_failures_.fetch_add(1, std::memory_order_relaxed);
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            got.empty()
+                                ? "no bearer token (authorization metadata)"
+                                : absl::StrFormat("wrong bearer token for region %u", region));
+      }
+    }
+    if (!opt_.tls.cert_file.empty()) {
+      if (grpc::Status st = CheckCertificate(ctx, region); !st.ok()) return st;
     }
     const std::string spec = Metadata(ctx, "x-heddle-spec");
     const std::string proto = Metadata(ctx, "x-heddle-proto");
@@ -803,6 +831,34 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     *caller = region;
     return grpc::Status::OK;
+  }
+
+  // Mutual TLS: the caller's certificate (verified against wan.tls.ca by the TLS handshake)
+  // must name `region`'s cert_name.
+  grpc::Status CheckCertificate(const grpc::ServerContext* ctx, uint32_t region) {
+    const std::string want = CertNameFor(region);
+    std::vector<std::string> names;
+    if (const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+        auth != nullptr && auth->IsPeerAuthenticated()) {
+      for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+        for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+          names.emplace_back(v.data(), v.size());
+        }
+        if (!names.empty()) break;  // the common name counts only without any SAN
+      }
+    }
+    if (std::find(names.begin(), names.end(), want) != names.end()) return grpc::Status::OK;
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    const std::string got = names.empty() ? "no name" : absl::StrJoin(names, ", ");
+    HEDDLE_LOG(kWarning,
+               "wan: region %u refused a call claiming region %u: its certificate names [%s], "
+               "region %u's certificate must name '%s' (wan.peers[].cert_name)",
+               opt_.region_id, region, got.c_str(), region, want.c_str());
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrFormat("the caller claims region %u but its certificate names [%s], not '%s' "
+                        "(region %u's wan.peers[].cert_name at region %u)",
+                        region, got, want, region, opt_.region_id));
   }
 
   grpc::Status CheckRoundWindow(uint64_t r, const char* what) const {
@@ -1038,7 +1094,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // restarted peer from being reached through another link's stale connection.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWanWindowBytes);
-    if (!opt_.tls.server_name.empty()) args.SetSslTargetNameOverride(opt_.tls.server_name);
+    // The peer's server certificate must name the peer (its cert_name), as its client
+    // certificate must when it calls here (CheckCaller); tls.server_name overrides both ends'
+    // names for the client check only (tests, one certificate for every gateway).
+    if (!opt_.tls.cert_file.empty()) {
+      args.SetSslTargetNameOverride(!opt_.tls.server_name.empty() ? opt_.tls.server_name
+                                                                  : CertNameFor(l.region_id));
+    }
     l.channel = grpc::CreateCustomChannel(address, client_creds_, args);
     for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
       grpc::ChannelArguments sa = args;
@@ -1117,7 +1179,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_schedule_digest(schedule_digest_);
     req.set_schedule_name(schedule_.intent);
     grpc::ClientContext ctx;
-    Prepare(ctx, opt_.rpc_timeout);
+    Prepare(ctx, opt_.rpc_timeout, region);
     ScopedCall reg(this, &ctx);
     grpc::Status st = pb::Peer::NewStub(ch)->Hello(&ctx, req, reply);
     if (!st.ok()) return FromGrpc(st, absl::StrFormat("hello to region %u", region));
@@ -1302,7 +1364,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       grpc::Status st;
       {
         grpc::ClientContext ctx;
-        Prepare(ctx, opt_.rpc_timeout);
+        Prepare(ctx, opt_.rpc_timeout, l.region_id);
         ScopedCall reg(this, &ctx);
         pb::FinishReply reply;
         st = pb::Peer::NewStub(ch)->FinishRegion(&ctx, *fin, &reply);
@@ -1352,7 +1414,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         if (stripe < l.stripe_channels.size()) ch = l.stripe_channels[stripe];
       }
       grpc::ClientContext ctx;
-      Prepare(ctx, opt_.push_timeout);
+      Prepare(ctx, opt_.push_timeout, l.region_id);
       ScopedCall reg(this, &ctx);
       std::unique_ptr<grpc::ClientReaderWriter<pb::FrameChunk, pb::FrameAck>> stream =
           pb::Peer::NewStub(ch)->StreamFrames(&ctx);
@@ -1827,7 +1889,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       grpc::Status st;
       {
         grpc::ClientContext ctx;
-        Prepare(ctx, opt_.decision_poll + opt_.rpc_timeout);
+        Prepare(ctx, opt_.decision_poll + opt_.rpc_timeout, coordinator_);
         ScopedCall reg(this, &ctx);
         st = pb::Peer::NewStub(ch)->WaitDecision(&ctx, req, &reply);
       }
@@ -2096,7 +2158,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_region_id(part.region_id);
     for (uint32_t s : slices) req.add_slices(s);
     grpc::ClientContext ctx;
-    Prepare(ctx, opt_.push_timeout);
+    Prepare(ctx, opt_.push_timeout, coordinator_);
     ScopedCall reg(this, &ctx);
     auto stub = pb::Peer::NewStub(ch);
     std::unique_ptr<grpc::ClientReader<pb::FrameChunk>> reader = stub->FetchFrames(&ctx, req);
@@ -2162,7 +2224,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   const uint64_t spec_digest_;
   const std::vector<SliceRef> slices_;
   const uint32_t nslices_;
-  std::vector<uint32_t> regions_;  // every configured region, increasing
+  std::vector<uint32_t> regions_;          // every configured region, increasing
+  std::map<uint32_t, WanPeer> peer_auth_;  // by region: its token and certificate name
   uint32_t coordinator_ = 0;
   bool is_coordinator_ = false;
   wan_internal::RegionEncoder encoder_;
@@ -2264,10 +2327,19 @@ absl::Status ValidateWanOptions(const WanOptions& o) {
     return absl::InvalidArgumentError(
         "wan: rpc_timeout, push_timeout, decision_poll and backoff must be positive");
   }
-  for (char ch : o.token) {
-    if (ch < 0x21 || ch > 0x7e) {
-      return absl::InvalidArgumentError(
-          "wan.token: must be printable ASCII without spaces (it goes into gRPC metadata)");
+  auto printable = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](char ch) { return ch >= 0x21 && ch <= 0x7e; });
+  };
+  if (!printable(o.token)) {
+    return absl::InvalidArgumentError(
+        "wan.token: must be printable ASCII without spaces (it goes into gRPC metadata)");
+  }
+  for (size_t i = 0; i < o.peers.size(); ++i) {
+    if (!printable(o.peers[i].token)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "wan.peers[%u].token: must be printable ASCII without spaces (it goes into gRPC "
+          "metadata)",
+          i));
     }
   }
   return absl::OkStatus();

@@ -50,6 +50,15 @@ inline constexpr uint32_t kPeerProtocolVersion = 2;
 struct WanPeer {
   uint32_t region_id = 0;
   std::string address;  // host:port; empty = not known yet (SetPeerAddress)
+  // With mutual TLS: the name this peer's certificate must carry, among its subject alternative
+  // names (or as its common name when it has none). Its calls claiming this region are refused
+  // otherwise, and this gateway checks the peer's server certificate for the same name (unless
+  // tls.server_name overrides it). Empty: the region id in decimal ("2").
+  std::string cert_name;
+  // The secret of this pair of gateways: sent on every call to this peer and required on every
+  // call that claims to come from it (the peer's config names this gateway with the same
+  // token). Empty: the job-wide WanOptions::token.
+  std::string token;
 };
 
 struct WanQuorum {
@@ -113,7 +122,7 @@ struct WanOptions {
   uint32_t streams_per_peer = 4;
   absl::Duration wan_timeout = absl::Seconds(60);
   WanQuorum quorum;
-  std::string token;  // shared bearer token; empty = none
+  std::string token;  // job-wide bearer token, for peers without their own; empty = none
   WanTls tls;
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint32_t keep_rounds = 4;
@@ -135,6 +144,8 @@ struct WanOptions {
 //     region: 2
 //     listen: 0.0.0.0:7443
 //     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
+//                                   # per peer also: cert_name (TLS identity, default "<region>"),
+//                                   # token / token_file (this pair's secret, default wan.token)
 //     coordinator: 1                # default: the lowest region id; auto: by wan.topology
 //     streams_per_peer: 4
 //     wan_timeout: 60s              # or a number of seconds
@@ -193,7 +204,9 @@ struct WanStats {
   // Follower: rounds published from the aggregate prepared before the decision came (its
   // parts, weights and digest were the decision's).
   uint64_t rounds_prepared = 0;
-  uint64_t auth_failures = 0;       // calls refused: no or wrong token, unknown region
+  // Calls refused: no or wrong token, unknown region, a certificate not naming the claimed
+  // region.
+  uint64_t auth_failures = 0;
   uint64_t handshake_failures = 0;  // calls refused: spec digest, version, region set
   uint64_t malformed_messages = 0;  // bad chunk, frame, round or summary
   uint64_t duplicate_frames = 0;    // identical copies acknowledged again

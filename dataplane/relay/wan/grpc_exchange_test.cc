@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -1407,6 +1408,7 @@ TEST(GrpcExchangeTest, MutualTls) {
              .key_file = (dir / "peer.key").string(),
              .ca_file = (dir / "ca.pem").string(),
              .server_name = "heddle-peer"};
+    for (WanPeer& p : o.peers) p.cert_name = "heddle-peer";  // one certificate for both
   });
   SubmitRegion(m.ex(2), m.spec(), 2, 1);
   SubmitRegion(m.ex(1), m.spec(), 1, 1);
@@ -1448,6 +1450,217 @@ TEST(GrpcExchangeTest, MutualTls) {
                    "heddle-peer");
   EXPECT_EQ(wrong_ca.Hello(md, hello).error_code(), grpc::StatusCode::UNAVAILABLE);
   std::filesystem::remove_all(dir);
+}
+
+// ---- identity: a region bound to its certificate, per-peer tokens (docs/relay-wan.md §5) ----
+
+// Generates the test certificates (testdata/gen_certs.sh) into a fresh directory; "" without
+// the openssl CLI.
+std::filesystem::path TestCerts(const char* tag) {
+  if (std::system("which openssl > /dev/null 2>&1") != 0) return {};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrFormat("heddle_wan_%s_%d", tag, getpid());
+  std::filesystem::remove_all(dir);
+  const std::string cmd =
+      absl::StrFormat("sh %s/gen_certs.sh %s", HEDDLE_WAN_TESTDATA, dir.string());
+  if (std::system(cmd.c_str()) != 0) return {};
+  return dir;
+}
+
+std::string ReadText(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+pb::HelloRequest HelloFrom(const Mesh& m, uint32_t region, std::vector<uint32_t> regions,
+                           uint64_t schedule_digest) {
+  pb::HelloRequest hello;
+  hello.set_protocol_version(kPeerProtocolVersion);
+  hello.set_region_id(region);
+  hello.set_spec_digest(SpecDigest(m.spec()));
+  for (uint32_t r : regions) hello.add_regions(r);
+  hello.set_schedule_digest(schedule_digest);
+  return hello;
+}
+
+TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
+  const std::filesystem::path dir = TestCerts("region_certs");
+  if (dir.empty()) GTEST_SKIP() << "no openssl CLI";
+  // Every gateway has its own region's certificate (named "1", "2", "3": the default
+  // cert_name), and no tls.server_name: each end checks that the other's certificate names
+  // the region it is configured as.
+  Mesh m(TestSpec());
+  m.StartAll([&](WanOptions& o) {
+    const std::string r = absl::StrFormat("region-%u", o.region_id);
+    o.tls = {.cert_file = (dir / (r + ".pem")).string(),
+             .key_file = (dir / (r + ".key")).string(),
+             .ca_file = (dir / "ca.pem").string()};
+  });
+  for (uint32_t region : {3u, 2u, 1u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(1).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 0u);
+
+  const RawPeer::Md as2{.region = "2", .spec = Hex(SpecDigest(m.spec()))};
+  const RawPeer::Md as3{.region = "3", .spec = Hex(SpecDigest(m.spec()))};
+  const uint64_t digest = m.ex(1).Stats().schedule_digest;
+  auto creds = [&](const std::string& name) {
+    return grpc::SslCredentials({ReadText(dir / "ca.pem"), ReadText(dir / (name + ".key")),
+                                 ReadText(dir / (name + ".pem"))});
+  };
+  // Region 2's certificate, claiming region 2: accepted.
+  RawPeer eu(m.ex(1).port(), creds("region-2"), "1");
+  EXPECT_TRUE(eu.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).ok());
+  // Region 2's certificate (valid, from the job's CA, with the job's token) claiming region 3:
+  // refused, counted, both names in the message; on every call, not only the handshake.
+  grpc::Status st = eu.Hello(as3, HelloFrom(m, 3, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("claims region 3"));
+  EXPECT_THAT(st.error_message(), HasSubstr("names [2], not '3'"));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 1u);
+  EXPECT_EQ(eu.Finish(as3, pb::RegionFinish()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(eu.Push(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 3u);
+  // A certificate with the name as its common name and no subject alternative names: the
+  // common name counts.
+  RawPeer cn3(m.ex(1).port(), creds("cn-3"), "1");
+  EXPECT_TRUE(cn3.Hello(as3, HelloFrom(m, 3, {1, 2, 3}, digest)).ok());
+  EXPECT_EQ(cn3.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A certificate of the CA naming no region ("heddle-peer"): refused as any region.
+  RawPeer other(m.ex(1).port(), creds("peer"), "1");
+  st = other.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("names [heddle-peer], not '2'"));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 5u);
+  // The caller's side: a server whose certificate does not name the expected region fails the
+  // TLS handshake (region 1's server, expected to be region 3).
+  RawPeer wrong_server(m.ex(1).port(), creds("region-2"), "3");
+  EXPECT_EQ(wrong_server.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // The exchange still runs.
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 2);
+  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GrpcExchangeAuthTest, ConfiguredCertNameReplacesTheRegionId) {
+  const std::filesystem::path dir = TestCerts("cert_name");
+  if (dir.empty()) GTEST_SKIP() << "no openssl CLI";
+  // Two gateways with the one "heddle-peer" certificate, named so in each other's cert_name
+  // (the client check uses the same names: no server_name).
+  Mesh m(TestSpec(), {1, 2});
+  m.StartAll([&](WanOptions& o) {
+    o.tls = {.cert_file = (dir / "peer.pem").string(),
+             .key_file = (dir / "peer.key").string(),
+             .ca_file = (dir / "ca.pem").string()};
+    for (WanPeer& p : o.peers) p.cert_name = "heddle-peer";
+  });
+  SubmitRegion(m.ex(2), m.spec(), 2, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  ExpectSameEverywhere(m, 1, {1, 2});
+  // Region 2's own certificate ("2") is now the wrong one for region 2.
+  RawPeer two(m.ex(1).port(),
+              grpc::SslCredentials({ReadText(dir / "ca.pem"), ReadText(dir / "region-2.key"),
+                                    ReadText(dir / "region-2.pem")}),
+              "heddle-peer");
+  const grpc::Status st = two.Hello({.region = "2", .spec = Hex(SpecDigest(m.spec()))},
+                                    HelloFrom(m, 2, {1, 2}, m.ex(1).Stats().schedule_digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("not 'heddle-peer'"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GrpcExchangeAuthTest, PerPeerTokensBindEachPairOfGateways) {
+  // Plaintext. Pairs 1–2 and 1–3 have their own secrets; 2–3 uses the job's token.
+  const std::map<std::pair<uint32_t, uint32_t>, std::string> pair_token = {{{1, 2}, "tok-12"},
+                                                                           {{1, 3}, "tok-13"}};
+  Mesh m(TestSpec());
+  m.StartAll([&](WanOptions& o) {
+    for (WanPeer& p : o.peers) {
+      auto it =
+          pair_token.find({std::min(o.region_id, p.region_id), std::max(o.region_id, p.region_id)});
+      if (it != pair_token.end()) p.token = it->second;
+    }
+  });
+  for (uint64_t r = 1; r <= 2; ++r) {
+    for (uint32_t region : {2u, 3u, 1u}) SubmitRegion(m.ex(region), m.spec(), region, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+    EXPECT_EQ(PartIds(*m.outcomes(1).Wait(r).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  }
+  for (uint32_t g : {1u, 2u, 3u}) EXPECT_EQ(m.ex(g).Stats().auth_failures, 0u) << g;
+
+  const std::string spec = Hex(SpecDigest(m.spec()));
+  const uint64_t digest = m.ex(1).Stats().schedule_digest;
+  RawPeer to1(m.ex(1).port());
+  EXPECT_TRUE(to1.Hello({.token = "tok-12", .region = "2", .spec = spec},
+                        HelloFrom(m, 2, {1, 2, 3}, digest))
+                  .ok());
+  // The 1–2 secret does not let its holder speak as region 3, nor does the job's token replace
+  // a pair's own.
+  grpc::Status st = to1.Hello({.token = "tok-12", .region = "3", .spec = spec},
+                              HelloFrom(m, 3, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(st.error_message(), HasSubstr("wrong bearer token for region 3"));
+  EXPECT_EQ(to1.Hello({.token = "s3cret-token", .region = "2", .spec = spec},
+                      HelloFrom(m, 2, {1, 2, 3}, digest))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 2u);
+  // Between 2 and 3, the job's token.
+  RawPeer to3(m.ex(3).port());
+  EXPECT_TRUE(to3.Hello({.token = "s3cret-token", .region = "2", .spec = spec},
+                        HelloFrom(m, 2, {1, 2, 3}, digest))
+                  .ok());
+  EXPECT_EQ(to3.Hello({.token = "tok-12", .region = "2", .spec = spec},
+                      HelloFrom(m, 2, {1, 2, 3}, digest))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(m.ex(3).Stats().auth_failures, 1u);
+}
+
+TEST(WanOptionsTest, PeerIdentityAndTokens) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           absl::StrFormat("heddle_wan_peer_token_%d", getpid());
+  { std::ofstream(path) << "  tok-13\n"; }
+  absl::StatusOr<WanOptions> o = WanOptionsFromYaml(YAML::Load(absl::StrFormat(R"(
+region: 2
+listen: 0.0.0.0:7443
+token: job-token
+peers:
+  - {region: 1, address: "gw1:7443", cert_name: gw-eu.example, token: tok-12}
+  - {region: 3, address: "gw3:7443", token_file: %s}
+  - {region: 4, address: "gw4:7443"}
+)",
+                                                                               path)));
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->peers.size(), 3u);
+  EXPECT_EQ(o->peers[0].cert_name, "gw-eu.example");
+  EXPECT_EQ(o->peers[0].token, "tok-12");
+  EXPECT_EQ(o->peers[1].cert_name, "");
+  EXPECT_EQ(o->peers[1].token, "tok-13");
+  EXPECT_EQ(o->peers[2].token, "");
+  EXPECT_EQ(o->token, "job-token");
+  std::filesystem::remove(path);
+
+  auto error = [](const std::string& more) {
+    absl::StatusOr<WanOptions> o =
+        WanOptionsFromYaml(YAML::Load("region: 1\nlisten: a:1\n" + more));
+    EXPECT_FALSE(o.ok()) << more;
+    return std::string(o.status().message());
+  };
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, cert_name: ''}]"),
+              HasSubstr("wan.peers[0].cert_name: empty"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token: a, token_file: /x}]"),
+              HasSubstr("wan.peers[0].token_file: give token or token_file"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token_file: /nonexistent/t}]"),
+              HasSubstr("wan.peers[0].token_file: cannot read"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token: 'a b'}]"),
+              HasSubstr("wan.peers[0].token: must be printable"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, name: x}]"),
+              HasSubstr("wan.peers[0].name: unknown key"));
 }
 
 TEST(WanOptionsTest, FromYaml) {
