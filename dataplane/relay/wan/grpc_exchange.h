@@ -137,6 +137,11 @@ struct WanOptions {
   absl::Duration backoff_min = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(5);
   WanScheduleOptions schedule;
+  // Coordinator: a directory for its decision log (decision_log.h). Set, every decision is
+  // made durable there before any gateway sees it, and a restarted coordinator resumes from it
+  // (same process identity, next round). Empty: a restarted coordinator is refused by the
+  // followers and the job restarts from a checkpoint. Ignored on the other gateways.
+  std::string state_dir;
 };
 
 // The relay config's `wan:` block:
@@ -161,6 +166,7 @@ struct WanOptions {
 //                                   # {name: NAME, pieces: P, params: {k: v}} / {file: s.json}
 //                                   # / {name: auto, measured: true, recompile_every: 8}
 //     topology: wan-topology.yaml   # or inline: {ranks: ["1", "2", "3"], default: ..., links: ...}
+//     state_dir: /var/lib/heddle/wan   # coordinator: its decision log (a restart resumes)
 // Errors name the key (`wan.peers[1].address: ...`).
 absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
 absl::Status ValidateWanOptions(const WanOptions& options);
@@ -213,8 +219,11 @@ struct WanStats {
   // Frames or summaries for a round outside this gateway's window: already over here, or more
   // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
   uint64_t out_of_window_messages = 0;
-  uint64_t digest_mismatches = 0;     // assembled aggregate ≠ the decision's digest
-  uint64_t coordinator_restarts = 0;  // decisions refused from a restarted coordinator
+  uint64_t digest_mismatches = 0;  // assembled aggregate ≠ the decision's digest
+  // Decisions refused from a restarted coordinator that lost its decisions (no decision log).
+  uint64_t coordinator_restarts = 0;
+  // Coordinator with wan.state_dir: rounds replayed from its decision log at start-up.
+  uint64_t decisions_replayed = 0;
   // From this region's FinishRegion to the round's publication here.
   double last_publish_seconds = 0;
   double publish_seconds_sum = 0;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -1621,7 +1622,7 @@ TEST(GrpcExchangeAuthTest, PerPeerTokensBindEachPairOfGateways) {
   EXPECT_EQ(m.ex(3).Stats().auth_failures, 1u);
 }
 
-TEST(WanOptionsTest, PeerIdentityAndTokens) {
+TEST(WanOptionsTest, PeerIdentityTokensAndStateDir) {
   const std::string path = std::filesystem::temp_directory_path() /
                            absl::StrFormat("heddle_wan_peer_token_%d", getpid());
   { std::ofstream(path) << "  tok-13\n"; }
@@ -1633,6 +1634,7 @@ peers:
   - {region: 1, address: "gw1:7443", cert_name: gw-eu.example, token: tok-12}
   - {region: 3, address: "gw3:7443", token_file: %s}
   - {region: 4, address: "gw4:7443"}
+state_dir: /var/lib/heddle/wan
 )",
                                                                                path)));
   ASSERT_TRUE(o.ok()) << o.status();
@@ -1643,6 +1645,7 @@ peers:
   EXPECT_EQ(o->peers[1].token, "tok-13");
   EXPECT_EQ(o->peers[2].token, "");
   EXPECT_EQ(o->token, "job-token");
+  EXPECT_EQ(o->state_dir, "/var/lib/heddle/wan");
   std::filesystem::remove(path);
 
   auto error = [](const std::string& more) {
@@ -1661,6 +1664,173 @@ peers:
               HasSubstr("wan.peers[0].token: must be printable"));
   EXPECT_THAT(error("peers: [{region: 2, address: b:1, name: x}]"),
               HasSubstr("wan.peers[0].name: unknown key"));
+  EXPECT_THAT(error("state_dir: ''"), HasSubstr("wan.state_dir: empty"));
+}
+
+// ---- the coordinator's decision log (docs/relay-wan.md §6) ----
+
+std::filesystem::path StateDir(const char* tag) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrFormat("heddle_wan_state_%s_%d", tag, getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Every gateway's outcomes: each round at most once, and the same digest wherever published.
+void ExpectNoRoundPublishedTwiceDifferently(Mesh& m, std::vector<uint32_t> gateways,
+                                            uint64_t through) {
+  for (uint32_t gw : gateways) EXPECT_EQ(m.outcomes(gw).duplicates, 0) << gw;
+  for (uint64_t r = 1; r <= through; ++r) {
+    std::optional<uint64_t> digest;
+    for (uint32_t gw : gateways) {
+      if (!m.outcomes(gw).Has(r)) continue;
+      const RoundOutcome o = m.outcomes(gw).Wait(r);
+      if (o.kind != RoundOutcome::Kind::kPublished) continue;
+      if (!digest) digest = o.aggregate->digest;
+      EXPECT_EQ(o.aggregate->digest, *digest) << "round " << r << " gateway " << gw;
+    }
+  }
+}
+
+TEST(GrpcExchangeTest, CoordinatorRestartedFromItsDecisionLogResumes) {
+  const std::filesystem::path state = StateDir("resume");
+  Mesh m(TestSpec());
+  auto options = [&](WanOptions& o) {
+    if (o.region_id == 1) {
+      o.state_dir = state.string();
+      o.wan_timeout = absl::Milliseconds(300);  // only round 3 below waits for it
+    }
+  };
+  m.StartAll(options);
+  for (uint64_t r = 1; r <= 2; ++r) {
+    for (uint32_t region : {2u, 3u}) SubmitReady(m, region, r);
+    SubmitRegion(m.ex(1), m.spec(), 1, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+  }
+  // Round 3: regions 2 and 3 have handed everything to the coordinator, which dies before its
+  // own region finishes (round 3 undecided).
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 3);
+  m.Kill(1);
+  WanOptions o = m.Options(1);
+  options(o);
+  m.Start(1, o);
+  m.ConnectAll();
+  // It resumes after round 2 (whose aggregate this new process does not hold: its region is
+  // told so) with its old identity.
+  const RoundOutcome resumed = m.outcomes(1).Wait(2);
+  EXPECT_EQ(resumed.kind, RoundOutcome::Kind::kAborted);
+  EXPECT_EQ(resumed.reason.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(resumed.reason.message(), HasSubstr("decision log"));
+  EXPECT_FALSE(m.outcomes(1).Has(1));
+  EXPECT_EQ(m.ex(1).Stats().published_through, 2u);
+  EXPECT_EQ(m.ex(1).Stats().decisions_replayed, 2u);
+  EXPECT_EQ(m.ex(1).Published(2).status().code(), absl::StatusCode::kNotFound);
+  // Round 3: what regions 2 and 3 handed to the old process is gone with it; the new one decides
+  // after wan_timeout with its own region, and the followers publish that (their frames retained
+  // by their gateways).
+  SubmitRegion(m.ex(1), m.spec(), 1, 3);
+  ExpectSameEverywhere(m, 3, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(2).Wait(3).aggregate), (std::vector<uint32_t>{1}));
+  EXPECT_FALSE(m.outcomes(2).Wait(3).includes_this_region);
+  // Then every region again, bit-identical everywhere.
+  for (uint64_t r = 4; r <= 5; ++r) {
+    for (uint32_t region : {2u, 3u}) SubmitReady(m, region, r);
+    SubmitRegion(m.ex(1), m.spec(), 1, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+    EXPECT_EQ(PartIds(*m.outcomes(3).Wait(r).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  }
+  for (uint32_t g : {2u, 3u}) {
+    EXPECT_EQ(m.ex(g).Stats().coordinator_restarts, 0u);
+    EXPECT_EQ(m.ex(g).Stats().rounds_lost, 0u);
+    for (uint64_t r = 1; r <= 5; ++r) {
+      EXPECT_EQ(m.outcomes(g).Wait(r).kind, RoundOutcome::Kind::kPublished) << g << " " << r;
+    }
+  }
+  ExpectNoRoundPublishedTwiceDifferently(m, {1, 2, 3}, 5);
+  // A gateway restarted now catches up from the oldest kept round whose frames the coordinator
+  // holds (3), not from the replayed round 2 it could not fetch, and rejoins.
+  m.Kill(3);
+  m.Start(3, m.Options(3));
+  m.ConnectAll();
+  ASSERT_EQ(m.outcomes(3).Wait(5).kind, RoundOutcome::Kind::kPublished);
+  EXPECT_EQ(m.outcomes(3).Wait(3).kind, RoundOutcome::Kind::kPublished);
+  EXPECT_FALSE(m.outcomes(3).Has(2));
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 6);
+  SubmitRegion(m.ex(1), m.spec(), 1, 6);
+  ExpectSameEverywhere(m, 6, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(6).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  std::filesystem::remove_all(state);
+}
+
+TEST(GrpcExchangeTest, CoordinatorRestartedFromALogMissingPublishedRoundsIsRefused) {
+  const std::filesystem::path state = StateDir("behind");
+  Mesh m(TestSpec());
+  auto options = [&](WanOptions& o) {
+    if (o.region_id == 1) {
+      o.state_dir = state.string();
+      o.wan_timeout = absl::Milliseconds(300);
+    }
+  };
+  m.StartAll(options);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  const std::filesystem::path log = state / "decisions.log";
+  const std::string after_round_1 = ReadText(log);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 2);
+  SubmitRegion(m.ex(1), m.spec(), 1, 2);
+  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  // The coordinator comes back with the log as it was after round 1 (a lost disk, a restored
+  // backup): same identity, but it would decide round 2 again.
+  m.Kill(1);
+  { std::ofstream(log, std::ios::binary | std::ios::trunc) << after_round_1; }
+  WanOptions o = m.Options(1);
+  options(o);
+  m.Start(1, o);
+  m.ConnectAll();
+  EXPECT_EQ(m.ex(1).Stats().published_through, 1u);
+  // The followers, through round 2, see it behind them and stop taking its decisions.
+  WaitUntil([&] {
+    return m.ex(2).Stats().coordinator_restarts > 0 && m.ex(3).Stats().coordinator_restarts > 0;
+  });
+  // It decides round 2 again (alone: the others are past it), then round 3 with everyone's
+  // frames; the followers go on refusing it, though it is no longer behind them: it has shown
+  // it lost decisions.
+  for (uint32_t region : {2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 3);
+  SubmitRegion(m.ex(1), m.spec(), 1, 2);
+  ASSERT_EQ(m.outcomes(1).Wait(2).kind, RoundOutcome::Kind::kPublished);
+  SubmitRegion(m.ex(1), m.spec(), 1, 3);
+  ASSERT_EQ(m.outcomes(1).Wait(3).kind, RoundOutcome::Kind::kPublished);
+  const uint64_t refused2 = m.ex(2).Stats().coordinator_restarts;
+  const uint64_t refused3 = m.ex(3).Stats().coordinator_restarts;
+  WaitUntil([&] {
+    return m.ex(2).Stats().coordinator_restarts > refused2 &&
+           m.ex(3).Stats().coordinator_restarts > refused3;
+  });
+  EXPECT_FALSE(m.outcomes(2).Has(3));
+  EXPECT_FALSE(m.outcomes(3).Has(3));
+  EXPECT_EQ(m.outcomes(2).duplicates, 0);
+  EXPECT_EQ(m.outcomes(3).duplicates, 0);
+  std::filesystem::remove_all(state);
+}
+
+TEST(GrpcExchangeTest, DecisionLogOfAnotherJobFailsAtStart) {
+  const std::filesystem::path state = StateDir("other_job");
+  Mesh m(TestSpec());
+  WanOptions o = m.Options(1);
+  o.state_dir = state.string();
+  {
+    absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(m.spec(), o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+  }
+  absl::StatusOr<ModelSpec> other = ModelSpecFromString(
+      "chunk_size: 256\nslice_elements: 16384\ntensors:\n  - {name: w, elements: 5000}\n");
+  ASSERT_TRUE(other.ok());
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(*other, o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.state_dir"));
+  EXPECT_THAT(ex.status().message(), HasSubstr("its own state_dir"));
+  std::filesystem::remove_all(state);
 }
 
 TEST(WanOptionsTest, FromYaml) {

@@ -151,7 +151,7 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       wan, "wan.",
       {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum", "token",
        "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting", "gateway_error_feedback",
-       "rpc_timeout", "push_timeout", "coordinator", "schedule", "topology"}));
+       "rpc_timeout", "push_timeout", "coordinator", "schedule", "topology", "state_dir"}));
   WanOptions o;
   if (!wan["region"]) return Bad("region", "missing (this gateway's region id)");
   HEDDLE_ASSIGN_OR_RETURN(uint64_t region,
@@ -288,6 +288,12 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       o.schedule.topology_yaml = e.c_str();
     } else {
       return Bad("topology", "expected a topology file name or an inline topology mapping");
+    }
+  }
+  if (wan["state_dir"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.state_dir, Str(wan["state_dir"], "state_dir"));
+    if (o.state_dir.empty()) {
+      return Bad("state_dir", "empty (a directory for the coordinator's decision log)");
     }
   }
   HEDDLE_RETURN_IF_ERROR(ValidateWanOptions(o));
