@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -131,6 +132,28 @@ TEST(WanHookTest, DefaultExchangeReadsTheWanBlock) {
   EXPECT_EQ(GetWanExchangeFactory()(ctx).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(called);
   SetWanExchangeFactory(nullptr);
+}
+
+TEST(WanHookTest, StateDirIsRelativeToTheConfigFile) {
+  absl::StatusOr<RelayConfig> c = RelayConfigFromString(std::string(kSmall));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrFormat("heddle_relay_state_%d", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Region 1 is the coordinator (the lowest id): it opens its decision log under the config's
+  // directory.
+  WanContext ctx{.region_id = 1,
+                 .spec = &c->spec,
+                 .wan_yaml =
+                     "{region: 1, listen: 127.0.0.1:0, peers: [{region: 2, address: "
+                     "127.0.0.1:1}], state_dir: wan-state}",
+                 .config_dir = dir.string()};
+  absl::StatusOr<std::unique_ptr<WanExchange>> ex = GetWanExchangeFactory()(ctx);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_TRUE(std::filesystem::exists(dir / "wan-state" / "decisions.log"));
+  ex->reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RelayMetricsTest, FamiliesFromOneSnapshot) {

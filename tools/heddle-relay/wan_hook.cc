@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<WanExchange>> DefaultWanExchange(const WanContext
   resolve(opts->tls.ca_file);
   resolve(opts->schedule.file);
   resolve(opts->schedule.topology_file);
+  resolve(opts->state_dir);
   return NewGrpcExchange(*ctx.spec, *opts);
 }
 

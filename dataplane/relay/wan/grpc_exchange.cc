@@ -30,7 +30,9 @@
 // makes the handlers refuse frames and summaries for them, so no stale state survives.
 #include "dataplane/relay/wan/grpc_exchange.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_context.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
@@ -62,6 +64,7 @@
 #include "control/collective/schedule_io.h"
 #include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
+#include "dataplane/relay/wan/decision_log.h"
 #include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
@@ -203,7 +206,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         nslices_(static_cast<uint32_t>(slices_.size())),
         encoder_(spec, o.region_id, o.gateway_error_feedback) {
     regions_.push_back(o.region_id);
-    for (const WanPeer& p : o.peers) regions_.push_back(p.region_id);
+    for (const WanPeer& p : o.peers) {
+      regions_.push_back(p.region_id);
+      peer_auth_[p.region_id] = p;
+    }
     std::sort(regions_.begin(), regions_.end());
     coordinator_ = o.coordinator != 0 ? o.coordinator : regions_.front();
     is_coordinator_ = coordinator_ == o.region_id;
@@ -221,6 +227,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     schedule_digest_ = WanScheduleDigest(schedule_);
     HEDDLE_RETURN_IF_ERROR(InstallPlan(0, schedule_));
+    if (is_coordinator_ && !opt_.state_dir.empty()) HEDDLE_RETURN_IF_ERROR(ReplayDecisionLog());
     std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
     client_creds_ = grpc::InsecureChannelCredentials();
     if (!opt_.tls.cert_file.empty()) {
@@ -488,7 +495,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     for (uint32_t r : regions_) reply->add_regions(r);
     std::lock_guard<std::mutex> l(mu_);
     reply->set_published_through(published_through_);
-    reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_oldest_kept(OldestServableLocked());
     reply->set_instance(instance_);
     return grpc::Status::OK;
   }
@@ -607,7 +614,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       cv_.wait_until(l, absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
     }
     reply->set_published_through(published_through_);
-    reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
+    reply->set_oldest_kept(OldestServableLocked());
     reply->set_instance(instance_);
     if (r > published_through_) {
       reply->set_state(pb::DecisionReply::PENDING);
@@ -631,6 +638,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = kept_.find(req->round_id());
+      if (it != kept_.end() && it->second.aggregate == nullptr && !it->second.decision.aborted()) {
+        return grpc::Status(
+            grpc::StatusCode::NOT_FOUND,
+            absl::StrFormat("round %u was decided before this coordinator restarted (replayed "
+                            "from its decision log): its frames are not kept here",
+                            req->round_id()));
+      }
       if (it == kept_.end() || it->second.aggregate == nullptr) {
         return grpc::Status(
             grpc::StatusCode::NOT_FOUND,
@@ -752,9 +766,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     grpc::ClientContext* c_;
   };
 
-  void Prepare(grpc::ClientContext& c, absl::Duration timeout) const {
+  // A call to peer region `peer`: the deadline and this gateway's credentials for that peer.
+  void Prepare(grpc::ClientContext& c, absl::Duration timeout, uint32_t peer) const {
     c.set_deadline(Deadline(timeout));
-    if (!opt_.token.empty()) c.AddMetadata("authorization", "Bearer " + opt_.token);
+    const std::string& token = TokenFor(peer);
+    if (!token.empty()) c.AddMetadata("authorization", "Bearer " + token);
     c.AddMetadata("x-heddle-region", absl::StrCat(opt_.region_id));
     c.AddMetadata("x-heddle-spec", Hex64(spec_digest_));
     c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
@@ -767,20 +783,24 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return std::string(it->second.data(), it->second.size());
   }
 
+  // What a peer must present, and what this gateway sends it (WanPeer::token, cert_name).
+  const std::string& TokenFor(uint32_t peer) const {
+    auto it = peer_auth_.find(peer);
+    return it != peer_auth_.end() && !it->second.token.empty() ? it->second.token : opt_.token;
+  }
+  std::string CertNameFor(uint32_t peer) const {
+    auto it = peer_auth_.find(peer);
+    return it != peer_auth_.end() && !it->second.cert_name.empty() ? it->second.cert_name
+                                                                   : absl::StrCat(peer);
+  }
+
+  // Who is calling, checked on every call: the region it claims (x-heddle-region) must be a
+  // configured peer; it must carry that peer's token (its own, or the job's); with mutual TLS
+  // its verified client certificate must name that peer (cert_name among the certificate's
+  // subject alternative names, or its common name when it has none) — so a gateway holding
+  // one region's certificate or token cannot speak as another region; then the same model
+  // spec and protocol.
   grpc::Status CheckCaller(const grpc::ServerContext* ctx, uint32_t* caller) {
-    if (!opt_.token.empty()) {
-      const std::string got = Metadata(ctx, "authorization");
-      const std::string want = "Bearer " + opt_.token;
-      // Compare every byte: the time taken does not tell how much of the token matched.
-      uint8_t diff = got.size() == want.size() ? 0 : 1;
-      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) diff |= got[i] ^ want[i];
-      if (diff != 0) {
-        auth_failures_.fetch_add(1, std::memory_order_relaxed);
-        return grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            got.empty() ? "no bearer token (authorization metadata)" : "wrong bearer token");
-      }
-    }
     uint32_t region = 0;
     const std::string r = Metadata(ctx, "x-heddle-region");
     if (!absl::SimpleAtoi(r, &region) || region == opt_.region_id || !links_.contains(region)) {
@@ -789,6 +809,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                           absl::StrFormat("caller region '%s' is not a configured peer of "
                                           "region %u",
                                           r, opt_.region_id));
+    }
+    if (const std::string& token = TokenFor(region); !token.empty()) {
+      const std::string got = Metadata(ctx, "authorization");
+      const std::string want = "Bearer " + token;
+      // Compare every byte: the time taken does not tell how much of the token matched.
+      uint8_t diff = got.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) diff |= got[i] ^ want[i];
+      if (diff != 0) {
+        auth_failures_.fetch_add(1, std::memory_order_relaxed);
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            got.empty()
+                                ? "no bearer token (authorization metadata)"
+                                : absl::StrFormat("wrong bearer token for region %u", region));
+      }
+    }
+    if (!opt_.tls.cert_file.empty()) {
+      if (grpc::Status st = CheckCertificate(ctx, region); !st.ok()) return st;
     }
     const std::string spec = Metadata(ctx, "x-heddle-spec");
     const std::string proto = Metadata(ctx, "x-heddle-proto");
@@ -803,6 +840,34 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     *caller = region;
     return grpc::Status::OK;
+  }
+
+  // Mutual TLS: the caller's certificate (verified against wan.tls.ca by the TLS handshake)
+  // must name `region`'s cert_name.
+  grpc::Status CheckCertificate(const grpc::ServerContext* ctx, uint32_t region) {
+    const std::string want = CertNameFor(region);
+    std::vector<std::string> names;
+    if (const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+        auth != nullptr && auth->IsPeerAuthenticated()) {
+      for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+        for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+          names.emplace_back(v.data(), v.size());
+        }
+        if (!names.empty()) break;  // the common name counts only without any SAN
+      }
+    }
+    if (std::find(names.begin(), names.end(), want) != names.end()) return grpc::Status::OK;
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    const std::string got = names.empty() ? "no name" : absl::StrJoin(names, ", ");
+    HEDDLE_LOG(kWarning,
+               "wan: region %u refused a call claiming region %u: its certificate names [%s], "
+               "region %u's certificate must name '%s' (wan.peers[].cert_name)",
+               opt_.region_id, region, got.c_str(), region, want.c_str());
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrFormat("the caller claims region %u but its certificate names [%s], not '%s' "
+                        "(region %u's wan.peers[].cert_name at region %u)",
+                        region, got, want, region, opt_.region_id));
   }
 
   grpc::Status CheckRoundWindow(uint64_t r, const char* what) const {
@@ -1038,7 +1103,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // restarted peer from being reached through another link's stale connection.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWanWindowBytes);
-    if (!opt_.tls.server_name.empty()) args.SetSslTargetNameOverride(opt_.tls.server_name);
+    // The peer's server certificate must name the peer (its cert_name), as its client
+    // certificate must when it calls here (CheckCaller); tls.server_name overrides both ends'
+    // names for the client check only (tests, one certificate for every gateway).
+    if (!opt_.tls.cert_file.empty()) {
+      args.SetSslTargetNameOverride(!opt_.tls.server_name.empty() ? opt_.tls.server_name
+                                                                  : CertNameFor(l.region_id));
+    }
     l.channel = grpc::CreateCustomChannel(address, client_creds_, args);
     for (uint32_t k = 0; k < opt_.streams_per_peer; ++k) {
       grpc::ChannelArguments sa = args;
@@ -1117,7 +1188,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_schedule_digest(schedule_digest_);
     req.set_schedule_name(schedule_.intent);
     grpc::ClientContext ctx;
-    Prepare(ctx, opt_.rpc_timeout);
+    Prepare(ctx, opt_.rpc_timeout, region);
     ScopedCall reg(this, &ctx);
     grpc::Status st = pb::Peer::NewStub(ch)->Hello(&ctx, req, reply);
     if (!st.ok()) return FromGrpc(st, absl::StrFormat("hello to region %u", region));
@@ -1302,7 +1373,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       grpc::Status st;
       {
         grpc::ClientContext ctx;
-        Prepare(ctx, opt_.rpc_timeout);
+        Prepare(ctx, opt_.rpc_timeout, l.region_id);
         ScopedCall reg(this, &ctx);
         pb::FinishReply reply;
         st = pb::Peer::NewStub(ch)->FinishRegion(&ctx, *fin, &reply);
@@ -1352,7 +1423,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         if (stripe < l.stripe_channels.size()) ch = l.stripe_channels[stripe];
       }
       grpc::ClientContext ctx;
-      Prepare(ctx, opt_.push_timeout);
+      Prepare(ctx, opt_.push_timeout, l.region_id);
       ScopedCall reg(this, &ctx);
       std::unique_ptr<grpc::ClientReaderWriter<pb::FrameChunk, pb::FrameAck>> stream =
           pb::Peer::NewStub(ch)->StreamFrames(&ctx);
@@ -1672,8 +1743,122 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           d.clear_schedule_switch();
         }
       }
+      if (log_ != nullptr && !LogDecision(l, r, d)) return;  // stopping
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
+  }
+
+  // ---- the decision log (coordinator with wan.state_dir) ----
+
+  // Start(): opens the log and takes back what it holds: this coordinator's process identity
+  // (so the followers accept its decisions), the decisions of the retained window (kept,
+  // served to followers that have not published them yet; their frames are not kept, Fetch
+  // answers NOT_FOUND) and the round to decide next. The region side is told the last logged
+  // round is lost here (kAborted, DataLoss): this process does not hold its aggregate, and its
+  // region's next round is the one after it.
+  absl::Status ReplayDecisionLog() {
+    HEDDLE_ASSIGN_OR_RETURN(
+        log_, DecisionLog::Open(
+                  opt_.state_dir,
+                  {.instance = instance_, .spec_digest = spec_digest_, .region_id = opt_.region_id},
+                  opt_.keep_rounds));
+    const DecisionLogHeader& h = log_->header();
+    if (h.spec_digest != spec_digest_ || h.region_id != opt_.region_id) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "wan.state_dir: %s holds the decisions of region %u's coordinator for model spec %s; "
+          "this is region %u with spec %s: give each job and coordinator its own state_dir (or "
+          "move the old log away to start a new job)",
+          log_->path(), h.region_id, Hex64(h.spec_digest), opt_.region_id, Hex64(spec_digest_)));
+    }
+    instance_ = h.instance;
+    uint64_t last = 0;
+    for (const LoggedDecision& rec : log_->replayed()) {
+      pb::Decision d;
+      if (!d.ParseFromString(rec.payload) || d.round_id() != rec.round_id) {
+        return absl::DataLossError(absl::StrFormat(
+            "wan.state_dir: %s: the record of round %u is not a decision of that round (its "
+            "checksum is valid: written by another program?)",
+            log_->path(), rec.round_id));
+      }
+      if (d.has_schedule_switch() && d.schedule_switch().from_round() > rec.round_id) {
+        // The schedule this decision announced, as the followers learn it from the decision.
+        if (absl::Status st = InstallSwitch(d.schedule_switch()); !st.ok()) {
+          HEDDLE_LOG(kWarning, "wan: round %" PRIu64 ": the logged schedule switch: %s",
+                     rec.round_id, std::string(st.message()).c_str());
+        }
+      }
+      kept_[rec.round_id] = Kept{std::move(d), nullptr};
+      last = rec.round_id;
+    }
+    while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
+    if (last == 0) {
+      HEDDLE_LOG(kInfo, "wan: region %u: new decision log %s", opt_.region_id,
+                 log_->path().c_str());
+      return absl::OkStatus();
+    }
+    published_through_ = last;
+    stats_.decisions_replayed = kept_.size();
+    ++stats_.rounds_lost;
+    ++stats_.rounds_aborted;
+    encoder_.Resolve(last, false);
+    queue_.Push(last, RoundOutcome{
+                          .kind = RoundOutcome::Kind::kAborted,
+                          .reason = absl::DataLossError(absl::StrFormat(
+                              "round %u was decided before this coordinator restarted; it "
+                              "resumes from its decision log at round %u, without that round's "
+                              "aggregate: resynchronize this region's model if its workers did "
+                              "not apply it",
+                              last, last + 1)),
+                      });
+    HEDDLE_LOG(kInfo,
+               "wan: region %u: resumed from the decision log %s: rounds %" PRIu64 "..%" PRIu64
+               " decided, the next is %" PRIu64 " (instance %s)",
+               opt_.region_id, log_->path().c_str(), kept_.begin()->first, last, last + 1,
+               Hex64(instance_).c_str());
+    return absl::OkStatus();
+  }
+
+  // Makes round r's decision durable before any gateway can see it (PublishLocked makes it
+  // visible). A failed append is retried every second, with the log reopened (which cuts what
+  // the failed write left): no decision goes out unlogged. mu_ is released while writing (the
+  // round is frozen: deciding). False: stopping.
+  bool LogDecision(std::unique_lock<std::mutex>& l, uint64_t r, const pb::Decision& d) {
+    const std::string bytes = d.SerializeAsString();
+    for (;;) {
+      l.unlock();
+      absl::Status st = log_->Append(r, bytes);
+      if (!st.ok()) {
+        HEDDLE_LOG(kError,
+                   "wan: round %" PRIu64
+                   ": cannot log the decision, so it is not sent; retrying: %s",
+                   r, std::string(st.message()).c_str());
+      }
+      l.lock();
+      if (st.ok()) return true;
+      cv_.wait_for(l, std::chrono::seconds(1), [&] { return stopping_; });
+      if (stopping_) return false;
+      l.unlock();
+      absl::StatusOr<std::unique_ptr<DecisionLog>> re =
+          DecisionLog::Open(opt_.state_dir, log_->header(), opt_.keep_rounds);
+      l.lock();
+      if (re.ok()) {
+        log_ = *std::move(re);
+        if (log_->last_round() >= r) return true;  // the write had completed after all
+      }
+    }
+  }
+
+  // The oldest kept round from which on every kept round can be served whole (decision and, if
+  // published, frames): where a (re)starting follower joins. Decisions replayed from the log
+  // have no frames here. 0: nothing kept. mu_ held.
+  uint64_t OldestServableLocked() const {
+    if (kept_.empty()) return 0;
+    uint64_t oldest = published_through_ + 1;
+    for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
+      if (!it->second.decision.aborted() && it->second.aggregate == nullptr) break;
+      oldest = it->first;
+    }
+    return oldest;
   }
 
   // The aggregate of `parts` from their final frames (totals patched in): weights, digest.
@@ -1827,13 +2012,34 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       grpc::Status st;
       {
         grpc::ClientContext ctx;
-        Prepare(ctx, opt_.decision_poll + opt_.rpc_timeout);
+        Prepare(ctx, opt_.decision_poll + opt_.rpc_timeout, coordinator_);
         ScopedCall reg(this, &ctx);
         st = pb::Peer::NewStub(ch)->WaitDecision(&ctx, req, &reply);
       }
       if (!st.ok()) {
         if (Stopping()) return;
         MarkFailed(coord, FromGrpc(st, "wait for a decision"));
+        continue;
+      }
+      // The same coordinator instance behind what this gateway published: it lost decisions
+      // (restarted with a decision log that was cut or replaced) and would decide those rounds
+      // again, perhaps differently.
+      if (coordinator_instance_ != 0 && reply.instance() == coordinator_instance_ &&
+          reply.published_through() + 1 < r) {
+        coordinator_lost_decisions_ = true;  // for good: it may decide those rounds again
+      }
+      if (coordinator_lost_decisions_) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++stats_.coordinator_restarts;
+        }
+        HEDDLE_LOG(kError,
+                   "wan: region %u: the coordinator (region %u) was seen behind the rounds this "
+                   "gateway published (now at round %" PRIu64 ", this gateway at round %" PRIu64
+                   "): it lost decisions (a decision log cut or replaced); refusing its "
+                   "decisions (restart every gateway of the job from a checkpoint)",
+                   opt_.region_id, coordinator_, reply.published_through(), r - 1);
+        MarkFailed(coord, absl::FailedPreconditionError("coordinator lost decisions"));
         continue;
       }
       if (reply.state() == pb::DecisionReply::PENDING) continue;
@@ -1888,6 +2094,22 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         continue;
       }
       absl::StatusOr<std::shared_ptr<GlobalAggregate>> g = Assemble(ch, d);
+      if (!g.ok() && g.status().code() == absl::StatusCode::kNotFound) {
+        // Frames this gateway lacks are no longer kept by the coordinator (evicted meanwhile,
+        // or the round was decided before it restarted from its decision log): the round is
+        // lost here, as an evicted one.
+        std::lock_guard<std::mutex> l(mu_);
+        if (published_through_ + 1 != r) continue;
+        HEDDLE_LOG(kError, "wan: region %u: round %" PRIu64 " cannot be assembled here: %s",
+                   opt_.region_id, r, std::string(g.status().message()).c_str());
+        PublishLocked(r, ToProto(r, nullptr, {}), nullptr,
+                      absl::DataLossError(absl::StrFormat(
+                          "round %u: the coordinator no longer holds frames this gateway lacks "
+                          "(%s); resynchronize the region's model",
+                          r, g.status().message())),
+                      /*lost=*/true);
+        continue;
+      }
       if (!g.ok()) {
         if (Stopping()) return;
         HEDDLE_LOG(kWarning, "wan: region %u: round %" PRIu64 " not published yet: %s",
@@ -2096,7 +2318,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     req.set_region_id(part.region_id);
     for (uint32_t s : slices) req.add_slices(s);
     grpc::ClientContext ctx;
-    Prepare(ctx, opt_.push_timeout);
+    Prepare(ctx, opt_.push_timeout, coordinator_);
     ScopedCall reg(this, &ctx);
     auto stub = pb::Peer::NewStub(ch);
     std::unique_ptr<grpc::ClientReader<pb::FrameChunk>> reader = stub->FetchFrames(&ctx, req);
@@ -2162,7 +2384,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   const uint64_t spec_digest_;
   const std::vector<SliceRef> slices_;
   const uint32_t nslices_;
-  std::vector<uint32_t> regions_;  // every configured region, increasing
+  std::vector<uint32_t> regions_;          // every configured region, increasing
+  std::map<uint32_t, WanPeer> peer_auth_;  // by region: its token and certificate name
   uint32_t coordinator_ = 0;
   bool is_coordinator_ = false;
   wan_internal::RegionEncoder encoder_;
@@ -2190,9 +2413,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   std::map<uint64_t, RoundState> rounds_;
   std::map<uint64_t, Kept> kept_;
   uint64_t published_through_ = 0;
-  const uint64_t instance_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}() ^
-                             static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  // This process's identity in decisions; a coordinator with a decision log keeps the first
+  // one across restarts (ReplayDecisionLog, before the server starts).
+  uint64_t instance_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}() ^
+                       static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  std::unique_ptr<DecisionLog> log_;   // coordinator with wan.state_dir; decider thread only
   uint64_t coordinator_instance_ = 0;  // follower thread only
+  // Follower thread only: the coordinator (same instance) was seen behind what this gateway
+  // published; its decisions are refused from then on.
+  bool coordinator_lost_decisions_ = false;
   std::map<uint32_t, uint64_t> last_tokens_;
   WanStats stats_;
   uint64_t stats_out_of_window_ = 0;
@@ -2264,10 +2493,19 @@ absl::Status ValidateWanOptions(const WanOptions& o) {
     return absl::InvalidArgumentError(
         "wan: rpc_timeout, push_timeout, decision_poll and backoff must be positive");
   }
-  for (char ch : o.token) {
-    if (ch < 0x21 || ch > 0x7e) {
-      return absl::InvalidArgumentError(
-          "wan.token: must be printable ASCII without spaces (it goes into gRPC metadata)");
+  auto printable = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](char ch) { return ch >= 0x21 && ch <= 0x7e; });
+  };
+  if (!printable(o.token)) {
+    return absl::InvalidArgumentError(
+        "wan.token: must be printable ASCII without spaces (it goes into gRPC metadata)");
+  }
+  for (size_t i = 0; i < o.peers.size(); ++i) {
+    if (!printable(o.peers[i].token)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "wan.peers[%u].token: must be printable ASCII without spaces (it goes into gRPC "
+          "metadata)",
+          i));
     }
   }
   return absl::OkStatus();

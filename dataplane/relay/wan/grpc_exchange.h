@@ -50,6 +50,15 @@ inline constexpr uint32_t kPeerProtocolVersion = 2;
 struct WanPeer {
   uint32_t region_id = 0;
   std::string address;  // host:port; empty = not known yet (SetPeerAddress)
+  // With mutual TLS: the name this peer's certificate must carry, among its subject alternative
+  // names (or as its common name when it has none). Its calls claiming this region are refused
+  // otherwise, and this gateway checks the peer's server certificate for the same name (unless
+  // tls.server_name overrides it). Empty: the region id in decimal ("2").
+  std::string cert_name;
+  // The secret of this pair of gateways: sent on every call to this peer and required on every
+  // call that claims to come from it (the peer's config names this gateway with the same
+  // token). Empty: the job-wide WanOptions::token.
+  std::string token;
 };
 
 struct WanQuorum {
@@ -113,7 +122,7 @@ struct WanOptions {
   uint32_t streams_per_peer = 4;
   absl::Duration wan_timeout = absl::Seconds(60);
   WanQuorum quorum;
-  std::string token;  // shared bearer token; empty = none
+  std::string token;  // job-wide bearer token, for peers without their own; empty = none
   WanTls tls;
   uint64_t chunk_bytes = uint64_t{4} << 20;
   uint32_t keep_rounds = 4;
@@ -128,6 +137,11 @@ struct WanOptions {
   absl::Duration backoff_min = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(5);
   WanScheduleOptions schedule;
+  // Coordinator: a directory for its decision log (decision_log.h). Set, every decision is
+  // made durable there before any gateway sees it, and a restarted coordinator resumes from it
+  // (same process identity, next round). Empty: a restarted coordinator is refused by the
+  // followers and the job restarts from a checkpoint. Ignored on the other gateways.
+  std::string state_dir;
 };
 
 // The relay config's `wan:` block:
@@ -135,6 +149,8 @@ struct WanOptions {
 //     region: 2
 //     listen: 0.0.0.0:7443
 //     peers: [{region: 1, address: gw-eu.example:7443}, {region: 3, address: gw-us.example:7443}]
+//                                   # per peer also: cert_name (TLS identity, default "<region>"),
+//                                   # token / token_file (this pair's secret, default wan.token)
 //     coordinator: 1                # default: the lowest region id; auto: by wan.topology
 //     streams_per_peer: 4
 //     wan_timeout: 60s              # or a number of seconds
@@ -150,6 +166,7 @@ struct WanOptions {
 //                                   # {name: NAME, pieces: P, params: {k: v}} / {file: s.json}
 //                                   # / {name: auto, measured: true, recompile_every: 8}
 //     topology: wan-topology.yaml   # or inline: {ranks: ["1", "2", "3"], default: ..., links: ...}
+//     state_dir: /var/lib/heddle/wan   # coordinator: its decision log (a restart resumes)
 // Errors name the key (`wan.peers[1].address: ...`).
 absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
 absl::Status ValidateWanOptions(const WanOptions& options);
@@ -193,15 +210,20 @@ struct WanStats {
   // Follower: rounds published from the aggregate prepared before the decision came (its
   // parts, weights and digest were the decision's).
   uint64_t rounds_prepared = 0;
-  uint64_t auth_failures = 0;       // calls refused: no or wrong token, unknown region
+  // Calls refused: no or wrong token, unknown region, a certificate not naming the claimed
+  // region.
+  uint64_t auth_failures = 0;
   uint64_t handshake_failures = 0;  // calls refused: spec digest, version, region set
   uint64_t malformed_messages = 0;  // bad chunk, frame, round or summary
   uint64_t duplicate_frames = 0;    // identical copies acknowledged again
   // Frames or summaries for a round outside this gateway's window: already over here, or more
   // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
   uint64_t out_of_window_messages = 0;
-  uint64_t digest_mismatches = 0;     // assembled aggregate ≠ the decision's digest
-  uint64_t coordinator_restarts = 0;  // decisions refused from a restarted coordinator
+  uint64_t digest_mismatches = 0;  // assembled aggregate ≠ the decision's digest
+  // Decisions refused from a restarted coordinator that lost its decisions (no decision log).
+  uint64_t coordinator_restarts = 0;
+  // Coordinator with wan.state_dir: rounds replayed from its decision log at start-up.
+  uint64_t decisions_replayed = 0;
   // From this region's FinishRegion to the round's publication here.
   double last_publish_seconds = 0;
   double publish_seconds_sum = 0;

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,7 +14,9 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -1407,6 +1410,7 @@ TEST(GrpcExchangeTest, MutualTls) {
              .key_file = (dir / "peer.key").string(),
              .ca_file = (dir / "ca.pem").string(),
              .server_name = "heddle-peer"};
+    for (WanPeer& p : o.peers) p.cert_name = "heddle-peer";  // one certificate for both
   });
   SubmitRegion(m.ex(2), m.spec(), 2, 1);
   SubmitRegion(m.ex(1), m.spec(), 1, 1);
@@ -1448,6 +1452,390 @@ TEST(GrpcExchangeTest, MutualTls) {
                    "heddle-peer");
   EXPECT_EQ(wrong_ca.Hello(md, hello).error_code(), grpc::StatusCode::UNAVAILABLE);
   std::filesystem::remove_all(dir);
+}
+
+// ---- identity: a region bound to its certificate, per-peer tokens (docs/relay-wan.md §5) ----
+
+// Generates the test certificates (testdata/gen_certs.sh) into a fresh directory; "" without
+// the openssl CLI.
+std::filesystem::path TestCerts(const char* tag) {
+  if (std::system("which openssl > /dev/null 2>&1") != 0) return {};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrFormat("heddle_wan_%s_%d", tag, getpid());
+  std::filesystem::remove_all(dir);
+  const std::string cmd =
+      absl::StrFormat("sh %s/gen_certs.sh %s", HEDDLE_WAN_TESTDATA, dir.string());
+  if (std::system(cmd.c_str()) != 0) return {};
+  return dir;
+}
+
+std::string ReadText(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+pb::HelloRequest HelloFrom(const Mesh& m, uint32_t region, std::vector<uint32_t> regions,
+                           uint64_t schedule_digest) {
+  pb::HelloRequest hello;
+  hello.set_protocol_version(kPeerProtocolVersion);
+  hello.set_region_id(region);
+  hello.set_spec_digest(SpecDigest(m.spec()));
+  for (uint32_t r : regions) hello.add_regions(r);
+  hello.set_schedule_digest(schedule_digest);
+  return hello;
+}
+
+TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
+  const std::filesystem::path dir = TestCerts("region_certs");
+  if (dir.empty()) GTEST_SKIP() << "no openssl CLI";
+  // Every gateway has its own region's certificate (named "1", "2", "3": the default
+  // cert_name), and no tls.server_name: each end checks that the other's certificate names
+  // the region it is configured as.
+  Mesh m(TestSpec());
+  m.StartAll([&](WanOptions& o) {
+    const std::string r = absl::StrFormat("region-%u", o.region_id);
+    o.tls = {.cert_file = (dir / (r + ".pem")).string(),
+             .key_file = (dir / (r + ".key")).string(),
+             .ca_file = (dir / "ca.pem").string()};
+  });
+  for (uint32_t region : {3u, 2u, 1u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(1).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 0u);
+
+  const RawPeer::Md as2{.region = "2", .spec = Hex(SpecDigest(m.spec()))};
+  const RawPeer::Md as3{.region = "3", .spec = Hex(SpecDigest(m.spec()))};
+  const uint64_t digest = m.ex(1).Stats().schedule_digest;
+  auto creds = [&](const std::string& name) {
+    return grpc::SslCredentials({ReadText(dir / "ca.pem"), ReadText(dir / (name + ".key")),
+                                 ReadText(dir / (name + ".pem"))});
+  };
+  // Region 2's certificate, claiming region 2: accepted.
+  RawPeer eu(m.ex(1).port(), creds("region-2"), "1");
+  EXPECT_TRUE(eu.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).ok());
+  // Region 2's certificate (valid, from the job's CA, with the job's token) claiming region 3:
+  // refused, counted, both names in the message; on every call, not only the handshake.
+  grpc::Status st = eu.Hello(as3, HelloFrom(m, 3, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("claims region 3"));
+  EXPECT_THAT(st.error_message(), HasSubstr("names [2], not '3'"));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 1u);
+  EXPECT_EQ(eu.Finish(as3, pb::RegionFinish()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(eu.Push(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 3u);
+  // A certificate with the name as its common name and no subject alternative names: the
+  // common name counts.
+  RawPeer cn3(m.ex(1).port(), creds("cn-3"), "1");
+  EXPECT_TRUE(cn3.Hello(as3, HelloFrom(m, 3, {1, 2, 3}, digest)).ok());
+  EXPECT_EQ(cn3.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A certificate of the CA naming no region ("heddle-peer"): refused as any region.
+  RawPeer other(m.ex(1).port(), creds("peer"), "1");
+  st = other.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("names [heddle-peer], not '2'"));
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 5u);
+  // The caller's side: a server whose certificate does not name the expected region fails the
+  // TLS handshake (region 1's server, expected to be region 3).
+  RawPeer wrong_server(m.ex(1).port(), creds("region-2"), "3");
+  EXPECT_EQ(wrong_server.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // The exchange still runs.
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 2);
+  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GrpcExchangeAuthTest, ConfiguredCertNameReplacesTheRegionId) {
+  const std::filesystem::path dir = TestCerts("cert_name");
+  if (dir.empty()) GTEST_SKIP() << "no openssl CLI";
+  // Two gateways with the one "heddle-peer" certificate, named so in each other's cert_name
+  // (the client check uses the same names: no server_name).
+  Mesh m(TestSpec(), {1, 2});
+  m.StartAll([&](WanOptions& o) {
+    o.tls = {.cert_file = (dir / "peer.pem").string(),
+             .key_file = (dir / "peer.key").string(),
+             .ca_file = (dir / "ca.pem").string()};
+    for (WanPeer& p : o.peers) p.cert_name = "heddle-peer";
+  });
+  SubmitRegion(m.ex(2), m.spec(), 2, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  ExpectSameEverywhere(m, 1, {1, 2});
+  // Region 2's own certificate ("2") is now the wrong one for region 2.
+  RawPeer two(m.ex(1).port(),
+              grpc::SslCredentials({ReadText(dir / "ca.pem"), ReadText(dir / "region-2.key"),
+                                    ReadText(dir / "region-2.pem")}),
+              "heddle-peer");
+  const grpc::Status st = two.Hello({.region = "2", .spec = Hex(SpecDigest(m.spec()))},
+                                    HelloFrom(m, 2, {1, 2}, m.ex(1).Stats().schedule_digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("not 'heddle-peer'"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GrpcExchangeAuthTest, PerPeerTokensBindEachPairOfGateways) {
+  // Plaintext. Pairs 1–2 and 1–3 have their own secrets; 2–3 uses the job's token.
+  const std::map<std::pair<uint32_t, uint32_t>, std::string> pair_token = {{{1, 2}, "tok-12"},
+                                                                           {{1, 3}, "tok-13"}};
+  Mesh m(TestSpec());
+  m.StartAll([&](WanOptions& o) {
+    for (WanPeer& p : o.peers) {
+      auto it =
+          pair_token.find({std::min(o.region_id, p.region_id), std::max(o.region_id, p.region_id)});
+      if (it != pair_token.end()) p.token = it->second;
+    }
+  });
+  for (uint64_t r = 1; r <= 2; ++r) {
+    for (uint32_t region : {2u, 3u, 1u}) SubmitRegion(m.ex(region), m.spec(), region, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+    EXPECT_EQ(PartIds(*m.outcomes(1).Wait(r).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  }
+  for (uint32_t g : {1u, 2u, 3u}) EXPECT_EQ(m.ex(g).Stats().auth_failures, 0u) << g;
+
+  const std::string spec = Hex(SpecDigest(m.spec()));
+  const uint64_t digest = m.ex(1).Stats().schedule_digest;
+  RawPeer to1(m.ex(1).port());
+  EXPECT_TRUE(to1.Hello({.token = "tok-12", .region = "2", .spec = spec},
+                        HelloFrom(m, 2, {1, 2, 3}, digest))
+                  .ok());
+  // The 1–2 secret does not let its holder speak as region 3, nor does the job's token replace
+  // a pair's own.
+  grpc::Status st = to1.Hello({.token = "tok-12", .region = "3", .spec = spec},
+                              HelloFrom(m, 3, {1, 2, 3}, digest));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(st.error_message(), HasSubstr("wrong bearer token for region 3"));
+  EXPECT_EQ(to1.Hello({.token = "s3cret-token", .region = "2", .spec = spec},
+                      HelloFrom(m, 2, {1, 2, 3}, digest))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 2u);
+  // Between 2 and 3, the job's token.
+  RawPeer to3(m.ex(3).port());
+  EXPECT_TRUE(to3.Hello({.token = "s3cret-token", .region = "2", .spec = spec},
+                        HelloFrom(m, 2, {1, 2, 3}, digest))
+                  .ok());
+  EXPECT_EQ(to3.Hello({.token = "tok-12", .region = "2", .spec = spec},
+                      HelloFrom(m, 2, {1, 2, 3}, digest))
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(m.ex(3).Stats().auth_failures, 1u);
+}
+
+TEST(WanOptionsTest, PeerIdentityTokensAndStateDir) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           absl::StrFormat("heddle_wan_peer_token_%d", getpid());
+  { std::ofstream(path) << "  tok-13\n"; }
+  absl::StatusOr<WanOptions> o = WanOptionsFromYaml(YAML::Load(absl::StrFormat(R"(
+region: 2
+listen: 0.0.0.0:7443
+token: job-token
+peers:
+  - {region: 1, address: "gw1:7443", cert_name: gw-eu.example, token: tok-12}
+  - {region: 3, address: "gw3:7443", token_file: %s}
+  - {region: 4, address: "gw4:7443"}
+state_dir: /var/lib/heddle/wan
+)",
+                                                                               path)));
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->peers.size(), 3u);
+  EXPECT_EQ(o->peers[0].cert_name, "gw-eu.example");
+  EXPECT_EQ(o->peers[0].token, "tok-12");
+  EXPECT_EQ(o->peers[1].cert_name, "");
+  EXPECT_EQ(o->peers[1].token, "tok-13");
+  EXPECT_EQ(o->peers[2].token, "");
+  EXPECT_EQ(o->token, "job-token");
+  EXPECT_EQ(o->state_dir, "/var/lib/heddle/wan");
+  std::filesystem::remove(path);
+
+  auto error = [](const std::string& more) {
+    absl::StatusOr<WanOptions> o =
+        WanOptionsFromYaml(YAML::Load("region: 1\nlisten: a:1\n" + more));
+    EXPECT_FALSE(o.ok()) << more;
+    return std::string(o.status().message());
+  };
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, cert_name: ''}]"),
+              HasSubstr("wan.peers[0].cert_name: empty"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token: a, token_file: /x}]"),
+              HasSubstr("wan.peers[0].token_file: give token or token_file"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token_file: /nonexistent/t}]"),
+              HasSubstr("wan.peers[0].token_file: cannot read"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, token: 'a b'}]"),
+              HasSubstr("wan.peers[0].token: must be printable"));
+  EXPECT_THAT(error("peers: [{region: 2, address: b:1, name: x}]"),
+              HasSubstr("wan.peers[0].name: unknown key"));
+  EXPECT_THAT(error("state_dir: ''"), HasSubstr("wan.state_dir: empty"));
+}
+
+// ---- the coordinator's decision log (docs/relay-wan.md §6) ----
+
+std::filesystem::path StateDir(const char* tag) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrFormat("heddle_wan_state_%s_%d", tag, getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Every gateway's outcomes: each round at most once, and the same digest wherever published.
+void ExpectNoRoundPublishedTwiceDifferently(Mesh& m, std::vector<uint32_t> gateways,
+                                            uint64_t through) {
+  for (uint32_t gw : gateways) EXPECT_EQ(m.outcomes(gw).duplicates, 0) << gw;
+  for (uint64_t r = 1; r <= through; ++r) {
+    std::optional<uint64_t> digest;
+    for (uint32_t gw : gateways) {
+      if (!m.outcomes(gw).Has(r)) continue;
+      const RoundOutcome o = m.outcomes(gw).Wait(r);
+      if (o.kind != RoundOutcome::Kind::kPublished) continue;
+      if (!digest) digest = o.aggregate->digest;
+      EXPECT_EQ(o.aggregate->digest, *digest) << "round " << r << " gateway " << gw;
+    }
+  }
+}
+
+TEST(GrpcExchangeTest, CoordinatorRestartedFromItsDecisionLogResumes) {
+  const std::filesystem::path state = StateDir("resume");
+  Mesh m(TestSpec());
+  auto options = [&](WanOptions& o) {
+    if (o.region_id == 1) {
+      o.state_dir = state.string();
+      o.wan_timeout = absl::Milliseconds(300);  // only round 3 below waits for it
+    }
+  };
+  m.StartAll(options);
+  for (uint64_t r = 1; r <= 2; ++r) {
+    for (uint32_t region : {2u, 3u}) SubmitReady(m, region, r);
+    SubmitRegion(m.ex(1), m.spec(), 1, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+  }
+  // Round 3: regions 2 and 3 have handed everything to the coordinator, which dies before its
+  // own region finishes (round 3 undecided).
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 3);
+  m.Kill(1);
+  WanOptions o = m.Options(1);
+  options(o);
+  m.Start(1, o);
+  m.ConnectAll();
+  // It resumes after round 2 (whose aggregate this new process does not hold: its region is
+  // told so) with its old identity.
+  const RoundOutcome resumed = m.outcomes(1).Wait(2);
+  EXPECT_EQ(resumed.kind, RoundOutcome::Kind::kAborted);
+  EXPECT_EQ(resumed.reason.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(resumed.reason.message(), HasSubstr("decision log"));
+  EXPECT_FALSE(m.outcomes(1).Has(1));
+  EXPECT_EQ(m.ex(1).Stats().published_through, 2u);
+  EXPECT_EQ(m.ex(1).Stats().decisions_replayed, 2u);
+  EXPECT_EQ(m.ex(1).Published(2).status().code(), absl::StatusCode::kNotFound);
+  // Round 3: what regions 2 and 3 handed to the old process is gone with it (unless an
+  // acknowledgement was lost in the kill and they sent it again); the new one decides after
+  // wan_timeout with its own region and whatever reached it, and everyone publishes that.
+  SubmitRegion(m.ex(1), m.spec(), 1, 3);
+  ExpectSameEverywhere(m, 3, {1, 2, 3});
+  const std::vector<uint32_t> parts3 = PartIds(*m.outcomes(2).Wait(3).aggregate);
+  EXPECT_EQ(parts3.front(), 1u);
+  for (uint32_t g : {2u, 3u}) {
+    EXPECT_EQ(m.outcomes(g).Wait(3).includes_this_region,
+              std::find(parts3.begin(), parts3.end(), g) != parts3.end());
+  }
+  // Then every region again, bit-identical everywhere.
+  for (uint64_t r = 4; r <= 5; ++r) {
+    for (uint32_t region : {2u, 3u}) SubmitReady(m, region, r);
+    SubmitRegion(m.ex(1), m.spec(), 1, r);
+    ExpectSameEverywhere(m, r, {1, 2, 3});
+    EXPECT_EQ(PartIds(*m.outcomes(3).Wait(r).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  }
+  for (uint32_t g : {2u, 3u}) {
+    EXPECT_EQ(m.ex(g).Stats().coordinator_restarts, 0u);
+    EXPECT_EQ(m.ex(g).Stats().rounds_lost, 0u);
+    for (uint64_t r = 1; r <= 5; ++r) {
+      EXPECT_EQ(m.outcomes(g).Wait(r).kind, RoundOutcome::Kind::kPublished) << g << " " << r;
+    }
+  }
+  ExpectNoRoundPublishedTwiceDifferently(m, {1, 2, 3}, 5);
+  // A gateway restarted now catches up from the oldest kept round whose frames the coordinator
+  // holds (3), not from the replayed round 2 it could not fetch, and rejoins.
+  m.Kill(3);
+  m.Start(3, m.Options(3));
+  m.ConnectAll();
+  ASSERT_EQ(m.outcomes(3).Wait(5).kind, RoundOutcome::Kind::kPublished);
+  EXPECT_EQ(m.outcomes(3).Wait(3).kind, RoundOutcome::Kind::kPublished);
+  EXPECT_FALSE(m.outcomes(3).Has(2));
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 6);
+  SubmitRegion(m.ex(1), m.spec(), 1, 6);
+  ExpectSameEverywhere(m, 6, {1, 2, 3});
+  EXPECT_EQ(PartIds(*m.outcomes(3).Wait(6).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  std::filesystem::remove_all(state);
+}
+
+TEST(GrpcExchangeTest, CoordinatorRestartedFromALogMissingPublishedRoundsIsRefused) {
+  const std::filesystem::path state = StateDir("behind");
+  Mesh m(TestSpec());
+  auto options = [&](WanOptions& o) {
+    if (o.region_id == 1) {
+      o.state_dir = state.string();
+      o.wan_timeout = absl::Milliseconds(300);
+    }
+  };
+  m.StartAll(options);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 1);
+  SubmitRegion(m.ex(1), m.spec(), 1, 1);
+  ExpectSameEverywhere(m, 1, {1, 2, 3});
+  const std::filesystem::path log = state / "decisions.log";
+  const std::string after_round_1 = ReadText(log);
+  for (uint32_t region : {2u, 3u}) SubmitReady(m, region, 2);
+  SubmitRegion(m.ex(1), m.spec(), 1, 2);
+  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  // The coordinator comes back with the log as it was after round 1 (a lost disk, a restored
+  // backup): same identity, but it would decide round 2 again.
+  m.Kill(1);
+  { std::ofstream(log, std::ios::binary | std::ios::trunc) << after_round_1; }
+  WanOptions o = m.Options(1);
+  options(o);
+  m.Start(1, o);
+  m.ConnectAll();
+  EXPECT_EQ(m.ex(1).Stats().published_through, 1u);
+  // The followers, through round 2, see it behind them and stop taking its decisions.
+  WaitUntil([&] {
+    return m.ex(2).Stats().coordinator_restarts > 0 && m.ex(3).Stats().coordinator_restarts > 0;
+  });
+  // It decides round 2 again (alone: the others are past it), then round 3 with everyone's
+  // frames; the followers go on refusing it, though it is no longer behind them: it has shown
+  // it lost decisions.
+  for (uint32_t region : {2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 3);
+  SubmitRegion(m.ex(1), m.spec(), 1, 2);
+  ASSERT_EQ(m.outcomes(1).Wait(2).kind, RoundOutcome::Kind::kPublished);
+  SubmitRegion(m.ex(1), m.spec(), 1, 3);
+  ASSERT_EQ(m.outcomes(1).Wait(3).kind, RoundOutcome::Kind::kPublished);
+  const uint64_t refused2 = m.ex(2).Stats().coordinator_restarts;
+  const uint64_t refused3 = m.ex(3).Stats().coordinator_restarts;
+  WaitUntil([&] {
+    return m.ex(2).Stats().coordinator_restarts > refused2 &&
+           m.ex(3).Stats().coordinator_restarts > refused3;
+  });
+  EXPECT_FALSE(m.outcomes(2).Has(3));
+  EXPECT_FALSE(m.outcomes(3).Has(3));
+  EXPECT_EQ(m.outcomes(2).duplicates, 0);
+  EXPECT_EQ(m.outcomes(3).duplicates, 0);
+  std::filesystem::remove_all(state);
+}
+
+TEST(GrpcExchangeTest, DecisionLogOfAnotherJobFailsAtStart) {
+  const std::filesystem::path state = StateDir("other_job");
+  Mesh m(TestSpec());
+  WanOptions o = m.Options(1);
+  o.state_dir = state.string();
+  {
+    absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(m.spec(), o);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+  }
+  absl::StatusOr<ModelSpec> other = ModelSpecFromString(
+      "chunk_size: 256\nslice_elements: 16384\ntensors:\n  - {name: w, elements: 5000}\n");
+  ASSERT_TRUE(other.ok());
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(*other, o);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_THAT(ex.status().message(), HasSubstr("wan.state_dir"));
+  EXPECT_THAT(ex.status().message(), HasSubstr("its own state_dir"));
+  std::filesystem::remove_all(state);
 }
 
 TEST(WanOptionsTest, FromYaml) {

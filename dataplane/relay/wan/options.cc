@@ -133,13 +133,25 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
   return absl::OkStatus();
 }
 
+// A token file's content, surrounding whitespace stripped; empty or unreadable is an error.
+absl::StatusOr<std::string> ReadTokenFile(const YAML::Node& n, const std::string& key) {
+  HEDDLE_ASSIGN_OR_RETURN(std::string path, Str(n, key));
+  std::ifstream in(path);
+  if (!in) return Bad(key, absl::StrFormat("cannot read %s", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (token.empty()) return Bad(key, absl::StrFormat("%s is empty", path));
+  return token;
+}
+
 absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
   if (!wan.IsMap()) return absl::InvalidArgumentError("wan: expected a mapping");
   HEDDLE_RETURN_IF_ERROR(UnknownKeys(
       wan, "wan.",
       {"region", "listen", "peers", "streams_per_peer", "wan_timeout", "quorum", "token",
        "token_file", "tls", "chunk_bytes", "keep_rounds", "weighting", "gateway_error_feedback",
-       "rpc_timeout", "push_timeout", "coordinator", "schedule", "topology"}));
+       "rpc_timeout", "push_timeout", "coordinator", "schedule", "topology", "state_dir"}));
   WanOptions o;
   if (!wan["region"]) return Bad("region", "missing (this gateway's region id)");
   HEDDLE_ASSIGN_OR_RETURN(uint64_t region,
@@ -153,7 +165,8 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       const std::string key = absl::StrFormat("peers[%u]", i);
       const YAML::Node p = peers[i];
       if (!p.IsMap()) return Bad(key, "expected {region: N, address: host:port}");
-      HEDDLE_RETURN_IF_ERROR(UnknownKeys(p, "wan." + key + ".", {"region", "address"}));
+      HEDDLE_RETURN_IF_ERROR(UnknownKeys(
+          p, "wan." + key + ".", {"region", "address", "cert_name", "token", "token_file"}));
       if (!p["region"]) return Bad(key + ".region", "missing");
       if (!p["address"]) return Bad(key + ".address", "missing (host:port)");
       WanPeer peer;
@@ -162,6 +175,23 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       peer.region_id = static_cast<uint32_t>(id);
       HEDDLE_ASSIGN_OR_RETURN(peer.address, Str(p["address"], key + ".address"));
       if (peer.address.empty()) return Bad(key + ".address", "empty (host:port)");
+      if (p["cert_name"]) {
+        HEDDLE_ASSIGN_OR_RETURN(peer.cert_name, Str(p["cert_name"], key + ".cert_name"));
+        if (peer.cert_name.empty()) {
+          return Bad(key + ".cert_name",
+                     "empty (the DNS name in the peer's certificate; default: its region id)");
+        }
+      }
+      if (p["token"] && p["token_file"]) {
+        return Bad(key + ".token_file", "give token or token_file, not both");
+      }
+      if (p["token"]) {
+        HEDDLE_ASSIGN_OR_RETURN(peer.token, Str(p["token"], key + ".token"));
+        if (peer.token.empty()) return Bad(key + ".token", "empty");
+      }
+      if (p["token_file"]) {
+        HEDDLE_ASSIGN_OR_RETURN(peer.token, ReadTokenFile(p["token_file"], key + ".token_file"));
+      }
       o.peers.push_back(std::move(peer));
     }
   }
@@ -197,13 +227,7 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
     HEDDLE_ASSIGN_OR_RETURN(o.token, Str(wan["token"], "token"));
   }
   if (wan["token_file"]) {
-    HEDDLE_ASSIGN_OR_RETURN(std::string path, Str(wan["token_file"], "token_file"));
-    std::ifstream in(path);
-    if (!in) return Bad("token_file", absl::StrFormat("cannot read %s", path));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    o.token = std::string(absl::StripAsciiWhitespace(ss.str()));
-    if (o.token.empty()) return Bad("token_file", absl::StrFormat("%s is empty", path));
+    HEDDLE_ASSIGN_OR_RETURN(o.token, ReadTokenFile(wan["token_file"], "token_file"));
   }
   if (const YAML::Node t = wan["tls"]) {
     if (!t.IsMap()) return Bad("tls", "expected {cert, key, ca}");
@@ -264,6 +288,12 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
       o.schedule.topology_yaml = e.c_str();
     } else {
       return Bad("topology", "expected a topology file name or an inline topology mapping");
+    }
+  }
+  if (wan["state_dir"]) {
+    HEDDLE_ASSIGN_OR_RETURN(o.state_dir, Str(wan["state_dir"], "state_dir"));
+    if (o.state_dir.empty()) {
+      return Bad("state_dir", "empty (a directory for the coordinator's decision log)");
     }
   }
   HEDDLE_RETURN_IF_ERROR(ValidateWanOptions(o));
