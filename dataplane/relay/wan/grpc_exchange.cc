@@ -8,13 +8,16 @@
 // for its address, handshake state and send queues.
 //
 // Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open and
-// write their stripe's queue into it (a reader thread per call retires acknowledged frames),
+// on published_cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open
+// and write their stripe's queue into it (a reader thread per call retires acknowledged frames),
 // and one more sends this region's summaries; each (re)handshakes the link when it is down,
 // with exponential backoff. The link's mutex may be taken before mu_, never after. The
 // coordinator runs a decider thread; every other gateway a follower thread that long-polls the
-// coordinator; every gateway a preparer thread (PrepareLoop) that checks and patches each ready
-// region's frames, and on a follower builds the aggregate the decision is expected to describe.
+// coordinator; every gateway a preparer thread (PrepareLoop) that patches each region's frames as
+// they and its summary arrive and checks each ready region against its summary, and on a
+// follower builds the aggregate the decision is expected to describe. The coordinator's decision
+// goes out (announced_, answered by WaitDecision) before its own copies of the final frames are
+// complete: its digest follows from the provisional frames' trailers (internal/frame_crc.h).
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
@@ -25,9 +28,10 @@
 // schedule or a dead forwarder fails to deliver, the follower fetches from the coordinator.
 //
 // Invariants. A round is published here only (a) by the coordinator's decider, which is the
-// decision, or (b) by the follower after it holds the coordinator's decision and frames whose
-// GlobalDigest equals the decision's. Publishing r erases every round ≤ r from rounds_ and
-// makes the handlers refuse frames and summaries for them, so no stale state survives.
+// decision (published here once its final frames match the decision's digest), or (b) by the
+// follower after it holds the coordinator's decision and frames whose GlobalDigest equals the
+// decision's. Publishing r erases every round ≤ r from rounds_ and makes the handlers refuse frames
+// and summaries for them, so no stale state survives.
 #include "dataplane/relay/wan/grpc_exchange.h"
 
 #include <grpcpp/grpcpp.h>
@@ -601,14 +605,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     const absl::Time until = absl::Now() + std::min(absl::Milliseconds(req->wait_ms()), kMaxPoll);
     std::unique_lock<std::mutex> l(mu_);
-    while (!stopping_ && r > published_through_ && !ctx->IsCancelled()) {
+    while (!stopping_ && r > published_through_ && !announced_.contains(r) && !ctx->IsCancelled()) {
       const absl::Time now = absl::Now();
       if (now >= until) break;
-      cv_.wait_until(l, absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
+      published_cv_.wait_until(l,
+                               absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
     }
     reply->set_published_through(published_through_);
     reply->set_oldest_kept(kept_.empty() ? 0 : kept_.begin()->first);
     reply->set_instance(instance_);
+    if (auto a = announced_.find(r); r > published_through_ && a != announced_.end()) {
+      // Decided, and published here as soon as the final frames are patched.
+      reply->set_state(pb::DecisionReply::DECIDED);
+      *reply->mutable_decision() = a->second;
+      return grpc::Status::OK;
+    }
     if (r > published_through_) {
       reply->set_state(pb::DecisionReply::PENDING);
       return grpc::Status::OK;
@@ -629,7 +640,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
     std::vector<std::pair<uint32_t, FramePtr>> frames;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      std::unique_lock<std::mutex> l(mu_);
+      // A follower may ask between the decision going out and its publication here.
+      while (!stopping_ && announced_.contains(req->round_id()) && !ctx->IsCancelled()) {
+        published_cv_.wait_for(l, std::chrono::milliseconds(200));
+      }
       auto it = kept_.find(req->round_id());
       if (it == kept_.end() || it->second.aggregate == nullptr) {
         return grpc::Status(
@@ -677,11 +692,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     uint32_t have = 0;
     bool finished = false;
     pb::RegionFinish summary;
-    // Set by the preparer once the region is ready (summary and every frame): whether its
-    // frames match its summary's digest and, if so, the frames with the summary's totals
-    // patched in (what a decision including the region publishes).
+    // The preparer patches the summary's totals into each frame as soon as both are here (by
+    // slice; `patched[s]` is frames[s] with the totals written in), and once the region is
+    // ready (summary and every frame) sets `prepared` and whether its frames match the
+    // summary's digest; `patched` is complete when `digest_ok` (what a decision including the
+    // region publishes), and emptied when not.
     bool prepared = false;
     bool digest_ok = false;
+    bool patch_failed = false;  // a frame refused the totals: the region cannot be included
     std::vector<FramePtr> patched;
   };
   struct RoundState {
@@ -694,8 +712,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // built before its decision comes; published only if the decision matches it bit for bit.
     std::shared_ptr<GlobalAggregate> speculative;
     bool speculated = false;
+    bool speculating = false;  // being built (the preparer, mu_ released)
     // Where the round's time went here (the per-round "wan: round r here:" log line).
-    absl::Time last_frame_at, last_summary_at, decided_at;
+    // all_prepared_at: every region ready and prepared here (what the decision waits for on
+    // the coordinator, and the speculative aggregate on a follower); decided_at: the
+    // coordinator's decision taken (coordinator) or received (follower).
+    absl::Time last_frame_at, last_summary_at, all_prepared_at, decided_at;
   };
   struct Kept {
     pb::Decision decision;
@@ -711,6 +733,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       stopped_ = true;
       stopping_ = true;
       cv_.notify_all();
+      published_cv_.notify_all();
     }
     {
       std::lock_guard<std::mutex> l(calls_mu_);
@@ -1491,6 +1514,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     if (g != nullptr) {
       for (const RegionPart& p : g->parts) included |= p.region_id == opt_.region_id;
     }
+    announced_.erase(announced_.begin(), announced_.upper_bound(r));
     kept_[r] = Kept{std::move(decision), g};
     while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
     published_through_ = r;
@@ -1516,6 +1540,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     queue_.Push(r, std::move(out));
     cv_.notify_all();
+    published_cv_.notify_all();
   }
 
   // One line per round: the instants (Unix seconds, one clock across gateways on one host) at
@@ -1529,9 +1554,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     HEDDLE_LOG(kInfo,
                "wan: round %" PRIu64
                " here: finished %.6f last_frame %.6f last_summary %.6f decided %.6f "
-               "published %.6f prepared %d",
+               "published %.6f prepared %d all_prepared %.6f",
                r, at(rs.own_finished_at), at(rs.last_frame_at), at(rs.last_summary_at),
-               at(rs.decided_at), at(absl::Now()), prepared ? 1 : 0);
+               at(rs.decided_at), at(absl::Now()), prepared ? 1 : 0, at(rs.all_prepared_at));
   }
 
   // ---- coordinator ----
@@ -1565,24 +1590,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       if (stopping_) return;
       RoundState& rs = rounds_[r];
-      rs.deciding = true;
-      rs.decided_at = absl::Now();
-      // The preparer checks and patches each ready region's frames as it becomes ready
-      // (overlapping the other regions' transfers); the regions are frozen now.
-      cv_.notify_all();
-      auto prepared = [&] {
-        for (const auto& [region, rr] : rs.regions) {
-          if (RegionReadyLocked(rs, region) && rr.summary.tokens() > 0 && !rr.prepared) {
-            return false;
-          }
-        }
-        return true;
-      };
-      cv_.wait(l, [&] { return stopping_ || prepared(); });
-      if (stopping_) return;
-      // The included set: regions ready with tokens whose frames are those they announced.
+      rs.deciding = true;  // the regions are frozen now
+      // The included set: regions ready with tokens whose frames are those they announced. The
+      // decision needs only the final frames' lengths and trailers (the digest), which follow
+      // from the provisional frames' without the patched copies: it goes out first, and the
+      // copies (the preparer's, most of them made as the frames came) are waited for after.
       std::vector<RegionPart> parts;
-      std::vector<std::vector<FramePtr>> frames;
+      std::vector<wan_internal::ValidFrameSum> sums;
       std::vector<std::string> left_out;
       uint64_t expected = 0, present = 0;
       for (uint32_t region : regions_) {
@@ -1600,14 +1614,26 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         const RegionRound& rr = it->second;
         if (rr.summary.tokens() == 0) continue;
-        if (!rr.digest_ok) {
+        bool ok = rr.prepared
+                      ? rr.digest_ok
+                      : !rr.patch_failed && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
+                                                rr.summary.frames_digest();
+        std::vector<wan_internal::ValidFrameSum> region_sums;
+        const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
+        for (uint32_t s = 0; ok && s < nslices_; ++s) {
+          absl::StatusOr<wan_internal::ValidFrameSum> sum =
+              wan_internal::PatchedSumOfValidFrame(*rr.frames[s], rr.summary.tokens(), steps);
+          ok = sum.ok();
+          if (ok) region_sums.push_back(*sum);
+        }
+        if (!ok) {
           ++stats_.digest_mismatches;
           left_out.push_back(absl::StrFormat("%u (frames differ from its summary)", region));
           continue;
         }
         parts.push_back(
             {.region_id = region, .tokens = rr.summary.tokens(), .tau_eff = rr.summary.tau_eff()});
-        frames.push_back(rr.patched);
+        sums.insert(sums.end(), region_sums.begin(), region_sums.end());
         present += rr.summary.tokens();
       }
       if (!left_out.empty()) {
@@ -1631,9 +1657,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       std::shared_ptr<GlobalAggregate> g;
       if (abort.ok()) {
-        l.unlock();  // the digest reads every included frame: not under mu_
-        absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Build(r, parts, frames);
-        l.lock();
+        absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Decide(r, parts, sums);
         if (built.ok()) {
           g = *std::move(built);
         } else {
@@ -1672,8 +1696,64 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           d.clear_schedule_switch();
         }
       }
+      // Out: the followers' long polls answer with it from here on (WaitDecision).
+      announced_[r] = d;
+      rs.decided_at = absl::Now();
+      published_cv_.notify_all();
+      if (g != nullptr) {
+        // The final frames: the preparer's patched copies (it concludes every ready region).
+        auto prepared = [&] {
+          for (const RegionPart& p : g->parts) {
+            if (!rs.regions[p.region_id].prepared) return false;
+          }
+          return true;
+        };
+        cv_.wait(l, [&] { return stopping_ || prepared(); });
+        if (stopping_) return;
+        for (const RegionPart& p : g->parts) {
+          const RegionRound& rr = rs.regions[p.region_id];
+          for (uint32_t s = 0; s < nslices_; ++s) {
+            FramePtr f = s < rr.patched.size() ? rr.patched[s] : nullptr;
+            if (f == nullptr) {  // not expected: the preparer checked what Decide() did
+              absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
+                  *rr.frames[s], p.tokens, wan_internal::RegionInnerSteps(p.tau_eff));
+              if (x.ok()) f = *std::move(x);
+            }
+            g->frames.push_back(std::move(f));
+          }
+        }
+        // The frames the decision's digest was computed for (both from the same provisional
+        // frames and totals, FrameCrcTest): a difference would be a bug, and is not published
+        // here.
+        bool whole = true;
+        for (const FramePtr& f : g->frames) whole = whole && f != nullptr;
+        if (!whole || wan_internal::GlobalDigestOfValidFrames(*g) != g->digest) {
+          ++stats_.digest_mismatches;
+          abort = absl::InternalError(
+              absl::StrFormat("round %u: the final frames do not match the decision's digest %s", r,
+                              Hex64(g->digest)));
+          HEDDLE_LOG(kError, "wan: %s", std::string(abort.message()).c_str());
+          g = nullptr;
+        }
+      }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
+  }
+
+  // The decided aggregate of `parts`, without its frames yet: weights, and the digest from the
+  // final frames' lengths and trailers (`sums`, by part then slice).
+  absl::StatusOr<std::shared_ptr<GlobalAggregate>> Decide(
+      uint64_t r, const std::vector<RegionPart>& parts,
+      const std::vector<wan_internal::ValidFrameSum>& sums) const {
+    auto g = std::make_shared<GlobalAggregate>();
+    g->round_id = r;
+    g->weighting = opt_.weighting;
+    g->slices = nslices_;
+    g->parts = parts;
+    HEDDLE_ASSIGN_OR_RETURN(std::vector<double> w, GlobalWeights(g->parts, g->weighting));
+    for (size_t p = 0; p < parts.size(); ++p) g->parts[p].weight = w[p];
+    g->digest = wan_internal::GlobalDigestOfSums(*g, sums);
+    return g;
   }
 
   // The aggregate of `parts` from their final frames (totals patched in): weights, digest.
@@ -1697,50 +1777,78 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // ---- preparation (both roles) ----
 
   // Works ahead of the decision, off the gRPC and round threads: for every region of a round in
-  // progress that is ready (summary and every frame) it checks the frames against the summary's
-  // digest and patches the summary's totals in (what the coordinator decides with, and what a
-  // follower publishes); on a follower, once every region of its next round is ready, it builds
-  // the aggregate the coordinator decides when nobody is late (`speculative`). Nothing here is
-  // published: a follower publishes only the coordinator's decision, and uses the speculative
-  // aggregate only when its parts, weights and digest are the decision's, bit for bit.
+  // progress whose summary is here it patches the summary's totals into each frame as the frame
+  // arrives (the frames that came before the summary when it comes: the last slice's frame,
+  // which the summary usually overtakes, is all that is left to do when the region is ready);
+  // once a region is ready (summary and every frame) it checks the frames against the
+  // summary's digest (trailers only, no frame bytes read) and marks it prepared — what the
+  // coordinator decides with, and what a follower publishes. On a follower, once every region
+  // of its next round is prepared, it builds the aggregate the coordinator decides when nobody
+  // is late (`speculative`). Nothing here is published: a follower publishes only the
+  // coordinator's decision, and uses the speculative aggregate only when its parts, weights and
+  // digest are the decision's, bit for bit.
   void PrepareLoop() {
     std::unique_lock<std::mutex> l(mu_);
     while (!stopping_) {
-      // A ready region not yet prepared, oldest round first.
+      // Oldest round first: a ready region to conclude, else a frame to patch.
       uint64_t r = 0;
-      uint32_t region = 0;
-      for (const auto& [id, rs] : rounds_) {
-        for (const auto& [reg, rr] : rs.regions) {
-          if (!rr.prepared && rr.summary.tokens() > 0 && RegionReadyLocked(rs, reg)) {
-            r = id;
-            region = reg;
+      uint32_t region = 0, slice = 0;
+      bool conclude = false;
+      for (auto& [id, rs] : rounds_) {
+        for (auto& [reg, rr] : rs.regions) {
+          if (rr.prepared || !rr.finished || rr.summary.tokens() == 0) continue;
+          if (rr.patched.empty()) rr.patched.resize(nslices_);
+          uint32_t todo = nslices_;
+          if (!rr.patch_failed) {
+            for (uint32_t s = 0; s < rr.frames.size() && todo == nslices_; ++s) {
+              if (rr.frames[s] != nullptr && rr.patched[s] == nullptr) todo = s;
+            }
+          }
+          if (todo != nslices_) {
+            r = id, region = reg, slice = todo;
+            break;
+          }
+          if (RegionReadyLocked(rs, reg)) {
+            r = id, region = reg, conclude = true;
             break;
           }
         }
         if (r != 0) break;
       }
+      if (r != 0 && conclude) {
+        RegionRound& rr = rounds_[r].regions[region];
+        rr.prepared = true;
+        rr.digest_ok = !rr.patch_failed && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
+                                               rr.summary.frames_digest();
+        if (!rr.digest_ok) rr.patched.clear();
+        RoundState& rs = rounds_[r];
+        bool all = true;
+        for (uint32_t id : regions_) {
+          auto x = rs.regions.find(id);
+          all = all && RegionReadyLocked(rs, id) &&
+                (x->second.prepared || x->second.summary.tokens() == 0);
+        }
+        if (all) rs.all_prepared_at = absl::Now();
+        cv_.notify_all();
+        continue;
+      }
       if (r != 0) {
         const RegionRound& rr = rounds_[r].regions[region];
-        const std::vector<FramePtr> frames = rr.frames;  // complete: no longer changes
-        const pb::RegionFinish summary = rr.summary;
+        const FramePtr frame = rr.frames[slice];  // a stored frame never changes
+        const uint64_t tokens = rr.summary.tokens();
+        const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
         l.unlock();
-        bool ok = wan_internal::FramesDigestOfValidFrames(frames) == summary.frames_digest();
-        std::vector<FramePtr> patched;
-        const uint32_t steps = wan_internal::RegionInnerSteps(summary.tau_eff());
-        for (size_t s = 0; ok && s < frames.size(); ++s) {
-          absl::StatusOr<FramePtr> f =
-              wan_internal::PatchValidFrameTotals(*frames[s], summary.tokens(), steps);
-          ok = f.ok();
-          if (ok) patched.push_back(*std::move(f));
-        }
+        absl::StatusOr<FramePtr> f = wan_internal::PatchValidFrameTotals(*frame, tokens, steps);
         l.lock();
         auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
         if (it == rounds_.end()) continue;
         RegionRound& now = it->second.regions[region];
-        now.prepared = true;
-        now.digest_ok = ok;
-        if (ok) now.patched = std::move(patched);
-        cv_.notify_all();
+        if (now.prepared || now.frames[slice] != frame) continue;
+        if (f.ok()) {
+          now.patched[slice] = *std::move(f);
+        } else {
+          now.patch_failed = true;
+        }
         continue;
       }
       if (!is_coordinator_ && Speculate(l)) continue;
@@ -1770,12 +1878,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rs.speculated = true;
     if (parts.empty()) return true;
+    rs.speculating = true;
     l.unlock();
     absl::StatusOr<std::shared_ptr<GlobalAggregate>> g = Build(r, parts, frames);
     l.lock();
     it = rounds_.find(r);
-    if (it != rounds_.end() && g.ok()) {
-      it->second.speculative = *std::move(g);
+    if (it != rounds_.end()) {
+      it->second.speculating = false;
+      if (g.ok()) it->second.speculative = *std::move(g);
       cv_.notify_all();
     }
     return true;
@@ -2017,7 +2127,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       if (all_ready()) {
         cv_.wait(l, [&] {
           auto it = rounds_.find(r);
-          return stopping_ || it == rounds_.end() || it->second.speculated;
+          return stopping_ || it == rounds_.end() ||
+                 (it->second.speculated && !it->second.speculating);
         });
       }
       if (speculated()) {
@@ -2185,10 +2296,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // Only the coordinator's WaitDecision handlers wait on it, for a publication (or Stop): the
+  // frames and summaries that wake cv_ many times a round do not wake them.
+  std::condition_variable published_cv_;
   bool stopping_ = false;
   bool stopped_ = false;
   std::map<uint64_t, RoundState> rounds_;
   std::map<uint64_t, Kept> kept_;
+  // Coordinator: decisions sent out and not yet published here (their final frames are being
+  // patched); WaitDecision answers with them.
+  std::map<uint64_t, pb::Decision> announced_;
   uint64_t published_through_ = 0;
   const uint64_t instance_ = std::random_device{}() * 0x100000001ull ^ std::random_device{}() ^
                              static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
