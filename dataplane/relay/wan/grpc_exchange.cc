@@ -1165,13 +1165,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Whether a queued item is no longer worth sending, this gateway having published through
-  // `pub`: a summary of a published round (the coordinator decided it); a frame of a round
-  // before the last published one. The last published round's frames still go: a peer may be
-  // waiting for them (this gateway may be the only route the schedule gives them) while it
-  // assembles that round; it refuses them once it has published it.
-  static bool Stale(const Link::Item& it, uint64_t pub) {
-    return it.finish ? it.round_id <= pub : it.round_id < pub;
-  }
+  // `pub`: a frame or summary of a round before the last published one. The last published
+  // round's still go: a peer may be waiting for its frames (this gateway may be the only route
+  // the schedule gives them) while it assembles that round, and prepares it with the summaries
+  // (the coordinator publishes a round it finished last a few milliseconds after its own
+  // summary is queued, usually before it is sent); a peer refuses them once it has published
+  // the round.
+  static bool Stale(const Link::Item& it, uint64_t pub) { return it.round_id < pub; }
 
   // Queues an item and drops every stale queued item (above): while a peer is unreachable its
   // sender threads wait in Connect() and do not prune, so this is what keeps its queues to the
