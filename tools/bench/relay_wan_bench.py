@@ -38,7 +38,7 @@ last frame, last summary, decision and publication — where the WAN time goes.
 
   sudo /usr/bin/python3 tools/bench/relay_wan_bench.py --bin build/tools/heddle-relay/heddle-relay
        [--elements 33554432] [--rounds 6] [--topology asym|sym|slow]
-       [--coordinator eu|us|asia|auto]
+       [--coordinator eu|us|asia|auto] [--keep]
 
 `--coordinator auto` gives every gateway `wan.coordinator: auto` and a `wan.topology` built from
 the links measured here (latency and rate), so the gateways pick the coordinator themselves.
@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--coordinator", choices=["eu", "us", "asia", "auto"], default="eu",
                     help="the gateway that decides the rounds (default: the lowest id, eu; auto: "
                          "chosen by the gateways from the measured links)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work dir (configs, every gateway's log) and print its path")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, tc)")
@@ -176,7 +178,10 @@ def main():
     except e2e.Fail as e:
         print(f"FAIL: {e} (work dir {workdir})")
         return 1
-    shutil.rmtree(workdir, ignore_errors=True)
+    if a.keep:
+        print(f"work dir kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
     f = e2e.field
     sent = {}  # (src, dst) -> bytes per round
