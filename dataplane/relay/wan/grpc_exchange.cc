@@ -359,9 +359,17 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       cv_.notify_all();
     }
     // To every peer: the coordinator decides with it, the others prepare the aggregate with it
-    // while the decision is on its way.
+    // while the decision is on its way. The coordinator decides only once it is queued (below):
+    // the followers should have it before the decision.
     for (auto& [id, link] : links_) {
       Enqueue(*link, opt_.streams_per_peer, Link::Item{.round_id = r, .finish = fin});
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = rounds_.find(r); it != rounds_.end()) {
+        it->second.own_summary_queued = true;
+        cv_.notify_all();
+      }
     }
     return absl::OkStatus();
   }
@@ -707,6 +715,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
     bool own_finished = false;
+    bool own_summary_queued = false;  // to every peer (the coordinator decides after that)
     absl::Time own_finished_at;
     bool deciding = false;        // coordinator: no more frames or summaries
     uint64_t bytes_received = 0;  // of new, valid frames of this round pushed by any peer
@@ -956,7 +965,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         in.refused = RefusePush(caller, st.error_code(), st.error_message());  // counts it
       }
-      if (in.refused.ok()) in.buf.assign(in.total, 0);
+      if (in.refused.ok()) {  // reserved, not zero-filled: the chunks append in order
+        in.buf.clear();
+        in.buf.reserve(in.total);
+      }
     } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
                c.region_id() != in.region) {
       return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
@@ -971,7 +983,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                         in.round, in.slice, c.offset(), c.data().size(), in.got,
                                         in.total - in.got));
     }
-    if (in.refused.ok()) std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
+    if (in.refused.ok()) in.buf.insert(in.buf.end(), c.data().begin(), c.data().end());
     in.got += c.data().size();
     link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
     if (in.got < in.total) return grpc::Status::OK;
@@ -1003,7 +1015,20 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       refuse_frame(counted);
       return grpc::Status::OK;
     }
-    if (!duplicate) Forward(in.round, in.region, in.slice, frame, caller);
+    if (!duplicate) {
+      Forward(in.round, in.region, in.slice, frame, caller);
+      // With the region's summary here already (the usual case for the last slice's frame),
+      // the totals go in now, on this thread: no hand-over to a preparer thread on the tail.
+      std::unique_lock<std::mutex> l(mu_);
+      auto it = rounds_.find(in.round);
+      if (it != rounds_.end()) {
+        auto rr = it->second.regions.find(in.region);
+        if (rr != it->second.regions.end() && PatchableLocked(rr->second, in.slice)) {
+          PatchSlot(l, in.round, in.region, in.slice);
+          cv_.notify_all();  // the preparer concludes the region when it is complete
+        }
+      }
+    }
     link.frames_received.fetch_add(1, std::memory_order_relaxed);
     pb::FrameAck a;
     a.set_round_id(in.round);
@@ -1577,7 +1602,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       const uint64_t r = published_through_ + 1;
       auto own_done = [&] {
         auto it = rounds_.find(r);
-        return it != rounds_.end() && it->second.own_finished;
+        return it != rounds_.end() && it->second.own_finished && it->second.own_summary_queued;
       };
       cv_.wait(l, [&] { return stopping_ || own_done(); });
       if (stopping_) return;
@@ -1801,23 +1826,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       for (auto& [id, rs] : rounds_) {
         for (auto& [reg, rr] : rs.regions) {
           if (rr.prepared || !rr.finished || rr.summary.tokens() == 0) continue;
-          if (rr.patched.empty()) {
-            rr.patched.resize(nslices_);
-            rr.patching.resize(nslices_);
-          }
           uint32_t todo = nslices_;
-          if (!rr.patch_failed) {
-            for (uint32_t s = 0; s < rr.frames.size() && todo == nslices_; ++s) {
-              if (rr.frames[s] != nullptr && rr.patched[s] == nullptr && !rr.patching[s]) {
-                todo = s;
-              }
-            }
+          for (uint32_t s = 0; s < nslices_ && todo == nslices_; ++s) {
+            if (PatchableLocked(rr, s)) todo = s;
           }
           if (todo != nslices_) {
             r = id, region = reg, slice = todo;
             break;
           }
-          // Concluded by the thread that patches its last frame (none in progress).
+          // Concluded when no frame is being patched (by the thread that patched the last).
           if (RegionReadyLocked(rs, reg) &&
               std::find(rr.patching.begin(), rr.patching.end(), true) == rr.patching.end()) {
             r = id, region = reg, conclude = true;
@@ -1844,28 +1861,46 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         continue;
       }
       if (r != 0) {
-        RegionRound& rr = rounds_[r].regions[region];
-        const FramePtr frame = rr.frames[slice];  // a stored frame never changes
-        const uint64_t tokens = rr.summary.tokens();
-        const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
-        rr.patching[slice] = true;
-        l.unlock();
-        absl::StatusOr<FramePtr> f = wan_internal::PatchValidFrameTotals(*frame, tokens, steps);
-        l.lock();
-        auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
-        if (it == rounds_.end()) continue;
-        RegionRound& now = it->second.regions[region];
-        now.patching[slice] = false;
-        if (now.prepared || now.frames[slice] != frame) continue;
-        if (f.ok()) {
-          now.patched[slice] = *std::move(f);
-        } else {
-          now.patch_failed = true;
-        }
+        PatchSlot(l, r, region, slice);
         continue;
       }
       if (!is_coordinator_ && Speculate(l)) continue;
       cv_.wait(l);
+    }
+  }
+
+  // Whether slice `slice` of a region can be patched now: its summary (with tokens) and its
+  // frame are here, it is not patched nor being patched, the region not concluded. mu_ held.
+  bool PatchableLocked(RegionRound& rr, uint32_t slice) {
+    if (rr.prepared || !rr.finished || rr.summary.tokens() == 0 || rr.patch_failed) return false;
+    if (rr.patched.empty()) {
+      rr.patched.resize(nslices_);
+      rr.patching.resize(nslices_);
+    }
+    return slice < rr.frames.size() && rr.frames[slice] != nullptr &&
+           rr.patched[slice] == nullptr && !rr.patching[slice];
+  }
+
+  // Patches the summary's totals into a copy of one frame (PatchableLocked), mu_ held and
+  // released while copying (the slot marked meanwhile).
+  void PatchSlot(std::unique_lock<std::mutex>& l, uint64_t r, uint32_t region, uint32_t slice) {
+    RegionRound& rr = rounds_[r].regions[region];
+    const FramePtr frame = rr.frames[slice];  // a stored frame never changes
+    const uint64_t tokens = rr.summary.tokens();
+    const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
+    rr.patching[slice] = true;
+    l.unlock();
+    absl::StatusOr<FramePtr> f = wan_internal::PatchValidFrameTotals(*frame, tokens, steps);
+    l.lock();
+    auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
+    if (it == rounds_.end()) return;
+    RegionRound& now = it->second.regions[region];
+    now.patching[slice] = false;
+    if (now.prepared || now.frames[slice] != frame) return;
+    if (f.ok()) {
+      now.patched[slice] = *std::move(f);
+    } else {
+      now.patch_failed = true;
     }
   }
 
