@@ -296,6 +296,10 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
         ASSERT_TRUE(want.ok() && got.ok());
         EXPECT_EQ(**got, **want);
         EXPECT_TRUE(ParseFrame(**got).ok());
+        // In two steps, on a copy made before the totals were known.
+        std::vector<uint8_t> copy(**f);
+        ASSERT_TRUE(wan_internal::WriteValidFrameTotals(**f, copy, tokens, steps).ok());
+        EXPECT_EQ(copy, **want);
         // The patched frame's length and trailer, without the patched frame.
         absl::StatusOr<wan_internal::ValidFrameSum> sum =
             wan_internal::PatchedSumOfValidFrame(**f, tokens, steps);
@@ -318,6 +322,9 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
   }
   EXPECT_FALSE(wan_internal::PatchValidFrameTotals(std::vector<uint8_t>(10), 1, 1).ok());
   EXPECT_FALSE(wan_internal::PatchedSumOfValidFrame(std::vector<uint8_t>(10), 1, 1).ok());
+  std::vector<uint8_t> short_copy(10);
+  EXPECT_FALSE(
+      wan_internal::WriteValidFrameTotals(std::vector<uint8_t>(100), short_copy, 1, 1).ok());
   // Totals no frame may carry are refused by both, before anything is written.
   RegionEncoder enc(spec, 4, true);
   absl::StatusOr<FramePtr> f =
@@ -331,6 +338,10 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(wan_internal::PatchedSumOfValidFrame(**f, tokens, steps).status().code(),
               absl::StatusCode::kInvalidArgument);
+    std::vector<uint8_t> copy(**f);
+    EXPECT_EQ(wan_internal::WriteValidFrameTotals(**f, copy, tokens, steps).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(copy, **f);  // nothing written
   }
 }
 

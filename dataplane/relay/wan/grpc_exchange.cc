@@ -353,6 +353,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       RegionRound& rr = rs.regions[opt_.region_id];
       rr.finished = true;
       rr.summary = fin;
+      FinalizeLocked(rr);
       rs.own_finished = true;
       rs.own_finished_at = absl::Now();
       rs.last_summary_at = rs.own_finished_at;
@@ -586,6 +587,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.finished = true;
     rr.summary = *req;
+    FinalizeLocked(rr);  // the frames copied so far get the totals (header and trailer only)
     rs.last_summary_at = absl::Now();
     for (const pb::PeerRate& pr : req->send_rates()) {
       if (std::isfinite(pr.bytes_per_second()) && pr.bytes_per_second() > 0 &&
@@ -710,7 +712,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     bool digest_ok = false;
     bool patch_failed = false;  // a frame refused the totals: the region cannot be included
     std::vector<FramePtr> patched;
-    std::vector<bool> patching;  // by slice: a preparer thread is copying it (mu_ released)
+    // By slice: a copy of the frame made as it arrived, waiting for the summary's totals (which
+    // then take a header and a trailer write, no copy); and whether a copy is being made (mu_
+    // released meanwhile).
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> staged;
+    std::vector<bool> patching;
   };
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
@@ -1017,14 +1023,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     if (!duplicate) {
       Forward(in.round, in.region, in.slice, frame, caller);
-      // With the region's summary here already (the usual case for the last slice's frame),
-      // the totals go in now, on this thread: no hand-over to a preparer thread on the tail.
+      // The copy that will carry the totals is made now, on this thread (and the totals
+      // written into it if the region's summary is here, the usual case for the last slice's
+      // frame): no hand-over to a preparer thread, and no copy left for the round's tail.
       std::unique_lock<std::mutex> l(mu_);
       auto it = rounds_.find(in.round);
       if (it != rounds_.end()) {
         auto rr = it->second.regions.find(in.region);
-        if (rr != it->second.regions.end() && PatchableLocked(rr->second, in.slice)) {
-          PatchSlot(l, in.round, in.region, in.slice);
+        if (rr != it->second.regions.end() && StageableLocked(rr->second, in.slice)) {
+          StageSlot(l, in.round, in.region, in.slice);
           cv_.notify_all();  // the preparer concludes the region when it is complete
         }
       }
@@ -1825,10 +1832,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       bool conclude = false;
       for (auto& [id, rs] : rounds_) {
         for (auto& [reg, rr] : rs.regions) {
-          if (rr.prepared || !rr.finished || rr.summary.tokens() == 0) continue;
+          if (rr.prepared || (rr.finished && rr.summary.tokens() == 0)) continue;
           uint32_t todo = nslices_;
           for (uint32_t s = 0; s < nslices_ && todo == nslices_; ++s) {
-            if (PatchableLocked(rr, s)) todo = s;
+            if (StageableLocked(rr, s)) todo = s;
           }
           if (todo != nslices_) {
             r = id, region = reg, slice = todo;
@@ -1846,9 +1853,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       if (r != 0 && conclude) {
         RegionRound& rr = rounds_[r].regions[region];
         rr.prepared = true;
-        rr.digest_ok = !rr.patch_failed && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
-                                               rr.summary.frames_digest();
+        bool whole = !rr.patch_failed && rr.patched.size() == nslices_;
+        for (uint32_t s = 0; whole && s < nslices_; ++s) whole = rr.patched[s] != nullptr;
+        rr.digest_ok = whole && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
+                                    rr.summary.frames_digest();
         if (!rr.digest_ok) rr.patched.clear();
+        rr.staged.clear();
         RoundState& rs = rounds_[r];
         bool all = true;
         for (uint32_t id : regions_) {
@@ -1861,7 +1871,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         continue;
       }
       if (r != 0) {
-        PatchSlot(l, r, region, slice);
+        StageSlot(l, r, region, slice);
         continue;
       }
       if (!is_coordinator_ && Speculate(l)) continue;
@@ -1869,38 +1879,53 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
   }
 
-  // Whether slice `slice` of a region can be patched now: its summary (with tokens) and its
-  // frame are here, it is not patched nor being patched, the region not concluded. mu_ held.
-  bool PatchableLocked(RegionRound& rr, uint32_t slice) {
-    if (rr.prepared || !rr.finished || rr.summary.tokens() == 0 || rr.patch_failed) return false;
+  // Whether slice `slice` of a region can be copied now: its frame is here, not copied nor
+  // being copied, the region not concluded nor without tokens. mu_ held.
+  bool StageableLocked(RegionRound& rr, uint32_t slice) {
+    if (rr.prepared || rr.patch_failed || (rr.finished && rr.summary.tokens() == 0)) return false;
     if (rr.patched.empty()) {
       rr.patched.resize(nslices_);
+      rr.staged.resize(nslices_);
       rr.patching.resize(nslices_);
     }
     return slice < rr.frames.size() && rr.frames[slice] != nullptr &&
-           rr.patched[slice] == nullptr && !rr.patching[slice];
+           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice];
   }
 
-  // Patches the summary's totals into a copy of one frame (PatchableLocked), mu_ held and
-  // released while copying (the slot marked meanwhile).
-  void PatchSlot(std::unique_lock<std::mutex>& l, uint64_t r, uint32_t region, uint32_t slice) {
+  // Copies one frame (StageableLocked), mu_ held and released while copying (the slot marked
+  // meanwhile), then gives it the totals if the summary is here.
+  void StageSlot(std::unique_lock<std::mutex>& l, uint64_t r, uint32_t region, uint32_t slice) {
     RegionRound& rr = rounds_[r].regions[region];
     const FramePtr frame = rr.frames[slice];  // a stored frame never changes
-    const uint64_t tokens = rr.summary.tokens();
-    const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
     rr.patching[slice] = true;
     l.unlock();
-    absl::StatusOr<FramePtr> f = wan_internal::PatchValidFrameTotals(*frame, tokens, steps);
+    auto copy = std::make_shared<std::vector<uint8_t>>(frame->begin(), frame->end());
     l.lock();
     auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
     if (it == rounds_.end()) return;
     RegionRound& now = it->second.regions[region];
     now.patching[slice] = false;
     if (now.prepared || now.frames[slice] != frame) return;
-    if (f.ok()) {
-      now.patched[slice] = *std::move(f);
-    } else {
-      now.patch_failed = true;
+    now.staged[slice] = std::move(copy);
+    FinalizeLocked(now);
+  }
+
+  // With the region's summary here, writes its totals into every copied frame (the header and
+  // the trailer, derived from the provisional frame's: no body read) and moves it to `patched`.
+  // mu_ held.
+  void FinalizeLocked(RegionRound& rr) {
+    if (rr.prepared || !rr.finished || rr.summary.tokens() == 0 || rr.patch_failed) return;
+    const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
+    for (size_t s = 0; s < rr.staged.size(); ++s) {
+      if (rr.staged[s] == nullptr) continue;
+      if (!wan_internal::WriteValidFrameTotals(*rr.frames[s], *rr.staged[s], rr.summary.tokens(),
+                                               steps)
+               .ok()) {
+        rr.patch_failed = true;
+        return;
+      }
+      rr.patched[s] = std::move(rr.staged[s]);
+      rr.staged[s] = nullptr;
     }
   }
 

@@ -99,10 +99,20 @@ uint32_t PatchedTrailer(std::span<const uint8_t> provisional, const uint8_t* hea
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps) {
   auto out = std::make_shared<std::vector<uint8_t>>(provisional.begin(), provisional.end());
-  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(*out, tokens, inner_steps));
-  PutLe(out->data() + out->size() - kFrameTrailerBytes, PatchedTrailer(provisional, out->data()),
-        4);
+  HEDDLE_RETURN_IF_ERROR(WriteValidFrameTotals(provisional, *out, tokens, inner_steps));
   return FramePtr(std::move(out));
+}
+
+absl::Status WriteValidFrameTotals(std::span<const uint8_t> provisional, std::span<uint8_t> copy,
+                                   uint64_t tokens, uint32_t inner_steps) {
+  if (copy.size() != provisional.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("a copy of %u bytes of a frame of %u bytes",
+                                                      copy.size(), provisional.size()));
+  }
+  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(copy, tokens, inner_steps));
+  PutLe(copy.data() + copy.size() - kFrameTrailerBytes, PatchedTrailer(provisional, copy.data()),
+        4);
+  return absl::OkStatus();
 }
 
 ValidFrameSum SumOfValidFrame(std::span<const uint8_t> frame) {

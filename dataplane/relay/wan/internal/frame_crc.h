@@ -39,6 +39,12 @@ uint32_t BodyCrc(std::span<const uint8_t> frame, uint32_t previous);
 // again, nor parsed: the caller vouches for the frame).
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps);
+// The same in two steps, for a copy made before the totals are known: `copy` holds the bytes of
+// the valid frame `provisional`; this writes the totals and the trailer into it (the header and
+// trailer only), after which it is PatchValidFrameTotals(provisional, tokens, inner_steps)'s
+// frame. Same refusals; a copy of another length is refused, nothing written.
+absl::Status WriteValidFrameTotals(std::span<const uint8_t> provisional, std::span<uint8_t> copy,
+                                   uint64_t tokens, uint32_t inner_steps);
 
 // FramesDigest() and GlobalDigest() of valid frames, from their trailers.
 uint64_t FramesDigestOfValidFrames(std::span<const FramePtr> frames);
