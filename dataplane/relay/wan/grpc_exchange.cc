@@ -13,11 +13,13 @@
 // and one more sends this region's summaries; each (re)handshakes the link when it is down,
 // with exponential backoff. The link's mutex may be taken before mu_, never after. The
 // coordinator runs a decider thread; every other gateway a follower thread that long-polls the
-// coordinator; every gateway two preparer threads (PrepareLoop) that patch each region's frames as
-// they and its summary arrive, check each ready region against its summary, and on a
-// follower build the aggregate the decision is expected to describe. The coordinator's decision
-// goes out (announced_, answered by WaitDecision) before its own copies of the final frames are
-// complete: its digest follows from the provisional frames' trailers (internal/frame_crc.h).
+// coordinator; every gateway two preparer threads (PrepareLoop) that copy this region's frames
+// (a received frame is copied by the thread that received it; a region's summary writes its
+// totals into the copies, StageSlot/FinalizeLocked), check each ready region against its
+// summary, and on a follower build the aggregate the decision is expected to describe. The
+// coordinator's decision goes out (announced_, answered by WaitDecision) before its own final
+// frames are complete: its digest follows from the provisional frames' trailers
+// (internal/frame_crc.h).
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
