@@ -2222,15 +2222,29 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         for (size_t p = 0; p < g->parts.size(); ++p) {
           auto rr = it->second.regions.find(g->parts[p].region_id);
           if (rr == it->second.regions.end() || rr->second.frames.empty()) continue;
-          const RegionRound& x = rr->second;
+          RegionRound& x = rr->second;
+          const RegionPart& part = g->parts[p];
           // The preparer's copies, also of a region not concluded yet (each is its frame with
           // the summary's totals; the digest below checks the whole).
-          const bool totals = x.finished && x.summary.tokens() == g->parts[p].tokens &&
-                              std::bit_cast<uint64_t>(x.summary.tau_eff()) ==
-                                  std::bit_cast<uint64_t>(g->parts[p].tau_eff);
+          const bool totals =
+              x.finished && x.summary.tokens() == part.tokens &&
+              std::bit_cast<uint64_t>(x.summary.tau_eff()) == std::bit_cast<uint64_t>(part.tau_eff);
           for (uint32_t s = 0; s < nslices_; ++s) {
+            FramePtr& out = prepared[p * nslices_ + s];
             provisional[p * nslices_ + s] = x.frames[s];
-            if (totals && s < x.patched.size()) prepared[p * nslices_ + s] = x.patched[s];
+            if (totals && s < x.patched.size()) out = x.patched[s];
+            // A copy still waiting for its region's summary (which has not come, or came after
+            // the decision): the decision's totals go into it here, a header and a trailer.
+            if (out == nullptr && s < x.staged.size() && x.staged[s] != nullptr &&
+                x.frames[s] != nullptr) {
+              std::shared_ptr<std::vector<uint8_t>> copy = std::move(x.staged[s]);
+              x.staged[s] = nullptr;
+              if (wan_internal::WriteValidFrameTotals(*x.frames[s], *copy, part.tokens,
+                                                      wan_internal::RegionInnerSteps(part.tau_eff))
+                      .ok()) {
+                out = std::move(copy);
+              }
+            }
           }
         }
       }
