@@ -38,7 +38,7 @@ last frame, last summary, decision and publication — where the WAN time goes.
 
   sudo /usr/bin/python3 tools/bench/relay_wan_bench.py --bin build/tools/heddle-relay/heddle-relay
        [--elements 33554432] [--rounds 6] [--topology asym|sym|slow]
-       [--coordinator eu|us|asia|auto]
+       [--coordinator eu|us|asia|auto] [--keep]
 
 `--coordinator auto` gives every gateway `wan.coordinator: auto` and a `wan.topology` built from
 the links measured here (latency and rate), so the gateways pick the coordinator themselves.
@@ -72,7 +72,8 @@ TOPOLOGIES = {
 
 
 LINE = re.compile(r"wan: round (\d+) here: finished ([\d.]+) last_frame ([\d.]+) "
-                  r"last_summary ([\d.]+) decided ([\d.]+) published ([\d.]+) prepared (\d)")
+                  r"last_summary ([\d.]+) decided ([\d.]+) published ([\d.]+) prepared (\d)"
+                  r"(?: all_prepared ([\d.]+))?")
 
 
 def read_phases(path):
@@ -86,7 +87,8 @@ def read_phases(path):
                     v = [float(x) for x in m.groups()[1:6]]
                     out[int(m.group(1))] = dict(zip(
                         ["finished", "last_frame", "last_summary", "decided", "published"], v),
-                        prepared=int(m.group(7)))
+                        prepared=int(m.group(7)),
+                        all_prepared=float(m.group(8)) if m.group(8) else None)
     except FileNotFoundError:
         pass
     return out
@@ -106,6 +108,8 @@ def main():
     ap.add_argument("--coordinator", choices=["eu", "us", "asia", "auto"], default="eu",
                     help="the gateway that decides the rounds (default: the lowest id, eu; auto: "
                          "chosen by the gateways from the measured links)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work dir (configs, every gateway's log) and print its path")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, tc)")
@@ -174,7 +178,10 @@ def main():
     except e2e.Fail as e:
         print(f"FAIL: {e} (work dir {workdir})")
         return 1
-    shutil.rmtree(workdir, ignore_errors=True)
+    if a.keep:
+        print(f"work dir kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
     f = e2e.field
     sent = {}  # (src, dst) -> bytes per round
@@ -237,8 +244,9 @@ def main():
         print(f"{r:>5} {wan_s:8.3f} {bound_s:8.3f} {ratio:6.2f} {dec_s:8.3f} {ratio_dec:6.2f}   "
               f"{detail}")
     print("phases, latest gateway, seconds after the last hand-over (last frame in / last "
-          "summary in / decision / published; prepared = followers that published the aggregate "
-          "they had built before the decision):")
+          "summary in / every region ready and patched, per gateway / decision, per gateway: "
+          "taken on the coordinator, received on the others / published; prepared = followers "
+          "that published the aggregate they had built before the decision):")
     for r in range(2, a.rounds + 1):
         last = max(float(f(rows[n][r], "finished_at_s")) for n in names)
         ph = [phases[n].get(r) for n in names]
@@ -249,7 +257,10 @@ def main():
         dec = {n: phases[n][r]["decided"] - last for n in names}
         pub = max(p["published"] for p in ph) - last
         prepared = sum(p["prepared"] for p in ph)
-        print(f"  round {r}: last frame {lf:+.3f}  last summary {ls:+.3f}  decision "
+        ready = " ".join(f"{n} {phases[n][r]['all_prepared'] - last:+.3f}" for n in names
+                         if phases[n][r]["all_prepared"])
+        print(f"  round {r}: last frame {lf:+.3f}  last summary {ls:+.3f}"
+              + (f"  ready {ready}" if ready else "") + "  decision "
               + " ".join(f"{n} {dec[n]:+.3f}" for n in names)
               + f"  published {pub:+.3f}  prepared {prepared}/{len(names) - 1}")
     med = statistics.median(ratios)

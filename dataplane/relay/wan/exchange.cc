@@ -122,9 +122,10 @@ absl::Status AccumulateGlobalSlice(const GlobalAggregate& g, uint32_t slice, std
 
 namespace {
 
-// GlobalDigest() with `crc(body, previous)` = Crc32c(body, previous), computed or derived.
-template <typename BodyCrcFn>
-uint64_t GlobalDigestWith(const GlobalAggregate& g, BodyCrcFn crc) {
+// GlobalDigest() of g's header and n frames, frame i of `bytes(i)` bytes, with `crc(i, previous)`
+// = Crc32c(frame i's body, previous), computed or derived.
+template <typename BytesFn, typename BodyCrcFn>
+uint64_t GlobalDigestWith(const GlobalAggregate& g, size_t n, BytesFn bytes, BodyCrcFn crc) {
   // lo: CRC-32C of the canonical stream (header, then each frame's length and body); hi:
   // CRC-32C over the header and each frame's own CRC seeded with its position, and its length.
   // CRC-32C is affine (Crc32c(body, prev) = Crc32c(body, 0) ^ Z_n(prev)), so both halves
@@ -144,22 +145,21 @@ uint64_t GlobalDigestWith(const GlobalAggregate& g, BodyCrcFn crc) {
     Put(b, std::bit_cast<uint64_t>(p.tau_eff), 8);
     Put(b, std::bit_cast<uint64_t>(p.weight), 8);
   }
-  Put(b, g.frames.size(), 8);
+  Put(b, n, 8);
   uint32_t lo = Crc32c(AsBytes(b));
   uint32_t hi = Crc32c(AsBytes(b), 0x9e3779b9u);
-  for (size_t i = 0; i < g.frames.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     // Without the frame's CRC trailer: a message followed by its own CRC leaves the CRC
     // register in a fixed state, which would hide the frame's content. The trailer is a
     // function of the body; ParseFrame() checks it.
-    std::span<const uint8_t> f;
-    if (g.frames[i] != nullptr) f = *g.frames[i];
-    const uint64_t body = f.size() >= kFrameTrailerBytes ? f.size() - kFrameTrailerBytes : f.size();
+    const uint64_t size = bytes(i);
+    const uint64_t body = size >= kFrameTrailerBytes ? size - kFrameTrailerBytes : size;
     std::string len;
     Put(len, body, 8);
     lo = Crc32c(AsBytes(len), lo);
-    lo = crc(f, lo);
+    lo = crc(i, lo);
     std::string own;
-    Put(own, crc(f, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
+    Put(own, crc(i, static_cast<uint32_t>(i) * 0x85ebca6bu + 1u), 4);
     Put(own, body, 8);
     hi = Crc32c(AsBytes(own), hi);
   }
@@ -168,16 +168,34 @@ uint64_t GlobalDigestWith(const GlobalAggregate& g, BodyCrcFn crc) {
 
 }  // namespace
 
+namespace {
+std::span<const uint8_t> FrameAt(const GlobalAggregate& g, size_t i) {
+  return g.frames[i] != nullptr ? std::span<const uint8_t>(*g.frames[i])
+                                : std::span<const uint8_t>();
+}
+}  // namespace
+
 uint64_t GlobalDigest(const GlobalAggregate& g) {
-  return GlobalDigestWith(g, [](std::span<const uint8_t> f, uint32_t prev) {
-    if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
-    return Crc32c(f, prev);
-  });
+  return GlobalDigestWith(
+      g, g.frames.size(), [&](size_t i) { return FrameAt(g, i).size(); },
+      [&](size_t i, uint32_t prev) {
+        std::span<const uint8_t> f = FrameAt(g, i);
+        if (f.size() >= kFrameTrailerBytes) f = f.first(f.size() - kFrameTrailerBytes);
+        return Crc32c(f, prev);
+      });
 }
 
 namespace wan_internal {
 uint64_t GlobalDigestOfValidFrames(const GlobalAggregate& g) {
-  return GlobalDigestWith(g, BodyCrc);
+  return GlobalDigestWith(
+      g, g.frames.size(), [&](size_t i) { return FrameAt(g, i).size(); },
+      [&](size_t i, uint32_t prev) { return BodyCrc(FrameAt(g, i), prev); });
+}
+
+uint64_t GlobalDigestOfSums(const GlobalAggregate& g, std::span<const ValidFrameSum> frames) {
+  return GlobalDigestWith(
+      g, frames.size(), [&](size_t i) { return frames[i].bytes; },
+      [&](size_t i, uint32_t prev) { return BodyCrc(frames[i], prev); });
 }
 }  // namespace wan_internal
 

@@ -296,14 +296,35 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
         ASSERT_TRUE(want.ok() && got.ok());
         EXPECT_EQ(**got, **want);
         EXPECT_TRUE(ParseFrame(**got).ok());
+        // In two steps, on a copy made before the totals were known.
+        std::vector<uint8_t> copy(**f);
+        ASSERT_TRUE(wan_internal::WriteValidFrameTotals(**f, copy, tokens, steps).ok());
+        EXPECT_EQ(copy, **want);
+        // The patched frame's length and trailer, without the patched frame.
+        absl::StatusOr<wan_internal::ValidFrameSum> sum =
+            wan_internal::PatchedSumOfValidFrame(**f, tokens, steps);
+        ASSERT_TRUE(sum.ok());
+        EXPECT_EQ(sum->bytes, (*want)->size());
+        EXPECT_EQ(sum->trailer, wan_internal::SumOfValidFrame(**want).trailer);
       }
     }
     frames.push_back(nullptr);  // a missing frame hashes as empty in both
     EXPECT_EQ(wan_internal::FramesDigestOfValidFrames(frames), wan_internal::FramesDigest(frames));
     const GlobalAggregate g = MakeAggregate(spec, round, {1, 3, 8}, round);
     EXPECT_EQ(wan_internal::GlobalDigestOfValidFrames(g), GlobalDigest(g));
+    std::vector<wan_internal::ValidFrameSum> sums;
+    for (const FramePtr& x : g.frames) sums.push_back(wan_internal::SumOfValidFrame(*x));
+    EXPECT_EQ(wan_internal::GlobalDigestOfSums(g, sums), GlobalDigest(g));
+    sums.back().trailer ^= 1;  // one frame's body differs: so does the digest
+    EXPECT_NE(wan_internal::GlobalDigestOfSums(g, sums), GlobalDigest(g));
+    sums.pop_back();  // and one frame fewer
+    EXPECT_NE(wan_internal::GlobalDigestOfSums(g, sums), GlobalDigest(g));
   }
   EXPECT_FALSE(wan_internal::PatchValidFrameTotals(std::vector<uint8_t>(10), 1, 1).ok());
+  EXPECT_FALSE(wan_internal::PatchedSumOfValidFrame(std::vector<uint8_t>(10), 1, 1).ok());
+  std::vector<uint8_t> short_copy(10);
+  EXPECT_FALSE(
+      wan_internal::WriteValidFrameTotals(std::vector<uint8_t>(100), short_copy, 1, 1).ok());
   // Totals no frame may carry are refused by both, before anything is written.
   RegionEncoder enc(spec, 4, true);
   absl::StatusOr<FramePtr> f =
@@ -315,6 +336,12 @@ TEST(FrameCrcTest, DerivedFromTrailersEqualsComputedOnValidFrames) {
     EXPECT_THAT(valid.status().message(), HasSubstr("at least one token"));
     EXPECT_EQ(wan_internal::PatchFrameTotals(**f, tokens, steps).status().code(),
               absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(wan_internal::PatchedSumOfValidFrame(**f, tokens, steps).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    std::vector<uint8_t> copy(**f);
+    EXPECT_EQ(wan_internal::WriteValidFrameTotals(**f, copy, tokens, steps).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(copy, **f);  // nothing written
   }
 }
 

@@ -8,13 +8,18 @@
 // for its address, handshake state and send queues.
 //
 // Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open and
-// write their stripe's queue into it (a reader thread per call retires acknowledged frames),
+// on published_cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open
+// and write their stripe's queue into it (a reader thread per call retires acknowledged frames),
 // and one more sends this region's summaries; each (re)handshakes the link when it is down,
 // with exponential backoff. The link's mutex may be taken before mu_, never after. The
 // coordinator runs a decider thread; every other gateway a follower thread that long-polls the
-// coordinator; every gateway a preparer thread (PrepareLoop) that checks and patches each ready
-// region's frames, and on a follower builds the aggregate the decision is expected to describe.
+// coordinator; every gateway two preparer threads (PrepareLoop) that copy this region's frames
+// (a received frame is copied by the thread that received it; a region's summary writes its
+// totals into the copies, StageSlot/FinalizeLocked), check each ready region against its
+// summary, and on a follower build the aggregate the decision is expected to describe. The
+// coordinator's decision goes out (announced_, answered by WaitDecision) before its own final
+// frames are complete: its digest follows from the provisional frames' trailers
+// (internal/frame_crc.h).
 // Outcomes go through an OutcomeQueue, pushed under mu_ in publication order, so the region
 // side sees each round once and in order.
 //
@@ -25,9 +30,10 @@
 // schedule or a dead forwarder fails to deliver, the follower fetches from the coordinator.
 //
 // Invariants. A round is published here only (a) by the coordinator's decider, which is the
-// decision, or (b) by the follower after it holds the coordinator's decision and frames whose
-// GlobalDigest equals the decision's. Publishing r erases every round ≤ r from rounds_ and
-// makes the handlers refuse frames and summaries for them, so no stale state survives.
+// decision (published here once its final frames match the decision's digest), or (b) by the
+// follower after it holds the coordinator's decision and frames whose GlobalDigest equals the
+// decision's. Publishing r erases every round ≤ r from rounds_ and makes the handlers refuse frames
+// and summaries for them, so no stale state survives.
 #include "dataplane/relay/wan/grpc_exchange.h"
 
 #include <grpc/grpc_security_constants.h>
@@ -37,6 +43,7 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -290,7 +297,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     } else {
       round_thread_ = std::thread([this] { FollowLoop(); });
     }
-    prepare_thread_ = std::thread([this] { PrepareLoop(); });
+    for (std::thread& t : prepare_threads_) t = std::thread([this] { PrepareLoop(); });
     HEDDLE_LOG(kInfo,
                "wan: region %u listening on port %d, %zu peers, coordinator region %u, schedule "
                "%s (%s, %u pieces, %" PRIu64 " sends here)",
@@ -355,15 +362,24 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       RegionRound& rr = rs.regions[opt_.region_id];
       rr.finished = true;
       rr.summary = fin;
+      FinalizeLocked(rr);
       rs.own_finished = true;
       rs.own_finished_at = absl::Now();
       rs.last_summary_at = rs.own_finished_at;
       cv_.notify_all();
     }
     // To every peer: the coordinator decides with it, the others prepare the aggregate with it
-    // while the decision is on its way.
+    // while the decision is on its way. The coordinator decides only once it is queued (below):
+    // the followers should have it before the decision.
     for (auto& [id, link] : links_) {
       Enqueue(*link, opt_.streams_per_peer, Link::Item{.round_id = r, .finish = fin});
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = rounds_.find(r); it != rounds_.end()) {
+        it->second.own_summary_queued = true;
+        cv_.notify_all();
+      }
     }
     return absl::OkStatus();
   }
@@ -580,6 +596,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rr.finished = true;
     rr.summary = *req;
+    FinalizeLocked(rr);  // the frames copied so far get the totals (header and trailer only)
     rs.last_summary_at = absl::Now();
     for (const pb::PeerRate& pr : req->send_rates()) {
       if (std::isfinite(pr.bytes_per_second()) && pr.bytes_per_second() > 0 &&
@@ -608,14 +625,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     const absl::Time until = absl::Now() + std::min(absl::Milliseconds(req->wait_ms()), kMaxPoll);
     std::unique_lock<std::mutex> l(mu_);
-    while (!stopping_ && r > published_through_ && !ctx->IsCancelled()) {
+    while (!stopping_ && r > published_through_ && !announced_.contains(r) && !ctx->IsCancelled()) {
       const absl::Time now = absl::Now();
       if (now >= until) break;
-      cv_.wait_until(l, absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
+      published_cv_.wait_until(l,
+                               absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
     }
     reply->set_published_through(published_through_);
     reply->set_oldest_kept(OldestServableLocked());
     reply->set_instance(instance_);
+    if (auto a = announced_.find(r); r > published_through_ && a != announced_.end()) {
+      // Decided, and published here as soon as the final frames are patched.
+      reply->set_state(pb::DecisionReply::DECIDED);
+      *reply->mutable_decision() = a->second;
+      return grpc::Status::OK;
+    }
     if (r > published_through_) {
       reply->set_state(pb::DecisionReply::PENDING);
       return grpc::Status::OK;
@@ -636,7 +660,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
     std::vector<std::pair<uint32_t, FramePtr>> frames;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      std::unique_lock<std::mutex> l(mu_);
+      // A follower may ask between the decision going out and its publication here.
+      while (!stopping_ && announced_.contains(req->round_id()) && !ctx->IsCancelled()) {
+        published_cv_.wait_for(l, std::chrono::milliseconds(200));
+      }
       auto it = kept_.find(req->round_id());
       if (it != kept_.end() && it->second.aggregate == nullptr && !it->second.decision.aborted()) {
         return grpc::Status(
@@ -691,16 +719,25 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     uint32_t have = 0;
     bool finished = false;
     pb::RegionFinish summary;
-    // Set by the preparer once the region is ready (summary and every frame): whether its
-    // frames match its summary's digest and, if so, the frames with the summary's totals
-    // patched in (what a decision including the region publishes).
+    // The preparer patches the summary's totals into each frame as soon as both are here (by
+    // slice; `patched[s]` is frames[s] with the totals written in), and once the region is
+    // ready (summary and every frame) sets `prepared` and whether its frames match the
+    // summary's digest; `patched` is complete when `digest_ok` (what a decision including the
+    // region publishes), and emptied when not.
     bool prepared = false;
     bool digest_ok = false;
+    bool patch_failed = false;  // a frame refused the totals: the region cannot be included
     std::vector<FramePtr> patched;
+    // By slice: a copy of the frame made as it arrived, waiting for the summary's totals (which
+    // then take a header and a trailer write, no copy); and whether a copy is being made (mu_
+    // released meanwhile).
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> staged;
+    std::vector<bool> patching;
   };
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
     bool own_finished = false;
+    bool own_summary_queued = false;  // to every peer (the coordinator decides after that)
     absl::Time own_finished_at;
     bool deciding = false;        // coordinator: no more frames or summaries
     uint64_t bytes_received = 0;  // of new, valid frames of this round pushed by any peer
@@ -708,8 +745,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     // built before its decision comes; published only if the decision matches it bit for bit.
     std::shared_ptr<GlobalAggregate> speculative;
     bool speculated = false;
+    bool speculating = false;  // being built (the preparer, mu_ released)
     // Where the round's time went here (the per-round "wan: round r here:" log line).
-    absl::Time last_frame_at, last_summary_at, decided_at;
+    // all_prepared_at: every region ready and prepared here (what the decision waits for on
+    // the coordinator, and the speculative aggregate on a follower); decided_at: the
+    // coordinator's decision taken (coordinator) or received (follower).
+    absl::Time last_frame_at, last_summary_at, all_prepared_at, decided_at;
   };
   struct Kept {
     pb::Decision decision;
@@ -725,6 +766,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       stopped_ = true;
       stopping_ = true;
       cv_.notify_all();
+      published_cv_.notify_all();
     }
     {
       std::lock_guard<std::mutex> l(calls_mu_);
@@ -736,7 +778,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     if (server_ != nullptr) server_->Shutdown(Deadline(absl::Seconds(1)));
     if (round_thread_.joinable()) round_thread_.join();
-    if (prepare_thread_.joinable()) prepare_thread_.join();
+    for (std::thread& t : prepare_threads_) {
+      if (t.joinable()) t.join();
+    }
     for (auto& [id, l] : links_) {
       for (std::thread& t : l->threads) t.join();
     }
@@ -994,7 +1038,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         in.refused = RefusePush(caller, st.error_code(), st.error_message());  // counts it
       }
-      if (in.refused.ok()) in.buf.assign(in.total, 0);
+      if (in.refused.ok()) {  // reserved, not zero-filled: the chunks append in order
+        in.buf.clear();
+        in.buf.reserve(in.total);
+      }
     } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
                c.region_id() != in.region) {
       return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
@@ -1009,7 +1056,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                                         in.round, in.slice, c.offset(), c.data().size(), in.got,
                                         in.total - in.got));
     }
-    if (in.refused.ok()) std::memcpy(in.buf.data() + in.got, c.data().data(), c.data().size());
+    if (in.refused.ok()) in.buf.insert(in.buf.end(), c.data().begin(), c.data().end());
     in.got += c.data().size();
     link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
     if (in.got < in.total) return grpc::Status::OK;
@@ -1041,7 +1088,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       refuse_frame(counted);
       return grpc::Status::OK;
     }
-    if (!duplicate) Forward(in.round, in.region, in.slice, frame, caller);
+    if (!duplicate) {
+      Forward(in.round, in.region, in.slice, frame, caller);
+      // The copy that will carry the totals is made now, on this thread (and the totals
+      // written into it if the region's summary is here, the usual case for the last slice's
+      // frame): no hand-over to a preparer thread, and no copy left for the round's tail.
+      std::unique_lock<std::mutex> l(mu_);
+      auto it = rounds_.find(in.round);
+      if (it != rounds_.end()) {
+        auto rr = it->second.regions.find(in.region);
+        if (rr != it->second.regions.end() && StageableLocked(rr->second, in.slice)) {
+          StageSlot(l, in.round, in.region, in.slice);
+          cv_.notify_all();  // the preparer concludes the region when it is complete
+        }
+      }
+    }
     link.frames_received.fetch_add(1, std::memory_order_relaxed);
     pb::FrameAck a;
     a.set_round_id(in.round);
@@ -1213,13 +1274,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Whether a queued item is no longer worth sending, this gateway having published through
-  // `pub`: a summary of a published round (the coordinator decided it); a frame of a round
-  // before the last published one. The last published round's frames still go: a peer may be
-  // waiting for them (this gateway may be the only route the schedule gives them) while it
-  // assembles that round; it refuses them once it has published it.
-  static bool Stale(const Link::Item& it, uint64_t pub) {
-    return it.finish ? it.round_id <= pub : it.round_id < pub;
-  }
+  // `pub`: a frame or summary of a round before the last published one. The last published
+  // round's still go: a peer may be waiting for its frames (this gateway may be the only route
+  // the schedule gives them) while it assembles that round, and prepares it with the summaries
+  // (the coordinator publishes a round it finished last a few milliseconds after its own
+  // summary is queued, usually before it is sent); a peer refuses them once it has published
+  // the round.
+  static bool Stale(const Link::Item& it, uint64_t pub) { return it.round_id < pub; }
 
   // Queues an item and drops every stale queued item (above): while a peer is unreachable its
   // sender threads wait in Connect() and do not prune, so this is what keeps its queues to the
@@ -1562,6 +1623,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     if (g != nullptr) {
       for (const RegionPart& p : g->parts) included |= p.region_id == opt_.region_id;
     }
+    announced_.erase(announced_.begin(), announced_.upper_bound(r));
     kept_[r] = Kept{std::move(decision), g};
     while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
     published_through_ = r;
@@ -1587,6 +1649,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     queue_.Push(r, std::move(out));
     cv_.notify_all();
+    published_cv_.notify_all();
   }
 
   // One line per round: the instants (Unix seconds, one clock across gateways on one host) at
@@ -1600,9 +1663,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     HEDDLE_LOG(kInfo,
                "wan: round %" PRIu64
                " here: finished %.6f last_frame %.6f last_summary %.6f decided %.6f "
-               "published %.6f prepared %d",
+               "published %.6f prepared %d all_prepared %.6f",
                r, at(rs.own_finished_at), at(rs.last_frame_at), at(rs.last_summary_at),
-               at(rs.decided_at), at(absl::Now()), prepared ? 1 : 0);
+               at(rs.decided_at), at(absl::Now()), prepared ? 1 : 0, at(rs.all_prepared_at));
   }
 
   // ---- coordinator ----
@@ -1619,7 +1682,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       const uint64_t r = published_through_ + 1;
       auto own_done = [&] {
         auto it = rounds_.find(r);
-        return it != rounds_.end() && it->second.own_finished;
+        return it != rounds_.end() && it->second.own_finished && it->second.own_summary_queued;
       };
       cv_.wait(l, [&] { return stopping_ || own_done(); });
       if (stopping_) return;
@@ -1636,24 +1699,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       if (stopping_) return;
       RoundState& rs = rounds_[r];
-      rs.deciding = true;
-      rs.decided_at = absl::Now();
-      // The preparer checks and patches each ready region's frames as it becomes ready
-      // (overlapping the other regions' transfers); the regions are frozen now.
-      cv_.notify_all();
-      auto prepared = [&] {
-        for (const auto& [region, rr] : rs.regions) {
-          if (RegionReadyLocked(rs, region) && rr.summary.tokens() > 0 && !rr.prepared) {
-            return false;
-          }
-        }
-        return true;
-      };
-      cv_.wait(l, [&] { return stopping_ || prepared(); });
-      if (stopping_) return;
-      // The included set: regions ready with tokens whose frames are those they announced.
+      rs.deciding = true;  // the regions are frozen now
+      // The included set: regions ready with tokens whose frames are those they announced. The
+      // decision needs only the final frames' lengths and trailers (the digest), which follow
+      // from the provisional frames' without the patched copies: it goes out first, and the
+      // copies (the preparer's, most of them made as the frames came) are waited for after.
       std::vector<RegionPart> parts;
-      std::vector<std::vector<FramePtr>> frames;
+      std::vector<wan_internal::ValidFrameSum> sums;
       std::vector<std::string> left_out;
       uint64_t expected = 0, present = 0;
       for (uint32_t region : regions_) {
@@ -1671,14 +1723,26 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         }
         const RegionRound& rr = it->second;
         if (rr.summary.tokens() == 0) continue;
-        if (!rr.digest_ok) {
+        bool ok = rr.prepared
+                      ? rr.digest_ok
+                      : !rr.patch_failed && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
+                                                rr.summary.frames_digest();
+        std::vector<wan_internal::ValidFrameSum> region_sums;
+        const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
+        for (uint32_t s = 0; ok && s < nslices_; ++s) {
+          absl::StatusOr<wan_internal::ValidFrameSum> sum =
+              wan_internal::PatchedSumOfValidFrame(*rr.frames[s], rr.summary.tokens(), steps);
+          ok = sum.ok();
+          if (ok) region_sums.push_back(*sum);
+        }
+        if (!ok) {
           ++stats_.digest_mismatches;
           left_out.push_back(absl::StrFormat("%u (frames differ from its summary)", region));
           continue;
         }
         parts.push_back(
             {.region_id = region, .tokens = rr.summary.tokens(), .tau_eff = rr.summary.tau_eff()});
-        frames.push_back(rr.patched);
+        sums.insert(sums.end(), region_sums.begin(), region_sums.end());
         present += rr.summary.tokens();
       }
       if (!left_out.empty()) {
@@ -1702,9 +1766,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       }
       std::shared_ptr<GlobalAggregate> g;
       if (abort.ok()) {
-        l.unlock();  // the digest reads every included frame: not under mu_
-        absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Build(r, parts, frames);
-        l.lock();
+        absl::StatusOr<std::shared_ptr<GlobalAggregate>> built = Decide(r, parts, sums);
         if (built.ok()) {
           g = *std::move(built);
         } else {
@@ -1743,7 +1805,48 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           d.clear_schedule_switch();
         }
       }
+      // Durable before it is visible (the decision log), then out: the followers' long polls
+      // answer with it from here on (WaitDecision).
       if (log_ != nullptr && !LogDecision(l, r, d)) return;  // stopping
+      announced_[r] = d;
+      rs.decided_at = absl::Now();
+      published_cv_.notify_all();
+      if (g != nullptr) {
+        // The final frames: the preparer's patched copies (it concludes every ready region).
+        auto prepared = [&] {
+          for (const RegionPart& p : g->parts) {
+            if (!rs.regions[p.region_id].prepared) return false;
+          }
+          return true;
+        };
+        cv_.wait(l, [&] { return stopping_ || prepared(); });
+        if (stopping_) return;
+        for (const RegionPart& p : g->parts) {
+          const RegionRound& rr = rs.regions[p.region_id];
+          for (uint32_t s = 0; s < nslices_; ++s) {
+            FramePtr f = s < rr.patched.size() ? rr.patched[s] : nullptr;
+            if (f == nullptr) {  // not expected: the preparer checked what Decide() did
+              absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
+                  *rr.frames[s], p.tokens, wan_internal::RegionInnerSteps(p.tau_eff));
+              if (x.ok()) f = *std::move(x);
+            }
+            g->frames.push_back(std::move(f));
+          }
+        }
+        // The frames the decision's digest was computed for (both from the same provisional
+        // frames and totals, FrameCrcTest): a difference would be a bug, and is not published
+        // here.
+        bool whole = true;
+        for (const FramePtr& f : g->frames) whole = whole && f != nullptr;
+        if (!whole || wan_internal::GlobalDigestOfValidFrames(*g) != g->digest) {
+          ++stats_.digest_mismatches;
+          abort = absl::InternalError(
+              absl::StrFormat("round %u: the final frames do not match the decision's digest %s", r,
+                              Hex64(g->digest)));
+          HEDDLE_LOG(kError, "wan: %s", std::string(abort.message()).c_str());
+          g = nullptr;
+        }
+      }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
   }
@@ -1861,6 +1964,22 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return oldest;
   }
 
+  // The decided aggregate of `parts`, without its frames yet: weights, and the digest from the
+  // final frames' lengths and trailers (`sums`, by part then slice).
+  absl::StatusOr<std::shared_ptr<GlobalAggregate>> Decide(
+      uint64_t r, const std::vector<RegionPart>& parts,
+      const std::vector<wan_internal::ValidFrameSum>& sums) const {
+    auto g = std::make_shared<GlobalAggregate>();
+    g->round_id = r;
+    g->weighting = opt_.weighting;
+    g->slices = nslices_;
+    g->parts = parts;
+    HEDDLE_ASSIGN_OR_RETURN(std::vector<double> w, GlobalWeights(g->parts, g->weighting));
+    for (size_t p = 0; p < parts.size(); ++p) g->parts[p].weight = w[p];
+    g->digest = wan_internal::GlobalDigestOfSums(*g, sums);
+    return g;
+  }
+
   // The aggregate of `parts` from their final frames (totals patched in): weights, digest.
   absl::StatusOr<std::shared_ptr<GlobalAggregate>> Build(
       uint64_t r, const std::vector<RegionPart>& parts,
@@ -1882,54 +2001,119 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // ---- preparation (both roles) ----
 
   // Works ahead of the decision, off the gRPC and round threads: for every region of a round in
-  // progress that is ready (summary and every frame) it checks the frames against the summary's
-  // digest and patches the summary's totals in (what the coordinator decides with, and what a
-  // follower publishes); on a follower, once every region of its next round is ready, it builds
-  // the aggregate the coordinator decides when nobody is late (`speculative`). Nothing here is
-  // published: a follower publishes only the coordinator's decision, and uses the speculative
-  // aggregate only when its parts, weights and digest are the decision's, bit for bit.
+  // progress whose summary is here it patches the summary's totals into each frame as the frame
+  // arrives (the frames that came before the summary when it comes: the last slice's frame,
+  // which the summary usually overtakes, is all that is left to do when the region is ready);
+  // once a region is ready (summary and every frame) it checks the frames against the
+  // summary's digest (trailers only, no frame bytes read) and marks it prepared — what the
+  // coordinator decides with, and what a follower publishes. On a follower, once every region
+  // of its next round is prepared, it builds the aggregate the coordinator decides when nobody
+  // is late (`speculative`). Nothing here is published: a follower publishes only the
+  // coordinator's decision, and uses the speculative aggregate only when its parts, weights and
+  // digest are the decision's, bit for bit.
   void PrepareLoop() {
     std::unique_lock<std::mutex> l(mu_);
     while (!stopping_) {
-      // A ready region not yet prepared, oldest round first.
+      // Oldest round first: a ready region to conclude, else a frame to patch.
       uint64_t r = 0;
-      uint32_t region = 0;
-      for (const auto& [id, rs] : rounds_) {
-        for (const auto& [reg, rr] : rs.regions) {
-          if (!rr.prepared && rr.summary.tokens() > 0 && RegionReadyLocked(rs, reg)) {
-            r = id;
-            region = reg;
+      uint32_t region = 0, slice = 0;
+      bool conclude = false;
+      for (auto& [id, rs] : rounds_) {
+        for (auto& [reg, rr] : rs.regions) {
+          if (rr.prepared || (rr.finished && rr.summary.tokens() == 0)) continue;
+          uint32_t todo = nslices_;
+          for (uint32_t s = 0; s < nslices_ && todo == nslices_; ++s) {
+            if (StageableLocked(rr, s)) todo = s;
+          }
+          if (todo != nslices_) {
+            r = id, region = reg, slice = todo;
+            break;
+          }
+          // Concluded when no frame is being patched (by the thread that patched the last).
+          if (RegionReadyLocked(rs, reg) &&
+              std::find(rr.patching.begin(), rr.patching.end(), true) == rr.patching.end()) {
+            r = id, region = reg, conclude = true;
             break;
           }
         }
         if (r != 0) break;
       }
-      if (r != 0) {
-        const RegionRound& rr = rounds_[r].regions[region];
-        const std::vector<FramePtr> frames = rr.frames;  // complete: no longer changes
-        const pb::RegionFinish summary = rr.summary;
-        l.unlock();
-        bool ok = wan_internal::FramesDigestOfValidFrames(frames) == summary.frames_digest();
-        std::vector<FramePtr> patched;
-        const uint32_t steps = wan_internal::RegionInnerSteps(summary.tau_eff());
-        for (size_t s = 0; ok && s < frames.size(); ++s) {
-          absl::StatusOr<FramePtr> f =
-              wan_internal::PatchValidFrameTotals(*frames[s], summary.tokens(), steps);
-          ok = f.ok();
-          if (ok) patched.push_back(*std::move(f));
+      if (r != 0 && conclude) {
+        RegionRound& rr = rounds_[r].regions[region];
+        rr.prepared = true;
+        bool whole = !rr.patch_failed && rr.patched.size() == nslices_;
+        for (uint32_t s = 0; whole && s < nslices_; ++s) whole = rr.patched[s] != nullptr;
+        rr.digest_ok = whole && wan_internal::FramesDigestOfValidFrames(rr.frames) ==
+                                    rr.summary.frames_digest();
+        if (!rr.digest_ok) rr.patched.clear();
+        rr.staged.clear();
+        RoundState& rs = rounds_[r];
+        bool all = true;
+        for (uint32_t id : regions_) {
+          auto x = rs.regions.find(id);
+          all = all && RegionReadyLocked(rs, id) &&
+                (x->second.prepared || x->second.summary.tokens() == 0);
         }
-        l.lock();
-        auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
-        if (it == rounds_.end()) continue;
-        RegionRound& now = it->second.regions[region];
-        now.prepared = true;
-        now.digest_ok = ok;
-        if (ok) now.patched = std::move(patched);
+        if (all) rs.all_prepared_at = absl::Now();
         cv_.notify_all();
+        continue;
+      }
+      if (r != 0) {
+        StageSlot(l, r, region, slice);
         continue;
       }
       if (!is_coordinator_ && Speculate(l)) continue;
       cv_.wait(l);
+    }
+  }
+
+  // Whether slice `slice` of a region can be copied now: its frame is here, not copied nor
+  // being copied, the region not concluded nor without tokens. mu_ held.
+  bool StageableLocked(RegionRound& rr, uint32_t slice) {
+    if (rr.prepared || rr.patch_failed || (rr.finished && rr.summary.tokens() == 0)) return false;
+    if (rr.patched.empty()) {
+      rr.patched.resize(nslices_);
+      rr.staged.resize(nslices_);
+      rr.patching.resize(nslices_);
+    }
+    return slice < rr.frames.size() && rr.frames[slice] != nullptr &&
+           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice];
+  }
+
+  // Copies one frame (StageableLocked), mu_ held and released while copying (the slot marked
+  // meanwhile), then gives it the totals if the summary is here.
+  void StageSlot(std::unique_lock<std::mutex>& l, uint64_t r, uint32_t region, uint32_t slice) {
+    RegionRound& rr = rounds_[r].regions[region];
+    const FramePtr frame = rr.frames[slice];  // a stored frame never changes
+    rr.patching[slice] = true;
+    l.unlock();
+    auto copy = std::make_shared<std::vector<uint8_t>>(frame->begin(), frame->end());
+    l.lock();
+    auto it = rounds_.find(r);  // published (and erased) meanwhile: nothing to keep
+    if (it == rounds_.end()) return;
+    RegionRound& now = it->second.regions[region];
+    now.patching[slice] = false;
+    if (now.prepared || now.frames[slice] != frame) return;
+    now.staged[slice] = std::move(copy);
+    FinalizeLocked(now);
+  }
+
+  // With the region's summary here, writes its totals into every copied frame (the header and
+  // the trailer, derived from the provisional frame's: no body read) and moves it to `patched`.
+  // mu_ held.
+  void FinalizeLocked(RegionRound& rr) {
+    if (rr.prepared || !rr.finished || rr.summary.tokens() == 0 || rr.patch_failed) return;
+    const uint32_t steps = wan_internal::RegionInnerSteps(rr.summary.tau_eff());
+    for (size_t s = 0; s < rr.staged.size(); ++s) {
+      if (rr.staged[s] == nullptr) continue;
+      if (!wan_internal::WriteValidFrameTotals(*rr.frames[s], *rr.staged[s], rr.summary.tokens(),
+                                               steps)
+               .ok()) {
+        rr.patch_failed = true;
+        return;
+      }
+      rr.patched[s] = std::move(rr.staged[s]);
+      rr.staged[s] = nullptr;
     }
   }
 
@@ -1955,12 +2139,14 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     rs.speculated = true;
     if (parts.empty()) return true;
+    rs.speculating = true;
     l.unlock();
     absl::StatusOr<std::shared_ptr<GlobalAggregate>> g = Build(r, parts, frames);
     l.lock();
     it = rounds_.find(r);
-    if (it != rounds_.end() && g.ok()) {
-      it->second.speculative = *std::move(g);
+    if (it != rounds_.end()) {
+      it->second.speculating = false;
+      if (g.ok()) it->second.speculative = *std::move(g);
       cv_.notify_all();
     }
     return true;
@@ -2239,7 +2425,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       if (all_ready()) {
         cv_.wait(l, [&] {
           auto it = rounds_.find(r);
-          return stopping_ || it == rounds_.end() || it->second.speculated;
+          return stopping_ || it == rounds_.end() ||
+                 (it->second.speculated && !it->second.speculating);
         });
       }
       if (speculated()) {
@@ -2258,13 +2445,29 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         for (size_t p = 0; p < g->parts.size(); ++p) {
           auto rr = it->second.regions.find(g->parts[p].region_id);
           if (rr == it->second.regions.end() || rr->second.frames.empty()) continue;
-          const RegionRound& x = rr->second;
-          const bool totals = x.digest_ok && x.summary.tokens() == g->parts[p].tokens &&
-                              std::bit_cast<uint64_t>(x.summary.tau_eff()) ==
-                                  std::bit_cast<uint64_t>(g->parts[p].tau_eff);
+          RegionRound& x = rr->second;
+          const RegionPart& part = g->parts[p];
+          // The preparer's copies, also of a region not concluded yet (each is its frame with
+          // the summary's totals; the digest below checks the whole).
+          const bool totals =
+              x.finished && x.summary.tokens() == part.tokens &&
+              std::bit_cast<uint64_t>(x.summary.tau_eff()) == std::bit_cast<uint64_t>(part.tau_eff);
           for (uint32_t s = 0; s < nslices_; ++s) {
+            FramePtr& out = prepared[p * nslices_ + s];
             provisional[p * nslices_ + s] = x.frames[s];
-            if (totals) prepared[p * nslices_ + s] = x.patched[s];
+            if (totals && s < x.patched.size()) out = x.patched[s];
+            // A copy still waiting for its region's summary (which has not come, or came after
+            // the decision): the decision's totals go into it here, a header and a trailer.
+            if (out == nullptr && s < x.staged.size() && x.staged[s] != nullptr &&
+                x.frames[s] != nullptr) {
+              std::shared_ptr<std::vector<uint8_t>> copy = std::move(x.staged[s]);
+              x.staged[s] = nullptr;
+              if (wan_internal::WriteValidFrameTotals(*x.frames[s], *copy, part.tokens,
+                                                      wan_internal::RegionInnerSteps(part.tau_eff))
+                      .ok()) {
+                out = std::move(copy);
+              }
+            }
           }
         }
       }
@@ -2408,10 +2611,16 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // Only the coordinator's WaitDecision handlers wait on it, for a publication (or Stop): the
+  // frames and summaries that wake cv_ many times a round do not wake them.
+  std::condition_variable published_cv_;
   bool stopping_ = false;
   bool stopped_ = false;
   std::map<uint64_t, RoundState> rounds_;
   std::map<uint64_t, Kept> kept_;
+  // Coordinator: decisions sent out and not yet published here (their final frames are being
+  // patched); WaitDecision answers with them.
+  std::map<uint64_t, pb::Decision> announced_;
   uint64_t published_through_ = 0;
   // This process's identity in decisions; a coordinator with a decision log keeps the first
   // one across restarts (ReplayDecisionLog, before the server starts).
@@ -2432,7 +2641,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   std::set<grpc::ClientContext*> calls_;
 
   std::thread round_thread_;
-  std::thread prepare_thread_;
+  // Two: the copies of a region whose frames all came before its summary are the round's tail
+  // (16.9 MB on the 134 M-value model), and two threads copy them on both cores (and with twice
+  // the share of a loaded machine's CPU).
+  std::array<std::thread, 2> prepare_threads_;
   wan_internal::OutcomeQueue queue_;
 };
 

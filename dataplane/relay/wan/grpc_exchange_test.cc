@@ -464,12 +464,12 @@ TEST(GrpcExchangeTest, GatewayKilledAndRestartedCatchesUpAndRejoins) {
   // What waits for the dead peer is the round in progress and the last published one (a peer
   // may still be assembling it, with this gateway its only route for some frames) and at most
   // one older item at the head of each of its 3 streams' queues; on the summary stripe, the
-  // last round's summary and one older: not every round since it died.
+  // summaries of the same two rounds and one older: not every round since it died.
   for (uint32_t gw : {1u, 2u}) {
     const WanPeerStats p3 = m.ex(gw).Stats().peers[1];
     EXPECT_EQ(p3.region_id, 3u);
     EXPECT_FALSE(p3.connected);
-    EXPECT_LE(p3.queued_items, 2 * nslices + 3 + 2) << "gateway " << gw;
+    EXPECT_LE(p3.queued_items, 2 * nslices + 3 + 3) << "gateway " << gw;
   }
   // Restart 3 (a new port): it replays the rounds the coordinator keeps (1..4), then rejoins.
   m.Start(3, m.Options(3));
@@ -1184,6 +1184,98 @@ TEST(GrpcExchangeTest, FollowerDropsAPreparedAggregateTheDecisionDoesNotDescribe
   GlobalAggregate want = ref.Aggregate(1, frames);
   ExpectSameEverywhere(m, 1, {1, 3}, &want);
   EXPECT_EQ(m.ex(3).Stats().rounds_prepared, 0u);
+}
+
+// Region 2 (a raw peer) sends its summary before its frames, as the WAN usually delivers them
+// (the summary overtakes the last slice's frame): the gateways patch the totals into each frame
+// as it comes, and publish the reference's bits with region 2 in.
+TEST(GrpcExchangeTest, SummaryBeforeTheFramesPublishesTheSameBits) {
+  Mesh m(TestSpec());
+  m.Start(1, m.Options(1));
+  m.Start(3, m.Options(3));
+  ASSERT_TRUE(m.ex(1).SetPeerAddress(3, m.Address(3)).ok());
+  ASSERT_TRUE(m.ex(3).SetPeerAddress(1, m.Address(1)).ok());
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true);
+  std::vector<FramePtr> frames2;
+  for (const SliceRef& s : slices) frames2.push_back(*enc.Submit(1, s, RegionSlice(2, 1, s)));
+  pb::RegionFinish f;
+  f.set_round_id(1);
+  f.set_region_id(2);
+  f.set_tokens(Tokens(2, 1));
+  f.set_tau_eff(Tau(2, 1));
+  f.set_workers(3);
+  f.set_slices(static_cast<uint32_t>(slices.size()));
+  f.set_frames_digest(wan_internal::FramesDigest(frames2));
+  RawPeer to1(m.ex(1).port()), to3(m.ex(3).port());
+  const RawPeer::Md md{.spec = Hex(SpecDigest(m.spec()))};
+  ASSERT_TRUE(to1.Finish(md, f).ok());
+  ASSERT_TRUE(to3.Finish(md, f).ok());
+  // Gateways 1 and 3 finish their regions while region 2's frames are still on their way.
+  Reference ref(m.spec());
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, 1, true);
+  std::vector<std::thread> t;
+  for (uint32_t region : {1u, 3u}) {
+    t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, 1); });
+  }
+  for (const SliceRef& s : slices) {
+    ASSERT_TRUE(to1.Push(md, Chunks(1, 2, s.index, *frames2[s.index])).ok());
+    ASSERT_TRUE(to3.Push(md, Chunks(1, 2, s.index, *frames2[s.index])).ok());
+  }
+  for (std::thread& x : t) x.join();
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 3}, &want);
+  EXPECT_EQ(PartIds(*m.outcomes(1).Wait(1).aggregate), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(m.ex(1).Stats().digest_mismatches, 0u);
+  EXPECT_EQ(m.ex(3).Stats().digest_mismatches, 0u);
+}
+
+// Region 2's summary comes first and its last frame is not the one it announced (a valid frame,
+// another body): the frames patched before that one are dropped with it, region 2 is left out on
+// the coordinator (counted), and both gateways publish the same aggregate without it.
+TEST(GrpcExchangeTest, FrameThatDiffersFromTheSummaryAfterEarlyPatchesLeavesTheRegionOut) {
+  Mesh m(TestSpec());
+  m.Start(1, m.Options(1));
+  m.Start(3, m.Options(3));
+  ASSERT_TRUE(m.ex(1).SetPeerAddress(3, m.Address(3)).ok());
+  ASSERT_TRUE(m.ex(3).SetPeerAddress(1, m.Address(1)).ok());
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true), other(m.spec(), 2, true);
+  std::vector<FramePtr> frames2, sent;
+  for (const SliceRef& s : slices) {
+    frames2.push_back(*enc.Submit(1, s, RegionSlice(2, 1, s)));
+    const FramePtr changed = *other.Submit(1, s, RegionSlice(2, 99, s));
+    sent.push_back(s.index + 1 < slices.size() ? frames2.back() : changed);
+  }
+  ASSERT_NE(*sent.back(), *frames2.back());
+  pb::RegionFinish f;
+  f.set_round_id(1);
+  f.set_region_id(2);
+  f.set_tokens(Tokens(2, 1));
+  f.set_tau_eff(Tau(2, 1));
+  f.set_workers(3);
+  f.set_slices(static_cast<uint32_t>(slices.size()));
+  f.set_frames_digest(wan_internal::FramesDigest(frames2));
+  RawPeer to1(m.ex(1).port()), to3(m.ex(3).port());
+  const RawPeer::Md md{.spec = Hex(SpecDigest(m.spec()))};
+  ASSERT_TRUE(to1.Finish(md, f).ok());
+  ASSERT_TRUE(to3.Finish(md, f).ok());
+  for (const SliceRef& s : slices) {
+    ASSERT_TRUE(to1.Push(md, Chunks(1, 2, s.index, *sent[s.index])).ok());
+    ASSERT_TRUE(to3.Push(md, Chunks(1, 2, s.index, *sent[s.index])).ok());
+  }
+  Reference ref(m.spec());
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  for (uint32_t region : {1u, 3u}) frames[region] = ref.Feed(region, 1, true);
+  std::vector<std::thread> t;
+  for (uint32_t region : {1u, 3u}) {
+    t.emplace_back([&, region] { SubmitRegion(m.ex(region), m.spec(), region, 1); });
+  }
+  for (std::thread& x : t) x.join();
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 3}, &want);
+  EXPECT_EQ(m.ex(1).Stats().digest_mismatches, 1u);
 }
 
 // The handshake's reply is checked too: a peer answering with another exchange schedule's digest

@@ -1,5 +1,6 @@
 #include "dataplane/relay/wan/internal/frame_crc.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -80,20 +81,61 @@ uint32_t BodyCrc(std::span<const uint8_t> frame, uint32_t previous) {
   return Trailer(frame) ^ Crc32cExtendZeros(previous, frame.size() - kFrameTrailerBytes);
 }
 
+namespace {
+
+// The trailer of a valid frame `provisional` whose header became `header` (the rest unchanged).
+// The body changed by D = old ^ new, non-zero in the header only: the new CRC is the old one
+// ^ R(D), and R(D) is R of the header's difference followed by zeros.
+uint32_t PatchedTrailer(std::span<const uint8_t> provisional, const uint8_t* header) {
+  uint8_t d[kFrameHeaderBytes];
+  for (size_t i = 0; i < kFrameHeaderBytes; ++i) d[i] = provisional[i] ^ header[i];
+  const size_t body = provisional.size() - kFrameTrailerBytes;
+  const uint32_t head = ~Crc32c(std::span<const uint8_t>(d, kFrameHeaderBytes), ~uint32_t{0});
+  return Trailer(provisional) ^ Crc32cExtendZeros(head, body - kFrameHeaderBytes);
+}
+
+}  // namespace
+
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps) {
   auto out = std::make_shared<std::vector<uint8_t>>(provisional.begin(), provisional.end());
-  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(*out, tokens, inner_steps));
-  uint8_t* p = out->data();
-  // The body changed by D = old ^ new, non-zero in the header only: the new CRC is the old one
-  // ^ R(D), and R(D) is R of the header's difference followed by zeros.
-  uint8_t d[kFrameHeaderBytes];
-  for (size_t i = 0; i < kFrameHeaderBytes; ++i) d[i] = provisional[i] ^ p[i];
-  const size_t body = out->size() - kFrameTrailerBytes;
-  const uint32_t head = ~Crc32c(std::span<const uint8_t>(d, kFrameHeaderBytes), ~uint32_t{0});
-  const uint32_t crc = Trailer(provisional) ^ Crc32cExtendZeros(head, body - kFrameHeaderBytes);
-  PutLe(p + body, crc, 4);
+  HEDDLE_RETURN_IF_ERROR(WriteValidFrameTotals(provisional, *out, tokens, inner_steps));
   return FramePtr(std::move(out));
+}
+
+absl::Status WriteValidFrameTotals(std::span<const uint8_t> provisional, std::span<uint8_t> copy,
+                                   uint64_t tokens, uint32_t inner_steps) {
+  if (copy.size() != provisional.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("a copy of %u bytes of a frame of %u bytes",
+                                                      copy.size(), provisional.size()));
+  }
+  HEDDLE_RETURN_IF_ERROR(WriteFrameTotals(copy, tokens, inner_steps));
+  PutLe(copy.data() + copy.size() - kFrameTrailerBytes, PatchedTrailer(provisional, copy.data()),
+        4);
+  return absl::OkStatus();
+}
+
+ValidFrameSum SumOfValidFrame(std::span<const uint8_t> frame) {
+  return {.bytes = frame.size(),
+          .trailer = frame.size() >= kFrameTrailerBytes ? Trailer(frame) : 0};
+}
+
+uint32_t BodyCrc(const ValidFrameSum& frame, uint32_t previous) {
+  return frame.trailer ^ Crc32cExtendZeros(previous, frame.bytes - kFrameTrailerBytes);
+}
+
+absl::StatusOr<ValidFrameSum> PatchedSumOfValidFrame(std::span<const uint8_t> provisional,
+                                                     uint64_t tokens, uint32_t inner_steps) {
+  // The header and a trailer's room: WriteFrameTotals() refuses what it refuses on the frame.
+  std::array<uint8_t, kFrameHeaderBytes + kFrameTrailerBytes> head{};
+  if (provisional.size() >= head.size()) {
+    std::memcpy(head.data(), provisional.data(), kFrameHeaderBytes);
+  }
+  HEDDLE_RETURN_IF_ERROR(
+      WriteFrameTotals(std::span<uint8_t>(head.data(), std::min(head.size(), provisional.size())),
+                       tokens, inner_steps));
+  return ValidFrameSum{.bytes = provisional.size(),
+                       .trailer = PatchedTrailer(provisional, head.data())};
 }
 
 }  // namespace heddle::relay::wan_internal

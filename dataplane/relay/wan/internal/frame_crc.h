@@ -12,6 +12,7 @@
 //   PatchValidFrameTotals(f, n, s) == PatchFrameTotals(f, n, s)   bit for bit
 //   FramesDigestOfValidFrames(fs) == FramesDigest(fs),  GlobalDigestOfValidFrames(g) ==
 //   GlobalDigest(g)
+//   PatchedSumOfValidFrame(f, n, s) == SumOfValidFrame(*PatchValidFrameTotals(f, n, s))
 //
 // On an invalid frame (a trailer that does not match its body) the results differ from the
 // full computations: never call these on bytes that were not validated.
@@ -38,9 +39,31 @@ uint32_t BodyCrc(std::span<const uint8_t> frame, uint32_t previous);
 // again, nor parsed: the caller vouches for the frame).
 absl::StatusOr<FramePtr> PatchValidFrameTotals(std::span<const uint8_t> provisional,
                                                uint64_t tokens, uint32_t inner_steps);
+// The same in two steps, for a copy made before the totals are known: `copy` holds the bytes of
+// the valid frame `provisional`; this writes the totals and the trailer into it (the header and
+// trailer only), after which it is PatchValidFrameTotals(provisional, tokens, inner_steps)'s
+// frame. Same refusals; a copy of another length is refused, nothing written.
+absl::Status WriteValidFrameTotals(std::span<const uint8_t> provisional, std::span<uint8_t> copy,
+                                   uint64_t tokens, uint32_t inner_steps);
 
 // FramesDigest() and GlobalDigest() of valid frames, from their trailers.
 uint64_t FramesDigestOfValidFrames(std::span<const FramePtr> frames);
 uint64_t GlobalDigestOfValidFrames(const GlobalAggregate& g);
+
+// All that the digests read of a valid frame: its length and its trailer.
+struct ValidFrameSum {
+  uint64_t bytes = 0;
+  uint32_t trailer = 0;
+};
+ValidFrameSum SumOfValidFrame(std::span<const uint8_t> frame);
+uint32_t BodyCrc(const ValidFrameSum& frame, uint32_t previous);
+// The sum of PatchValidFrameTotals(provisional, tokens, inner_steps)'s frame (the same
+// refusals), without copying or reading the body: what a decision's digest needs of the final
+// frames before they exist.
+absl::StatusOr<ValidFrameSum> PatchedSumOfValidFrame(std::span<const uint8_t> provisional,
+                                                     uint64_t tokens, uint32_t inner_steps);
+// GlobalDigestOfValidFrames() of g with `frames` for g.frames (g.frames is not read): equal to
+// it when frames[i] is SumOfValidFrame(*g.frames[i]).
+uint64_t GlobalDigestOfSums(const GlobalAggregate& g, std::span<const ValidFrameSum> frames);
 
 }  // namespace heddle::relay::wan_internal

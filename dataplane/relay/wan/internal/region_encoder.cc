@@ -262,7 +262,8 @@ uint64_t FramesDigest(std::span<const FramePtr> frames) {
 }
 
 uint64_t FramesDigestOfValidFrames(std::span<const FramePtr> frames) {
-  return FramesDigestWith(frames, BodyCrc);
+  return FramesDigestWith(
+      frames, [](std::span<const uint8_t> f, uint32_t prev) { return BodyCrc(f, prev); });
 }
 
 }  // namespace heddle::relay::wan_internal
