@@ -115,6 +115,27 @@ absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, ui
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::string& driver,
+                                       const DcbConfPlan& plan, uint16_t rx_queues,
+                                       uint16_t rx_desc, const rte_eth_desc_lim& lim) {
+  const uint32_t total = uint32_t{rx_queues} * rx_desc;
+  const uint32_t nb = std::max<uint16_t>(plan.nb_rx_queues, 1);
+  // The share, down to the PMD's step (so within the budget), but not below its minimum.
+  uint32_t rxd = total / nb;
+  if (lim.nb_align > 1) rxd = rxd / lim.nb_align * lim.nb_align;
+  rxd = std::max<uint32_t>({rxd, lim.nb_min, 1});
+  if (lim.nb_max != 0) rxd = std::min<uint32_t>(rxd, lim.nb_max);
+  if (uint64_t{rxd} * nb > total) {
+    const uint64_t fit = (uint64_t{rxd} * nb + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "port ", port, ": driver ", driver, " receives on ", nb,
+        " RX queues with DCB, of at least ", rxd, " descriptors each (", uint64_t{rxd} * nb,
+        " mbufs filled at start); ports[", port, "].rx_queues x rx_desc allows ", total,
+        ": raise rx_desc to ", fit, " (mempool.mbufs' minimum grows with it)", kFix));
+  }
+  return static_cast<uint16_t>(rxd);
+}
+
 absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::string& driver,
                                         const DcbConfPlan& plan, const DcbTcs& tcs,
                                         const rte_eth_dcb_info& info, uint16_t workers) {

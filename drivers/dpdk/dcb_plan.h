@@ -16,7 +16,8 @@
 //   rte_eth_dev_configure(port, c.nb_rx_queues, c.nb_tx_queues, &eth_conf);
 //   rte_eth_dev_info_get(port, &info);         // re-read: the counts with DCB on
 //   HEDDLE_RETURN_IF_ERROR(PlanDcbQueueCounts(name, CapsOf(info), workers, &c));
-//   rte_eth_dev_configure(...);                // again, when the counts changed; set up all queues
+//   rte_eth_dev_configure(...);                // again, when the counts changed
+//   HEDDLE_ASSIGN_OR_RETURN(uint16_t rxd, PlanDcbRxDesc(...));  // then set up every queue
 //   rte_eth_dev_start(port);
 //   rte_eth_dev_get_dcb_info(port, &dinfo);    // the PMD's TC layout, only now final
 //   HEDDLE_ASSIGN_OR_RETURN(DcbQueues q, PlanDcbQueues(name, driver, c, tcs, dinfo, workers));
@@ -103,6 +104,14 @@ void ApplyDcbConf(const DcbConfPlan& plan, uint64_t rss_hf, rte_eth_conf* conf);
 // TCs.
 absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, uint16_t workers,
                                 DcbConfPlan* plan);
+
+// RX descriptors per queue on a DCB port: its nb_rx_queues rings share what the port's
+// rx_queues x rx_desc would hold (the pool fills every RX ring at start, and mempool.mbufs' minimum
+// counts rx_queues x rx_desc), within the PMD's limits. Refuses when even the PMD's smallest rings
+// need more, naming the rx_desc that fits.
+absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::string& driver,
+                                       const DcbConfPlan& plan, uint16_t rx_queues,
+                                       uint16_t rx_desc, const rte_eth_desc_lim& lim);
 
 // Worker w's queue for TC t is tc_txq[0][t].base + w. Refuses a PMD that reports another TC
 // count than asked, a TC with fewer TX queues than workers or queues past nb_tx_queues, and a TC

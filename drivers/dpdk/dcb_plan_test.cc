@@ -226,6 +226,37 @@ TEST(DcbPlanTest, QueuesPastTheConfiguredCountAreRefused) {
       << Msg(q.status());
 }
 
+TEST(DcbPlanTest, RxRingsShareTheRxQueuesTimesRxDescBudget) {
+  absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), InOrder(4, 4), 2);
+  ASSERT_TRUE(c.ok());
+  // 4 x 1024 over ixgbe's 128 RX queues: 32 each, its minimum.
+  absl::StatusOr<uint16_t> rxd =
+      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 32);
+  // 3 x 1000 / 128 = 23: below the minimum, 32 x 128 = 4096 mbufs do not fit in 3000.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 1000, fake::kIxgbeRxDescLim);
+  EXPECT_EQ(rxd.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(rxd.status())
+                .find("port uplink0: driver net_ixgbe receives on 128 RX queues with DCB, of at "
+                      "least 32 descriptors each (4096 mbufs filled at start); ports[uplink0]."
+                      "rx_queues x rx_desc allows 3000: raise rx_desc to 1366"),
+            std::string::npos)
+      << rxd.status();
+  // i40e's 64 rings of at least 64: 4000 is too little; 4196 / 64 = 65, down to its step of 32
+  // and up to its minimum: 64.
+  absl::StatusOr<DcbConfPlan> i = Plan(I40e(), InOrder(4, 4), 2);
+  ASSERT_TRUE(i.ok());
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4000, fake::kI40eRxDescLim);
+  EXPECT_FALSE(rxd.ok());
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4096 + 100, fake::kI40eRxDescLim);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 64);
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 2, 4096, fake::kI40eRxDescLim);
+  ASSERT_TRUE(rxd.ok());
+  EXPECT_EQ(*rxd, 128);
+}
+
 TEST(DcbPlanTest, PmdsWithoutDcb) {
   DcbCaps ring{
       .driver = "net_ring", .max_rx_queues = 16, .max_tx_queues = 16, .dcb_info_supported = false};

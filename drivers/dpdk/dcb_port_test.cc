@@ -103,12 +103,14 @@ int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info)
   switch (f->kind) {
     case FakeKind::kIxgbe:
       info->max_rx_queues = info->max_tx_queues = fake::kIxgbeQueues;
+      info->rx_desc_lim = fake::kIxgbeRxDescLim;
       break;
     case FakeKind::kI40e:
       // The PF's queue pairs, then the VMDq pools' (counted in max_*_queues).
       info->max_rx_queues = info->max_tx_queues = fake::kI40ePfQueues + fake::kI40eVmdqQueues;
       info->vmdq_queue_base = fake::kI40ePfQueues;
       info->vmdq_pool_base = fake::kI40eVmdqPoolBase;
+      info->rx_desc_lim = fake::kI40eRxDescLim;
       break;
     case FakeKind::kRefusesDcb:
       info->max_rx_queues = info->max_tx_queues = 64;
@@ -244,7 +246,7 @@ absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, u
                .is_vdev = true,
                .rx_queues = 2,
                .tx_queues = workers,
-               .rx_desc = 512,
+               .rx_desc = 2048,  // 2 x 2048: ixgbe's 128 RX rings of 32, i40e's 64 of 64
                .tx_desc = 256};
   p.tx_dcb = mode;
   p.dcb_tcs = tcs;

@@ -25,9 +25,6 @@ std::string EthdevNameFor(const PortParams& p) {
 
 namespace {
 
-// Fewest RX descriptors per queue on a DCB port, whose rings share the port's rx_queues x rx_desc.
-constexpr uint32_t kMinDcbRxDesc = 64;
-
 std::vector<std::string> ProbedNames() {
   std::vector<std::string> names;
   uint16_t pid;
@@ -240,9 +237,8 @@ absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf
   }
   // RSS spreads each TC's packets over all of the TC's RX queues, so all are polled; their rings
   // share what the port's rx_queues x rx_desc would hold (the pool fills every ring at start).
-  const uint32_t ring_total = uint32_t{params_.rx_queues} * params_.rx_desc;
-  const uint16_t rxd = static_cast<uint16_t>(
-      std::max<uint32_t>(kMinDcbRxDesc, ring_total / std::max<uint16_t>(plan.nb_rx_queues, 1)));
+  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd, PlanDcbRxDesc(n, driver_, plan, params_.rx_queues,
+                                                            params_.rx_desc, dinfo.rx_desc_lim));
   HEDDLE_RETURN_IF_ERROR(SetUpQueues(dinfo, conf, plan.nb_rx_queues, rxd, plan.nb_tx_queues, pool));
   // ixgbe programs its TC count in dev_start: the layout is read from the started port.
   if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
