@@ -24,6 +24,13 @@ absl::Status CheckLevelTcs(const std::string& port, const DcbTcs& tcs, int nb_tc
 
 }  // namespace
 
+DcbCaps CapsOf(const rte_eth_dev_info& info) {
+  return DcbCaps{.driver = info.driver_name ? info.driver_name : "unknown",
+                 .max_rx_queues = info.max_rx_queues,
+                 .max_tx_queues = info.max_tx_queues,
+                 .vmdq_queue_base = info.vmdq_queue_base};
+}
+
 absl::StatusOr<DcbConfPlan> PlanDcbConf(const std::string& port, const DcbCaps& caps,
                                         const DcbTcs& tcs, uint16_t workers, bool pfc) {
   const std::string where = absl::StrCat("port ", port, ": driver ", caps.driver);
@@ -44,64 +51,101 @@ absl::StatusOr<DcbConfPlan> PlanDcbConf(const std::string& port, const DcbCaps& 
   }
   if (tcs.nb_tcs != 4 && tcs.nb_tcs != 8) {
     return absl::InvalidArgumentError(absl::StrCat("port ", port, ": ", int{tcs.nb_tcs},
-                                                   " traffic classes asked; DCB TX takes 4 or 8"));
+                                                   " traffic classes asked; DCB takes 4 or 8"));
   }
   HEDDLE_RETURN_IF_ERROR(CheckLevelTcs(port, tcs, tcs.nb_tcs));
   if (workers == 0) {
     return absl::InvalidArgumentError(absl::StrCat("port ", port, ": no worker to plan for"));
   }
   const uint32_t need = uint32_t{workers} * tcs.nb_tcs;
-  if (caps.max_tx_queues < need) {
+  const uint16_t offered = std::min(caps.max_rx_queues, caps.max_tx_queues);
+  if (offered < need) {
     return absl::FailedPreconditionError(
-        absl::StrCat(where, " offers ", caps.max_tx_queues, " TX queues; DCB TX needs ", need, " (",
-                     workers, " worker(s) x ", int{tcs.nb_tcs},
+        absl::StrCat(where, " offers ", offered, " queues; DCB needs ", need, " (", workers,
+                     " worker(s) x ", int{tcs.nb_tcs},
                      " traffic classes): use fewer lcores.workers or fewer storm.levels", kFix));
   }
   DcbConfPlan p;
   p.nb_tcs = tcs.nb_tcs;
-  // The PMD splits its queues between the TCs by its own layout (ixgbe: 64/32/16/16 of 128 for 4
-  // TCs); every queue it may name is configured, as testpmd does for DCB without VMDq pools.
-  p.nb_tx_queues = caps.vmdq_pool_base != 0 ? caps.vmdq_pool_base : caps.max_tx_queues;
-  p.nb_tx_queues = std::min<uint16_t>(p.nb_tx_queues, RTE_ETH_DCB_NUM_QUEUES);
-  if (p.nb_tx_queues < need) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, " has ", p.nb_tx_queues, " TX queues outside its VMDq pools; DCB TX needs ", need,
-        " (", workers, " worker(s) x ", int{tcs.nb_tcs}, " traffic classes)", kFix));
-  }
+  // Enough for a PMD that splits the configured queues between the TCs (i40e refuses fewer
+  // queues than TCs); PlanDcbQueueCounts() sets the real counts once DCB is on.
+  p.nb_rx_queues = static_cast<uint16_t>(need);
+  p.nb_tx_queues = static_cast<uint16_t>(need);
   p.dcb_capability_en = RTE_ETH_DCB_PG_SUPPORT | (pfc ? RTE_ETH_DCB_PFC_SUPPORT : 0);
   p.dcb_tc = tcs.prio_tc;
   return p;
 }
 
-void ApplyDcbConf(const DcbConfPlan& plan, rte_eth_conf* conf) {
+void ApplyDcbConf(const DcbConfPlan& plan, uint64_t rss_hf, rte_eth_conf* conf) {
+  const rte_eth_nb_tcs n = plan.nb_tcs == 8 ? RTE_ETH_8_TCS : RTE_ETH_4_TCS;
+  // RX in DCB mode is what makes ixgbe report and program its TCs and i40e set them up at all;
+  // RSS then spreads each TC's packets over that TC's RX queues.
+  conf->rxmode.mq_mode = rss_hf != 0 ? RTE_ETH_MQ_RX_DCB_RSS : RTE_ETH_MQ_RX_DCB;
+  conf->rx_adv_conf.rss_conf.rss_key = nullptr;  // driver default key
+  conf->rx_adv_conf.rss_conf.rss_hf = rss_hf;
+  conf->rx_adv_conf.dcb_rx_conf.nb_tcs = n;
   conf->txmode.mq_mode = RTE_ETH_MQ_TX_DCB;
-  conf->tx_adv_conf.dcb_tx_conf.nb_tcs = plan.nb_tcs == 8 ? RTE_ETH_8_TCS : RTE_ETH_4_TCS;
+  conf->tx_adv_conf.dcb_tx_conf.nb_tcs = n;
   for (int up = 0; up < RTE_ETH_DCB_NUM_USER_PRIORITIES; ++up) {
+    conf->rx_adv_conf.dcb_rx_conf.dcb_tc[up] = plan.dcb_tc[up];
     conf->tx_adv_conf.dcb_tx_conf.dcb_tc[up] = plan.dcb_tc[up];
   }
   conf->dcb_capability_en = plan.dcb_capability_en;
+}
+
+absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, uint16_t workers,
+                                DcbConfPlan* plan) {
+  // The PF's queues: all of them (ixgbe lays its TCs out over 128 whatever was configured;
+  // i40e splits what was configured), but not the VMDq pools' after them.
+  auto pf = [&](uint16_t max) {
+    const uint16_t n = caps.vmdq_queue_base != 0 ? std::min(caps.vmdq_queue_base, max) : max;
+    return std::min<uint16_t>(n, RTE_ETH_DCB_NUM_QUEUES);
+  };
+  const uint16_t rx = pf(caps.max_rx_queues), tx = pf(caps.max_tx_queues);
+  const uint32_t need = uint32_t{workers} * plan->nb_tcs;
+  if (std::min(rx, tx) < need) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "port ", port, ": driver ", caps.driver, " offers ", rx, " RX / ", tx,
+        " TX queues with DCB on", caps.vmdq_queue_base != 0 ? " (before its VMDq pools)" : "",
+        "; DCB needs ", need, " (", workers, " worker(s) x ", int{plan->nb_tcs},
+        " traffic classes): use fewer lcores.workers or fewer storm.levels", kFix));
+  }
+  plan->nb_rx_queues = rx;
+  plan->nb_tx_queues = tx;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::string& driver,
+                                       const DcbConfPlan& plan, uint16_t rx_queues,
+                                       uint16_t rx_desc, const rte_eth_desc_lim& lim) {
+  const uint32_t total = uint32_t{rx_queues} * rx_desc;
+  const uint32_t nb = std::max<uint16_t>(plan.nb_rx_queues, 1);
+  // The share, down to the PMD's step (so within the budget), but not below its minimum.
+  uint32_t rxd = total / nb;
+  if (lim.nb_align > 1) rxd = rxd / lim.nb_align * lim.nb_align;
+  rxd = std::max<uint32_t>({rxd, lim.nb_min, 1});
+  if (lim.nb_max != 0) rxd = std::min<uint32_t>(rxd, lim.nb_max);
+  if (uint64_t{rxd} * nb > total) {
+    const uint64_t fit = (uint64_t{rxd} * nb + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "port ", port, ": driver ", driver, " receives on ", nb,
+        " RX queues with DCB, of at least ", rxd, " descriptors each (", uint64_t{rxd} * nb,
+        " mbufs filled at start); ports[", port, "].rx_queues x rx_desc allows ", total,
+        ": raise rx_desc to ", fit, " (mempool.mbufs' minimum grows with it)", kFix));
+  }
+  return static_cast<uint16_t>(rxd);
 }
 
 absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::string& driver,
                                         const DcbConfPlan& plan, const DcbTcs& tcs,
                                         const rte_eth_dcb_info& info, uint16_t workers) {
   const std::string where = absl::StrCat("port ", port, ": driver ", driver);
-  if (info.nb_tcs == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where, " reports 0 traffic classes after DCB TX was configured with ", int{plan.nb_tcs},
-        ": the PMD did not enable DCB TX (i40e sets DCB up only with an RX DCB mode, which "
-        "heddled leaves at RSS)",
-        kFix));
-  }
   if (info.nb_tcs != plan.nb_tcs) {
-    // ixgbe answers 1 while the RX mode lacks RTE_ETH_MQ_RX_DCB_FLAG (ixgbe_dev_get_dcb_info(),
-    // DPDK 22.11), which is heddled's TX-only set-up today.
+    // ixgbe answers 1 while the RX mode lacks RTE_ETH_MQ_RX_DCB_FLAG, and i40e too; both were
+    // given it, so the PMD did not turn DCB on.
     return absl::FailedPreconditionError(absl::StrCat(
-        where, " reports ", int{info.nb_tcs}, " traffic classes after DCB TX was configured with ",
-        int{plan.nb_tcs},
-        " (ixgbe reports its TCs only with an RX DCB mode, which heddled does not set up yet: "
-        "DCB TX is unproven on every PMD, docs/storm.md §6.7)",
-        kFix));
+        where, " reports ", int{info.nb_tcs}, " traffic classes after start with DCB configured ",
+        "for ", int{plan.nb_tcs}, " (RX and TX): the PMD did not enable DCB", kFix));
   }
   DcbQueues q;
   q.nb_tcs = plan.nb_tcs;
@@ -110,8 +154,20 @@ absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::stri
     q.tc_base[t] = info.tc_queue.tc_txq[0][t].base;
     q.tc_count[t] = info.tc_queue.tc_txq[0][t].nb_queue;
     q.tc_bws[t] = info.tc_bws[t];
+    // Every TC can receive (any user priority maps to one), so each needs RX queues we set up.
+    const auto& rxq = info.tc_queue.tc_rxq[0][t];
+    if (rxq.nb_queue == 0 || uint32_t{rxq.base} + rxq.nb_queue > plan.nb_rx_queues) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": TC ", t, " has RX queues ", rxq.base, "+", rxq.nb_queue, " of the ",
+          plan.nb_rx_queues, " configured; its packets would not be received", kFix));
+    }
+    for (uint16_t i = 0; i < rxq.nb_queue; ++i) {
+      q.rx_queues.push_back(static_cast<uint16_t>(rxq.base + i));
+    }
   }
-  // Only the TCs a level uses need a queue per worker.
+  std::sort(q.rx_queues.begin(), q.rx_queues.end());
+  q.rx_queues.erase(std::unique(q.rx_queues.begin(), q.rx_queues.end()), q.rx_queues.end());
+  // Only the TCs a level uses need a TX queue per worker.
   HEDDLE_RETURN_IF_ERROR(CheckLevelTcs(port, tcs, plan.nb_tcs));
   for (int l = 0; l < kDcbLevels; ++l) {
     const int t = tcs.level_tc[l];

@@ -1,10 +1,12 @@
-// The DCB TX planner against fake devices: what an ixgbe-like PMD reports for 4 and 8 TCs once
-// DCB is on, what ixgbe answers to the TX-only set-up heddled does today (1 TC), too
-// few queues, PFC on and off, a PMD that reports no TCs after configure, and PMDs without DCB.
+// The DCB planner against what ixgbe and i40e report (fake_dcb_pmd.h): the RX + TX DCB
+// configuration, queue counts from the DCB-mode dev_info (ixgbe's 128, i40e's PF queues before
+// its VMDq pools), the 4- and 8-TC layouts once started, what both answer without the RX DCB flag
+// (1 TC), too few queues, PFC on and off, and PMDs without DCB.
 #include "drivers/dpdk/dcb_plan.h"
 
 #include <string>
 
+#include "drivers/dpdk/fake_dcb_pmd.h"
 #include "gtest/gtest.h"
 
 namespace heddle::dpdk {
@@ -20,63 +22,77 @@ DcbTcs InOrder(uint8_t nb_tcs, int levels) {
 }
 
 DcbCaps Ixgbe() {
-  return DcbCaps{.driver = "net_ixgbe", .max_tx_queues = 128, .dcb_info_supported = true};
+  return DcbCaps{.driver = "net_ixgbe",
+                 .max_rx_queues = fake::kIxgbeQueues,
+                 .max_tx_queues = fake::kIxgbeQueues,
+                 .dcb_info_supported = true};
 }
 
-// ixgbe's DCB TX layout of 128 queues (4 TCs: 64/32/16/16; 8 TCs: 32/32/16/16/8/8/8/8), as
-// ixgbe_dev_get_dcb_info() (DPDK 22.11 ixgbe_ethdev.c) fills it once DCB is on: only with an RX
-// mode carrying RTE_ETH_MQ_RX_DCB_FLAG, after dev_start. Without that flag it reports nb_tcs = 1,
-// which is what heddled's TX-only set-up gets today (docs/storm.md §6.7, known missing set-up).
-// IxgbeWithoutRxDcb() below is that answer.
-rte_eth_dcb_info IxgbeInfo(uint8_t nb_tcs) {
-  rte_eth_dcb_info info{};
-  info.nb_tcs = nb_tcs;
-  const uint16_t four[] = {64, 32, 16, 16};
-  const uint16_t eight[] = {32, 32, 16, 16, 8, 8, 8, 8};
-  uint16_t base = 0;
-  for (int t = 0; t < nb_tcs; ++t) {
-    const uint16_t n = nb_tcs == 4 ? four[t] : eight[t];
-    info.tc_queue.tc_txq[0][t].base = base;
-    info.tc_queue.tc_txq[0][t].nb_queue = n;
-    info.tc_bws[t] = static_cast<uint8_t>(100 / nb_tcs);
-    base += n;
-  }
-  return info;
-}
-
-// What ixgbe answers to a TX-only DCB configuration: one TC, no TX layout.
-rte_eth_dcb_info IxgbeWithoutRxDcb() {
-  rte_eth_dcb_info info{};
-  info.nb_tcs = 1;
-  return info;
+// i40e with VMDq: max_*_queues count the pools' queues after the PF's (vmdq_queue_base).
+DcbCaps I40e() {
+  const uint16_t all = fake::kI40ePfQueues + fake::kI40eVmdqQueues;
+  return DcbCaps{.driver = "net_i40e",
+                 .max_rx_queues = all,
+                 .max_tx_queues = all,
+                 .vmdq_queue_base = fake::kI40ePfQueues,
+                 .dcb_info_supported = true};
 }
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+// PlanDcbConf + PlanDcbQueueCounts with the same capabilities before and after the configure.
+absl::StatusOr<DcbConfPlan> Plan(const DcbCaps& caps, const DcbTcs& tcs, uint16_t workers,
+                                 bool pfc = false) {
+  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", caps, tcs, workers, pfc);
+  if (!c.ok()) return c;
+  if (absl::Status s = PlanDcbQueueCounts("uplink0", caps, workers, &*c); !s.ok()) return s;
+  return c;
+}
 
 TEST(DcbPlanTest, FourTcsOnIxgbe) {
   const DcbTcs tcs = InOrder(4, 4);
   absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 2, /*pfc=*/false);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->nb_tcs, 4);
-  EXPECT_EQ(c->nb_tx_queues, 128);
+  EXPECT_EQ(c->nb_rx_queues, 8);  // first configure: workers x TCs
+  EXPECT_EQ(c->nb_tx_queues, 8);
   EXPECT_EQ(c->dcb_capability_en, RTE_ETH_DCB_PG_SUPPORT);
 
   rte_eth_conf conf{};
   conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-  ApplyDcbConf(*c, &conf);
+  ApplyDcbConf(*c, RTE_ETH_RSS_IP, &conf);
   EXPECT_EQ(conf.txmode.mq_mode, RTE_ETH_MQ_TX_DCB);
   EXPECT_EQ(conf.tx_adv_conf.dcb_tx_conf.nb_tcs, RTE_ETH_4_TCS);
+  // RX in DCB with RSS inside each TC, with the same map: what makes ixgbe and i40e set DCB up.
+  EXPECT_EQ(conf.rxmode.mq_mode, RTE_ETH_MQ_RX_DCB_RSS);
+  EXPECT_TRUE(conf.rxmode.mq_mode & RTE_ETH_MQ_RX_DCB_FLAG);
+  EXPECT_EQ(conf.rx_adv_conf.rss_conf.rss_hf, RTE_ETH_RSS_IP);
+  EXPECT_EQ(conf.rx_adv_conf.dcb_rx_conf.nb_tcs, RTE_ETH_4_TCS);
   const uint8_t want_up[8] = {0, 0, 1, 1, 2, 2, 3, 3};
-  for (int up = 0; up < 8; ++up) EXPECT_EQ(conf.tx_adv_conf.dcb_tx_conf.dcb_tc[up], want_up[up]);
-  EXPECT_EQ(conf.rxmode.mq_mode, RTE_ETH_MQ_RX_RSS);  // RX untouched
+  for (int up = 0; up < 8; ++up) {
+    EXPECT_EQ(conf.tx_adv_conf.dcb_tx_conf.dcb_tc[up], want_up[up]);
+    EXPECT_EQ(conf.rx_adv_conf.dcb_rx_conf.dcb_tc[up], want_up[up]);
+  }
 
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(4), 2);
+  // With DCB on, every one of ixgbe's queues is configured (its layout spans all 128).
+  ASSERT_TRUE(PlanDcbQueueCounts("uplink0", Ixgbe(), 2, &*c).ok());
+  EXPECT_EQ(c->nb_rx_queues, 128);
+  EXPECT_EQ(c->nb_tx_queues, 128);
+
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 4), 2);
   ASSERT_TRUE(q.ok()) << q.status();
   ASSERT_EQ(q->level_queue.size(), 2u);
   // Worker w sends level l on TC l's first queue + w; levels past K-1 on the top TC.
   EXPECT_EQ(q->level_queue[0], (std::array<uint16_t, 8>{0, 64, 96, 112, 112, 112, 112, 112}));
   EXPECT_EQ(q->level_queue[1], (std::array<uint16_t, 8>{1, 65, 97, 113, 113, 113, 113, 113}));
   EXPECT_EQ(q->tc_bws[3], 25);  // the PMD's ETS shares, reported for the log
+  // RX: 16 queues per TC at TC x 32, all polled.
+  ASSERT_EQ(q->rx_queues.size(), 64u);
+  EXPECT_EQ(q->rx_queues[0], 0);
+  EXPECT_EQ(q->rx_queues[15], 15);
+  EXPECT_EQ(q->rx_queues[16], 32);
+  EXPECT_EQ(q->rx_queues[63], 96 + 15);
   EXPECT_EQ(DescribeDcbQueues(*q, 4),
             "4 TCs: L0->TC0 q0-1, L1->TC1 q64-65, L2->TC2 q96-97, "
             "L3->TC3 q112-113");
@@ -84,25 +100,56 @@ TEST(DcbPlanTest, FourTcsOnIxgbe) {
 
 TEST(DcbPlanTest, EightTcsWithPfc) {
   const DcbTcs tcs = InOrder(8, 8);
-  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 4, /*pfc=*/true);
+  absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), tcs, 4, /*pfc=*/true);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->dcb_capability_en, RTE_ETH_DCB_PG_SUPPORT | RTE_ETH_DCB_PFC_SUPPORT);
   rte_eth_conf conf{};
-  ApplyDcbConf(*c, &conf);
+  ApplyDcbConf(*c, 0, &conf);
   EXPECT_EQ(conf.tx_adv_conf.dcb_tx_conf.nb_tcs, RTE_ETH_8_TCS);
+  EXPECT_EQ(conf.rx_adv_conf.dcb_rx_conf.nb_tcs, RTE_ETH_8_TCS);
+  EXPECT_EQ(conf.rxmode.mq_mode, RTE_ETH_MQ_RX_DCB);  // a PMD that does not hash: DCB alone
   EXPECT_EQ(conf.dcb_capability_en, RTE_ETH_DCB_PG_SUPPORT | RTE_ETH_DCB_PFC_SUPPORT);
 
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(8), 4);
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 8), 4);
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->level_queue[3], (std::array<uint16_t, 8>{3, 35, 67, 83, 99, 107, 115, 123}));
+  EXPECT_EQ(q->rx_queues.size(), 128u);  // 8 x 16: every RX queue
+}
+
+TEST(DcbPlanTest, I40eSplitsThePfQueuesBetweenTheTcs) {
+  // i40e's configure splits the queues it was given; the counts are the PF's 64 (vmdq_queue_base),
+  // not the 128 that include its VMDq pools, nor vmdq_pool_base (a pool index, 1).
+  const DcbTcs tcs = InOrder(4, 4);
+  absl::StatusOr<DcbConfPlan> c = Plan(I40e(), tcs, 3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nb_rx_queues, 64);
+  EXPECT_EQ(c->nb_tx_queues, 64);
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_i40e", *c, tcs, fake::I40eDcbInfo(true, 4, c->nb_rx_queues), 3);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->level_queue[2], (std::array<uint16_t, 8>{2, 18, 34, 50, 50, 50, 50, 50}));
+  EXPECT_EQ(q->rx_queues.size(), 64u);
+
+  // With its first configure (workers x TCs = 12 queues) i40e gives each TC 2^1 = 2 queue pairs:
+  // fewer than the three workers. Hence the second configure on the PF's whole range.
+  absl::StatusOr<DcbConfPlan> first = PlanDcbConf("uplink0", I40e(), tcs, 3, false);
+  ASSERT_TRUE(first.ok());
+  q = PlanDcbQueues("uplink0", "net_i40e", *first, tcs,
+                    fake::I40eDcbInfo(true, 4, first->nb_rx_queues), 3);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(Msg(q.status()).find("TC 0 has 2 TX queue(s) (from 0); each of the 3 worker(s)"),
+            std::string::npos)
+      << q.status();
 }
 
 TEST(DcbPlanTest, EightTcsNeedQueuesForEveryWorkerInEveryUsedTc) {
   // ixgbe's 8-TC layout gives TCs 4..7 eight queues each: nine workers do not fit.
   const DcbTcs tcs = InOrder(8, 8);
-  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 9, false);
+  absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), tcs, 9);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(8), 9);
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 8), 9);
   ASSERT_FALSE(q.ok());
   EXPECT_NE(Msg(q.status()).find("TC 4 has 8 TX queue(s) (from 96)"), std::string::npos)
       << Msg(q.status());
@@ -110,7 +157,7 @@ TEST(DcbPlanTest, EightTcsNeedQueuesForEveryWorkerInEveryUsedTc) {
 
   // Five levels on 8 TCs use TCs 0..4 only: TC 4's eight queues still bound the workers.
   const DcbTcs five = InOrder(8, 5);
-  q = PlanDcbQueues("uplink0", "net_ixgbe", *c, five, IxgbeInfo(8), 8);
+  q = PlanDcbQueues("uplink0", "net_ixgbe", *c, five, fake::IxgbeDcbInfo(true, 8), 8);
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(q->level_queue[7][4], 96 + 7);
   EXPECT_EQ(q->level_queue[7][7], 96 + 7);
@@ -123,7 +170,7 @@ TEST(DcbPlanTest, FewerQueuesThanWorkersTimesTcs) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string m = Msg(c.status());
-  EXPECT_NE(m.find("port uplink0: driver net_ixgbe offers 16 TX queues; DCB TX needs 32 (4 "
+  EXPECT_NE(m.find("port uplink0: driver net_ixgbe offers 16 queues; DCB needs 32 (4 "
                    "worker(s) x 8 traffic classes)"),
             std::string::npos)
       << m;
@@ -132,44 +179,87 @@ TEST(DcbPlanTest, FewerQueuesThanWorkersTimesTcs) {
   EXPECT_TRUE(PlanDcbConf("uplink0", caps, InOrder(4, 4), 4, false).ok());
 }
 
-TEST(DcbPlanTest, ZeroTcsAfterConfigureIsAClearError) {
-  const DcbTcs tcs = InOrder(4, 4);
-  DcbCaps caps = Ixgbe();
-  caps.driver = "net_i40e";
-  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink1", caps, tcs, 2, false);
-  ASSERT_TRUE(c.ok());
-  rte_eth_dcb_info none{};
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink1", "net_i40e", *c, tcs, none, 2);
-  ASSERT_FALSE(q.ok());
-  const std::string m = Msg(q.status());
-  EXPECT_NE(m.find("port uplink1: driver net_i40e reports 0 traffic classes after DCB TX was "
-                   "configured with 4"),
+TEST(DcbPlanTest, QueueCountsComeFromTheDcbModeDevInfo) {
+  // A device that offers 128 queues before DCB and 16 once DCB is on: the re-read counts.
+  const DcbTcs tcs = InOrder(8, 8);
+  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 4, false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  DcbCaps after = Ixgbe();
+  after.max_tx_queues = 16;
+  absl::Status s = PlanDcbQueueCounts("uplink0", after, 4, &*c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(s).find("offers 128 RX / 16 TX queues with DCB on; DCB needs 32"),
             std::string::npos)
-      << m;
-  // A TC count other than the one asked is refused too.
-  rte_eth_dcb_info eight = IxgbeInfo(8);
-  q = PlanDcbQueues("uplink1", "net_i40e", *c, tcs, eight, 2);
-  ASSERT_FALSE(q.ok());
-  EXPECT_NE(Msg(q.status()).find("reports 8 traffic classes"), std::string::npos);
+      << s;
+  // i40e: the PF's queues end at vmdq_queue_base, which the message says.
+  DcbCaps small = I40e();
+  small.vmdq_queue_base = 16;
+  s = PlanDcbQueueCounts("uplink0", small, 4, &*c);
+  EXPECT_NE(Msg(s).find("16 RX / 16 TX queues with DCB on (before its VMDq pools)"),
+            std::string::npos)
+      << s;
 }
 
 TEST(DcbPlanTest, QueuesPastTheConfiguredCountAreRefused) {
   const DcbTcs tcs = InOrder(4, 4);
   DcbCaps caps = Ixgbe();
   caps.max_tx_queues = 64;
-  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", caps, tcs, 2, false);
+  absl::StatusOr<DcbConfPlan> c = Plan(caps, tcs, 2);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->nb_tx_queues, 64);
   // The PMD lays TC 1 out from queue 64: beyond the 64 configured.
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(4), 2);
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 4), 2);
   ASSERT_FALSE(q.ok());
   EXPECT_NE(Msg(q.status()).find("TC 1's TX queues 64..65 lie past the 64 configured"),
             std::string::npos)
       << Msg(q.status());
+  // RX queues past the configured count: a TC whose packets no polled queue would receive.
+  caps = Ixgbe();
+  caps.max_rx_queues = 64;
+  c = Plan(caps, tcs, 2);
+  ASSERT_TRUE(c.ok());
+  q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 4), 2);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(Msg(q.status()).find("TC 2 has RX queues 64+16 of the 64 configured"),
+            std::string::npos)
+      << Msg(q.status());
+}
+
+TEST(DcbPlanTest, RxRingsShareTheRxQueuesTimesRxDescBudget) {
+  absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), InOrder(4, 4), 2);
+  ASSERT_TRUE(c.ok());
+  // 4 x 1024 over ixgbe's 128 RX queues: 32 each, its minimum.
+  absl::StatusOr<uint16_t> rxd =
+      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 32);
+  // 3 x 1000 / 128 = 23: below the minimum, 32 x 128 = 4096 mbufs do not fit in 3000.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 1000, fake::kIxgbeRxDescLim);
+  EXPECT_EQ(rxd.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Msg(rxd.status())
+                .find("port uplink0: driver net_ixgbe receives on 128 RX queues with DCB, of at "
+                      "least 32 descriptors each (4096 mbufs filled at start); ports[uplink0]."
+                      "rx_queues x rx_desc allows 3000: raise rx_desc to 1366"),
+            std::string::npos)
+      << rxd.status();
+  // i40e's 64 rings of at least 64: 4000 is too little; 4196 / 64 = 65, down to its step of 32
+  // and up to its minimum: 64.
+  absl::StatusOr<DcbConfPlan> i = Plan(I40e(), InOrder(4, 4), 2);
+  ASSERT_TRUE(i.ok());
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4000, fake::kI40eRxDescLim);
+  EXPECT_FALSE(rxd.ok());
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4096 + 100, fake::kI40eRxDescLim);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 64);
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 2, 4096, fake::kI40eRxDescLim);
+  ASSERT_TRUE(rxd.ok());
+  EXPECT_EQ(*rxd, 128);
 }
 
 TEST(DcbPlanTest, PmdsWithoutDcb) {
-  DcbCaps ring{.driver = "net_ring", .max_tx_queues = 16, .dcb_info_supported = false};
+  DcbCaps ring{
+      .driver = "net_ring", .max_rx_queues = 16, .max_tx_queues = 16, .dcb_info_supported = false};
   absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", ring, InOrder(4, 4), 1, false);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(Msg(c.status()),
@@ -177,7 +267,10 @@ TEST(DcbPlanTest, PmdsWithoutDcb) {
             "TX traffic classes need a DCB PMD such as ixgbe, i40e or ice; use storm.egress: "
             "software (or auto to fall back per port)");
 
-  DcbCaps mlx5{.driver = "mlx5_pci", .max_tx_queues = 1024, .dcb_info_supported = true};
+  DcbCaps mlx5{.driver = "mlx5_pci",
+               .max_rx_queues = 1024,
+               .max_tx_queues = 1024,
+               .dcb_info_supported = true};
   c = PlanDcbConf("uplink0", mlx5, InOrder(4, 4), 1, false);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(Msg(c.status()).find("mlnx_qos --trust dscp"), std::string::npos) << Msg(c.status());
@@ -193,18 +286,30 @@ TEST(DcbPlanTest, RefusesABadLayout) {
   EXPECT_FALSE(PlanDcbConf("uplink0", Ixgbe(), InOrder(4, 4), 0, false).ok());
 }
 
-TEST(DcbPlanTest, IxgbeWithoutAnRxDcbModeIsRefused) {
-  // Today's sequence on ixgbe: the TX-only configuration is planned, but the PMD reports 1 TC.
+TEST(DcbPlanTest, OneTcAnswersAreRefused) {
+  // What ixgbe and i40e answer without the RX DCB flag, and ixgbe before its first start: 1 TC.
   const DcbTcs tcs = InOrder(4, 4);
-  absl::StatusOr<DcbConfPlan> c = PlanDcbConf("uplink0", Ixgbe(), tcs, 1, false);
+  absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), tcs, 1);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<DcbQueues> q =
-      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeWithoutRxDcb(), 1);
-  EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(Msg(q.status()).find("reports 1 traffic classes after DCB TX was configured with 4"),
-            std::string::npos)
-      << q.status();
-  EXPECT_NE(Msg(q.status()).find("only with an RX DCB mode"), std::string::npos) << q.status();
+  for (const rte_eth_dcb_info& info : {fake::IxgbeDcbInfo(false, 4), fake::IxgbeDcbInfo(true, 0),
+                                       fake::I40eDcbInfo(false, 4, 64)}) {
+    absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, info, 1);
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(Msg(q.status())
+                  .find("reports 1 traffic classes after start with DCB configured for "
+                        "4 (RX and TX): the PMD did not enable DCB"),
+              std::string::npos)
+        << q.status();
+  }
+  // 0 TCs, or 8 when 4 were asked, likewise.
+  rte_eth_dcb_info none{};
+  EXPECT_NE(Msg(PlanDcbQueues("uplink1", "net_i40e", *c, tcs, none, 1).status())
+                .find("port uplink1: driver net_i40e reports 0 traffic classes"),
+            std::string::npos);
+  EXPECT_NE(
+      Msg(PlanDcbQueues("uplink1", "net_i40e", *c, tcs, fake::IxgbeDcbInfo(true, 8), 1).status())
+          .find("reports 8 traffic classes"),
+      std::string::npos);
 }
 
 TEST(DcbPlanTest, ALevelPastTheTcsIsRefusedAlikeBeforeAndAfterConfigure) {
@@ -214,9 +319,10 @@ TEST(DcbPlanTest, ALevelPastTheTcsIsRefusedAlikeBeforeAndAfterConfigure) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(c.status()), "port uplink0: level 5 maps to TC 4 of 4");
   // The queue plan checks against the configured TC count with the same message.
-  c = PlanDcbConf("uplink0", Ixgbe(), InOrder(4, 4), 1, false);
+  c = Plan(Ixgbe(), InOrder(4, 4), 1);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, IxgbeInfo(4), 1);
+  absl::StatusOr<DcbQueues> q =
+      PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, fake::IxgbeDcbInfo(true, 4), 1);
   EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Msg(q.status()), "port uplink0: level 5 maps to TC 4 of 4");
 }

@@ -97,13 +97,13 @@ absl::Status Port::Configure(rte_mempool* pool) {
   }
   rte_eth_conf conf{};
   rss_enabled_ = false;
+  const uint64_t rss_hf =
+      (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
   if (params_.rx_queues > 1) {
-    uint64_t want = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP;
-    uint64_t hf = want & info.flow_type_rss_offloads;
-    if (hf != 0) {
+    if (rss_hf != 0) {
       conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
       conf.rx_adv_conf.rss_conf.rss_key = nullptr;  // driver default key
-      conf.rx_adv_conf.rss_conf.rss_hf = hf;
+      conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
       rss_enabled_ = true;
     } else {
       HEDDLE_LOG(kWarning,
@@ -125,9 +125,49 @@ absl::Status Port::Configure(rte_mempool* pool) {
   if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;  // one pool, refcnt 1
   }
-  HEDDLE_ASSIGN_OR_RETURN(const uint16_t nb_tx, ConfigureTx(info, conf));
-  tx_queues_configured_ = nb_tx;
-  uint16_t rxd = params_.rx_desc, txd = params_.tx_desc;
+
+  dcb_.reset();
+  dcb_fallback_.clear();
+  if (params_.tx_dcb != PortParams::TxDcb::kOff) {
+    absl::Status why = ConfigureDcb(info, conf, rss_hf, pool);
+    if (why.ok()) return absl::OkStatus();
+    // The port may be started (the layout is read after start) and half set up: stop it; the
+    // software configuration below replaces the DCB one.
+    dcb_.reset();
+    if (started_) {
+      if (int rc = rte_eth_dev_stop(port_id_); rc != 0) {
+        HEDDLE_LOG(kWarning, "port %s: stop: %s", n.c_str(), rte_strerror(-rc));
+      }
+      started_ = false;
+    }
+    if (params_.tx_dcb == PortParams::TxDcb::kRequire) {
+      return absl::Status(why.code(), absl::StrCat("storm.egress dcb: ", why.message()));
+    }
+    dcb_fallback_ = std::string(why.message());
+    HEDDLE_LOG(kWarning, "storm.egress auto: %s; port %s serves the levels from software queues",
+               dcb_fallback_.c_str(), n.c_str());
+  }
+
+  if (params_.tx_queues > info.max_tx_queues) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "port ", n, ": needs ", params_.tx_queues, " TX queues (one per worker lcore) but driver ",
+        driver_, " offers ", info.max_tx_queues, "; use fewer lcores.workers",
+        driver_ == "net_pcap" ? " or give net_pcap one tx_pcap= per queue" : ""));
+  }
+  if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, params_.tx_queues, &conf);
+      rc != 0) {
+    return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_configure(",
+                                            params_.rx_queues, " rx, ", params_.tx_queues,
+                                            " tx): ", rte_strerror(-rc)));
+  }
+  return SetUpQueues(info, conf, params_.rx_queues, params_.rx_desc, params_.tx_queues, pool);
+}
+
+absl::Status Port::SetUpQueues(const rte_eth_dev_info& info, const rte_eth_conf& conf,
+                               uint16_t nb_rx, uint16_t rx_desc, uint16_t nb_tx,
+                               rte_mempool* pool) {
+  const std::string& n = params_.name;
+  uint16_t rxd = rx_desc, txd = params_.tx_desc;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd); rc != 0) {
     return absl::InternalError(
         absl::StrCat("port ", n, ": descriptor counts: ", rte_strerror(-rc)));
@@ -139,7 +179,7 @@ absl::Status Port::Configure(rte_mempool* pool) {
                        rte_strerror(-rc), " (max ", info.max_mtu, ")"));
     }
   }
-  for (uint16_t q = 0; q < params_.rx_queues; ++q) {
+  for (uint16_t q = 0; q < nb_rx; ++q) {
     rte_eth_rxconf rxc = info.default_rxconf;
     if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, socket_id_, &rxc, pool); rc != 0) {
       return absl::InternalError(
@@ -155,83 +195,80 @@ absl::Status Port::Configure(rte_mempool* pool) {
           absl::StrCat("port ", n, ": TX queue ", q, " setup: ", rte_strerror(-rc)));
     }
   }
+  rx_queue_ids_.clear();
+  for (uint16_t q = 0; q < nb_rx; ++q) rx_queue_ids_.push_back(q);
+  tx_queues_configured_ = nb_tx;
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint16_t> Port::ConfigureTx(const rte_eth_dev_info& info, const rte_eth_conf& conf) {
+absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf& base,
+                                uint64_t rss_hf, rte_mempool* pool) {
   const std::string& n = params_.name;
-  dcb_.reset();
-  dcb_fallback_.clear();
-  // A preferred DCB TX that the device cannot have: logged, and the port goes on without it.
-  auto fall_back = [&](const absl::Status& why) -> absl::Status {
-    if (params_.tx_dcb == PortParams::TxDcb::kRequire) {
-      return absl::Status(why.code(), absl::StrCat("storm.egress dcb: ", why.message()));
+  const uint16_t workers = params_.tx_queues;
+  rte_eth_dcb_info probe{};
+  DcbCaps caps = CapsOf(info);
+  caps.driver = driver_;
+  caps.dcb_info_supported = rte_eth_dev_get_dcb_info(port_id_, &probe) != -ENOTSUP;
+  HEDDLE_ASSIGN_OR_RETURN(DcbConfPlan plan,
+                          PlanDcbConf(n, caps, params_.dcb_tcs, workers, params_.dcb_pfc));
+  rte_eth_conf conf = base;
+  ApplyDcbConf(plan, rss_hf, &conf);
+  auto configure = [&]() -> absl::Status {
+    if (int rc = rte_eth_dev_configure(port_id_, plan.nb_rx_queues, plan.nb_tx_queues, &conf);
+        rc != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("port ", n, ": driver ", driver_, " refused DCB with ", int{plan.nb_tcs},
+                       " TCs on ", plan.nb_rx_queues, " RX / ", plan.nb_tx_queues,
+                       " TX queues: rte_eth_dev_configure: ", rte_strerror(-rc)));
     }
-    dcb_fallback_ = std::string(why.message());
-    HEDDLE_LOG(kWarning, "storm.egress auto: %s; port %s serves the levels from software queues",
-               dcb_fallback_.c_str(), n.c_str());
     return absl::OkStatus();
   };
-  auto software = [&]() -> absl::StatusOr<uint16_t> {
-    if (params_.tx_queues > info.max_tx_queues) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("port ", n, ": needs ", params_.tx_queues,
-                       " TX queues (one per worker lcore) but driver ", driver_, " offers ",
-                       info.max_tx_queues, "; use fewer lcores.workers",
-                       driver_ == "net_pcap" ? " or give net_pcap one tx_pcap= per queue" : ""));
-    }
-    if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, params_.tx_queues, &conf);
-        rc != 0) {
-      return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_configure(",
-                                              params_.rx_queues, " rx, ", params_.tx_queues,
-                                              " tx): ", rte_strerror(-rc)));
-    }
-    return params_.tx_queues;
-  };
-  if (params_.tx_dcb == PortParams::TxDcb::kOff) return software();
-
-  rte_eth_dcb_info probe{};
-  const DcbCaps caps{.driver = driver_,
-                     .max_tx_queues = info.max_tx_queues,
-                     .vmdq_pool_base = info.vmdq_pool_base,
-                     .dcb_info_supported = rte_eth_dev_get_dcb_info(port_id_, &probe) != -ENOTSUP};
-  absl::StatusOr<DcbConfPlan> plan =
-      PlanDcbConf(n, caps, params_.dcb_tcs, params_.tx_queues, params_.dcb_pfc);
-  if (!plan.ok()) {
-    HEDDLE_RETURN_IF_ERROR(fall_back(plan.status()));
-    return software();
+  HEDDLE_RETURN_IF_ERROR(configure());
+  // The queue counts the PMD allows with DCB on, then configure again with them.
+  rte_eth_dev_info dinfo;
+  if (int rc = rte_eth_dev_info_get(port_id_, &dinfo); rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("port ", n, ": rte_eth_dev_info_get: ", rte_strerror(-rc)));
   }
-  rte_eth_conf dconf = conf;
-  ApplyDcbConf(*plan, &dconf);
-  if (int rc = rte_eth_dev_configure(port_id_, params_.rx_queues, plan->nb_tx_queues, &dconf);
-      rc != 0) {
-    HEDDLE_RETURN_IF_ERROR(fall_back(absl::FailedPreconditionError(absl::StrCat(
-        "port ", n, ": driver ", driver_, " refused DCB TX with ", int{plan->nb_tcs}, " TCs on ",
-        plan->nb_tx_queues, " TX queues: rte_eth_dev_configure: ", rte_strerror(-rc)))));
-    return software();
+  const uint16_t first_rx = plan.nb_rx_queues, first_tx = plan.nb_tx_queues;
+  HEDDLE_RETURN_IF_ERROR(PlanDcbQueueCounts(n, CapsOf(dinfo), workers, &plan));
+  if (plan.nb_rx_queues != first_rx || plan.nb_tx_queues != first_tx) {
+    HEDDLE_RETURN_IF_ERROR(configure());
   }
-  rte_eth_dcb_info dinfo{};
-  absl::StatusOr<DcbQueues> queues = absl::UnknownError("");
-  if (int rc = rte_eth_dev_get_dcb_info(port_id_, &dinfo); rc != 0) {
-    queues = absl::FailedPreconditionError(absl::StrCat(
+  // RSS spreads each TC's packets over all of the TC's RX queues, so all are polled; their rings
+  // share what the port's rx_queues x rx_desc would hold (the pool fills every ring at start).
+  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd, PlanDcbRxDesc(n, driver_, plan, params_.rx_queues,
+                                                            params_.rx_desc, dinfo.rx_desc_lim));
+  HEDDLE_RETURN_IF_ERROR(SetUpQueues(dinfo, conf, plan.nb_rx_queues, rxd, plan.nb_tx_queues, pool));
+  // ixgbe programs its TC count in dev_start: the layout is read from the started port.
+  if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("port ", n, ": driver ", driver_,
+                     " did not start with DCB: rte_eth_dev_start: ", rte_strerror(-rc)));
+  }
+  started_ = true;
+  rte_eth_dcb_info layout{};
+  if (int rc = rte_eth_dev_get_dcb_info(port_id_, &layout); rc != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "port ", n, ": driver ", driver_, ": rte_eth_dev_get_dcb_info: ", rte_strerror(-rc)));
-  } else {
-    queues = PlanDcbQueues(n, driver_, *plan, params_.dcb_tcs, dinfo, params_.tx_queues);
   }
-  if (!queues.ok()) {
-    HEDDLE_RETURN_IF_ERROR(fall_back(queues.status()));
-    return software();  // configuring again replaces the DCB configuration
-  }
-  dcb_ = *std::move(queues);
-  return plan->nb_tx_queues;
+  HEDDLE_ASSIGN_OR_RETURN(DcbQueues q,
+                          PlanDcbQueues(n, driver_, plan, params_.dcb_tcs, layout, workers));
+  rx_queue_ids_ = q.rx_queues;
+  rss_enabled_ = rss_hf != 0;
+  dcb_ = std::move(q);
+  return absl::OkStatus();
 }
 
 absl::Status Port::Start() {
-  if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
-    return absl::InternalError(
-        absl::StrCat("port ", params_.name, ": rte_eth_dev_start: ", rte_strerror(-rc)));
+  // A DCB port was started by Configure() (its TC layout exists only once started).
+  if (!started_) {
+    if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
+      return absl::InternalError(
+          absl::StrCat("port ", params_.name, ": rte_eth_dev_start: ", rte_strerror(-rc)));
+    }
+    started_ = true;
   }
-  started_ = true;
   if (params_.promiscuous) {
     int rc = rte_eth_promiscuous_enable(port_id_);
     if (rc != 0 && rc != -ENOTSUP) {

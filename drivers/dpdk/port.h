@@ -6,15 +6,19 @@
 // Also the mbuf pool. All of this runs on the main lcore, before workers start or after they stop;
 // LinkState()/HwStats() are safe from control threads while workers run.
 //
-// With DCB TX asked for (PortParams::tx_dcb, from storm.egress), Configure() plans it from what
-// the device reports (dcb_plan.h), configures the port's TX queues by traffic class and records
-// each worker's queue per STORM level (dcb()); when the device cannot, it fails naming the port
-// and why (kRequire) or configures the port as without DCB and records why (kPrefer).
+// With DCB asked for (PortParams::tx_dcb, from storm.egress), Configure() runs the sequence of
+// dcb_plan.h: RX DCB_RSS and TX DCB with the TC map, queue counts re-read with DCB on, every queue
+// set up, the port *started* (ixgbe programs its TCs in dev_start) and the TC layout read from
+// it; it records each worker's TX queue per STORM level (dcb()) and the RX queues to poll, all of
+// every TC's (rx_queue_ids()). When the device cannot, Configure() stops the port again and fails
+// naming the port and why (kRequire), or configures it as without DCB and records why (kPrefer).
+// Start() then starts what is not started yet.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,8 +38,9 @@ struct PortParams {
   uint16_t tx_desc = 1024;
   uint16_t mtu = 0;  // 0 = driver default
   bool promiscuous = true;
-  // DCB TX for the STORM levels: off (one TX queue per worker), required (Configure() fails when
-  // the device cannot) or preferred (falls back to one TX queue per worker, logged).
+  // DCB for the STORM levels: off (one TX queue per worker), required (Configure() fails when
+  // the device cannot) or preferred (falls back to one TX queue per worker, logged). tx_queues is
+  // the number of workers either way.
   enum class TxDcb { kOff, kRequire, kPrefer } tx_dcb = TxDcb::kOff;
   DcbTcs dcb_tcs;        // level -> TC layout (storm::MapLevelsToTcs)
   bool dcb_pfc = false;  // also ask for priority flow control (RTE_ETH_DCB_PFC_SUPPORT)
@@ -61,7 +66,7 @@ class Port {
   // Finds the probed port. Not found → an error that names the devargs and the likely cause.
   static absl::StatusOr<Port> Find(const PortParams& p);
 
-  // Configures queues, RSS, MTU; sets up RX queues from `pool`.
+  // Configures queues, RSS, MTU; sets up RX queues from `pool`. With DCB on, also starts the port.
   absl::Status Configure(rte_mempool* pool);
   absl::Status Start();
   // Stops (if started) and closes. Idempotent.
@@ -83,12 +88,18 @@ class Port {
   const std::string& dcb_fallback() const { return dcb_fallback_; }
   // After Configure(): TX queues configured (tx_queues, or the PMD's DCB queue count).
   uint16_t tx_queues_configured() const { return tx_queues_configured_; }
+  // After Configure(): the RX queues the workers poll: 0..rx_queues-1, or with DCB every RX queue
+  // of every TC as the PMD lays them out (RSS spreads a TC's packets over all of its queues).
+  const std::vector<uint16_t>& rx_queue_ids() const { return rx_queue_ids_; }
 
  private:
   Port() = default;
-  // rte_eth_dev_configure() with or without DCB TX (params_.tx_dcb); returns the TX queues
-  // configured, all of which Configure() sets up.
-  absl::StatusOr<uint16_t> ConfigureTx(const rte_eth_dev_info& info, const rte_eth_conf& conf);
+  // The DCB sequence; leaves the port started on success, possibly started on a refusal.
+  absl::Status ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf& base, uint64_t rss_hf,
+                            rte_mempool* pool);
+  // Descriptor counts, MTU, and the set-up of queues 0..nb_rx-1 and 0..nb_tx-1.
+  absl::Status SetUpQueues(const rte_eth_dev_info& info, const rte_eth_conf& conf, uint16_t nb_rx,
+                           uint16_t rx_desc, uint16_t nb_tx, rte_mempool* pool);
   PortParams params_;
   uint16_t port_id_ = 0;
   std::string driver_;
@@ -100,6 +111,7 @@ class Port {
   std::optional<DcbQueues> dcb_;
   std::string dcb_fallback_;
   uint16_t tx_queues_configured_ = 0;
+  std::vector<uint16_t> rx_queue_ids_;
 };
 
 // A pktmbuf pool. `name` must be unique per process.

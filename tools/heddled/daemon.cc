@@ -133,7 +133,7 @@ struct Daemon::Impl : public api::DaemonView {
       v.speed_mbps = l.speed_mbps;
       v.full_duplex = l.full_duplex;
       v.mac = p.MacAddress();
-      v.rx_queues = p.params().rx_queues;
+      v.rx_queues = static_cast<uint32_t>(p.rx_queue_ids().size());
       v.tx_queues = p.tx_queues_configured();
       uint16_t mtu = 0;
       if (rte_eth_dev_get_mtu(p.port_id(), &mtu) == 0) v.mtu = mtu;
@@ -398,7 +398,8 @@ absl::Status Daemon::Impl::Start() {
     HEDDLE_RETURN_IF_ERROR(p.Start());
     HEDDLE_LOG(kInfo, "port %s: %s (port %u, driver %s, %u rx queue(s)%s, %u tx queue(s)%s) -> %s",
                p.params().name.c_str(), p.params().device.c_str(), p.port_id(), p.driver().c_str(),
-               p.params().rx_queues, p.rss_enabled() ? " with RSS" : "", p.tx_queues_configured(),
+               static_cast<unsigned>(p.rx_queue_ids().size()), p.rss_enabled() ? " with RSS" : "",
+               p.tx_queues_configured(),
                p.tx_multi_seg() ? "" : ", single-segment TX: chained mbufs dropped",
                peer[&p - &ports[0]] == kNoEgress ? "(no egress)"
                                                  : cfg.ports[peer[&p - &ports[0]]].name.c_str());
@@ -474,12 +475,13 @@ absl::Status Daemon::Impl::Start() {
     }
   }
 
-  // Spread every (port, RX queue) over the workers, round-robin.
+  // Spread every (port, RX queue) over the workers, round-robin. A DCB port's are all the RX
+  // queues of all its TCs (storm.md §6.7).
   std::vector<pipeline::WorkerSetup> setups(num_workers);
   size_t k = 0;
   for (size_t pi = 0; pi < ports.size(); ++pi) {
-    for (uint16_t q = 0; q < ports[pi].params().rx_queues; ++q, ++k) {
-      setups[k % num_workers].rx.push_back({static_cast<uint16_t>(pi), ports[pi].port_id(), q});
+    for (uint16_t q : ports[pi].rx_queue_ids()) {
+      setups[k++ % num_workers].rx.push_back({static_cast<uint16_t>(pi), ports[pi].port_id(), q});
     }
   }
   for (uint16_t w = 0; w < num_workers; ++w) {
