@@ -594,8 +594,9 @@ TEST(Compiler, PieceSearchLowerBoundsHoldAndPrune) {
 
 // The losing piece counts of hierarchical all-reduce on a 64-rank mesh end within 2 % of the
 // time they must beat; a committed piece's finish plus its move's tail reaches that time only
-// near their end, while the links every option of a move crosses (their free time plus the
-// pieces still to cross them) show it early. The search stops them well before half-way.
+// after about 80 % of their pieces, while the links every option of a move crosses (their free
+// time plus the pieces still to cross them) show it early. The search stops them before
+// half-way.
 TEST(Compiler, LinkCheckAbandonsLosingPieceCountsEarly) {
   ExpandOptions e{.ranks = 64};
   e.params["G"] = int64_t{8};
