@@ -389,6 +389,8 @@ class Scheduler {
     // scheduler's own arithmetic too.
     const double hopeless = give_up_at * (1 + kBoundSlack);
     lower_bound_ = 0;
+    const uint64_t commits_before = commits_;
+    committed_ = 0;
     if (give_up_at != kInf || options_.debug != nullptr) lower_bound_ = LowerBound();
     if (give_up_at != kInf && lower_bound_ >= hopeless) {
       outcome_ = PieceCandidate::Outcome::kRuledOut;
@@ -446,6 +448,7 @@ class Scheduler {
       Commit(m, cur_[m], choice);
       if (trace) trace->push_back(Step{m, choice.source, choice.route});
       ++commits_;
+      committed_ = commits_ - commits_before;
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
@@ -453,6 +456,7 @@ class Scheduler {
       const uint32_t p = cur_[m]++;
       // What still has to follow this piece (0 unless LowerBound() ran).
       if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
+      if (give_up_at != kInf && LinksHopeless(m, pieces_ - 1 - p, hopeless)) return std::nullopt;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -486,9 +490,11 @@ class Scheduler {
     return Result();
   }
 
-  // Of the last Run(): the lower bound it computed (0 if none) and how it ended.
+  // Of the last Run(): the lower bound it computed (0 if none), how it ended and how many
+  // pieces it committed.
   double lower_bound() const { return lower_bound_; }
   PieceCandidate::Outcome outcome() const { return outcome_; }
+  uint64_t committed() const { return committed_; }
 
  private:
   // Everything Run() and Emit() start from.
@@ -498,6 +504,8 @@ class Scheduler {
     const size_t mp = size_t{m_count} * pieces_;
     src_routes_.assign(dag_.sources.size(), nullptr);
     tail_.assign(m_count, 0);
+    dyn_start_.assign(m_count + 1, 0);
+    dyn_jobs_.clear();
     fin_op_.assign(mp, kNone);
     fin_end_.assign(mp, 0);
     rd_rank_.assign(mp, kNone);
@@ -618,7 +626,12 @@ class Scheduler {
       double r, p, q;
     };
     std::vector<Job> jobs;
+    dyn_start_.assign(m_count + 1, 0);
+    dyn_left_.assign(net_.link_count(), 0);
+    dyn_busy_.assign(net_.link_count(), kInf);
+    dyn_tail_.assign(net_.link_count(), kInf);
     for (uint32_t m = 0; m < m_count; ++m) {
+      dyn_start_[m + 1] = static_cast<uint32_t>(dyn_jobs_.size());
       const uint32_t s0 = dag_.src_start[m];
       const auto& first = SourceRoutes(m, s0);
       if (first.empty()) continue;
@@ -653,11 +666,23 @@ class Scheduler {
             }
           }
           if (!forced) continue;
-          job.p *= pieces_;
           job.q += tail_[m];
+          // For Run()'s check while scheduling; a link a route crosses twice counts once.
+          bool seen = false;
+          for (size_t k = dyn_start_[m]; k < dyn_jobs_.size(); ++k) {
+            seen = seen || dyn_jobs_[k].link == link;
+          }
+          if (!seen) {
+            dyn_jobs_.push_back(DynJob{link, job.p, job.q});
+            dyn_left_[link] += pieces_;
+            dyn_busy_[link] = std::min(dyn_busy_[link], job.p);
+            dyn_tail_[link] = std::min(dyn_tail_[link], job.q);
+          }
+          job.p *= pieces_;
           jobs.push_back(job);
         }
       }
+      dyn_start_[m + 1] = static_cast<uint32_t>(dyn_jobs_.size());
     }
     std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
       return a.link < b.link || (a.link == b.link && a.q > b.q);
@@ -802,6 +827,26 @@ class Scheduler {
     return best;
   }
 
+  // After a piece of move m commits, with `left` pieces of m still to come: whether the links
+  // every option of m crosses can no longer get their remaining pieces through in time. A
+  // link's free time only grows, and the pieces still to cross it go one after another from
+  // then on, so the last of them ends no earlier than free + their busy times, and what follows
+  // it (at least the least q of the link's jobs, or m's own q for m's last piece) comes after.
+  // O(1) per forced link of m: only m's links changed their count.
+  bool LinksHopeless(uint32_t m, uint32_t left, double hopeless) {
+    for (uint32_t k = dyn_start_[m]; k < dyn_start_[m + 1]; ++k) {
+      const DynJob& j = dyn_jobs_[k];
+      const uint64_t n = --dyn_left_[j.link];
+      if (n == 0) continue;
+      const double free = link_free_[j.link];
+      if (free + static_cast<double>(n) * dyn_busy_[j.link] + dyn_tail_[j.link] >= hopeless) {
+        return true;
+      }
+      if (left != 0 && free + left * j.busy + j.q >= hopeless) return true;
+    }
+    return false;
+  }
+
   absl::Status NoPath(uint32_t m) const {
     const Move& mv = intent_.moves[m];
     const Source& src = dag_.sources[dag_.src_start[m]];
@@ -925,9 +970,22 @@ class Scheduler {
   std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
   std::vector<double> tail_;       // per move: LowerBound()'s tail(m), or 0
   std::vector<double> lb_head_;
+  // LowerBound()'s links that every option of a move crosses, for the check while scheduling
+  // (LinksHopeless): per move, dyn_jobs_[dyn_start_[m] .. dyn_start_[m + 1]); per link, the
+  // pieces of such moves still to commit, the least busy time of one, and the least of what
+  // follows one (rest of its route + tail).
+  struct DynJob {
+    uint32_t link;
+    double busy, q;  // one piece's least busy time on the link, least time after it
+  };
+  std::vector<uint32_t> dyn_start_;
+  std::vector<DynJob> dyn_jobs_;
+  std::vector<uint64_t> dyn_left_;
+  std::vector<double> dyn_busy_, dyn_tail_;
   std::vector<double> link_free_;
   double makespan_ = 0;     // the latest end of a committed op
   double lower_bound_ = 0;  // LowerBound() of the last Run(), or 0
+  uint64_t committed_ = 0;  // pieces the last Run() committed
   PieceCandidate::Outcome outcome_ = PieceCandidate::Outcome::kScheduled;
   std::vector<std::vector<ScratchSlot>> scratch_;                      // per (rank, piece)
   std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
@@ -1349,9 +1407,9 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     Scheduler scheduler(intent, topology, dag, pieces, options, emit);
     HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at, trace));
     if (options.debug != nullptr && options.pieces == 0) {
-      options.debug->candidates.push_back(PieceCandidate{pieces, scheduler.lower_bound(), must_beat,
-                                                         s ? s->predicted_s : kInf,
-                                                         scheduler.outcome()});
+      options.debug->candidates.push_back(
+          PieceCandidate{pieces, scheduler.lower_bound(), must_beat, s ? s->predicted_s : kInf,
+                         scheduler.outcome(), scheduler.committed()});
     }
     return s;
   };

@@ -49,6 +49,7 @@ struct PieceCandidate {
   double must_beat = 0;    // what it had to beat to be kept (infinity for the first)
   double makespan = 0;     // the scheduler's makespan (kScheduled only)
   Outcome outcome = Outcome::kScheduled;
+  uint64_t committed = 0;  // pieces (of moves × pieces) it committed before it ended
 };
 
 // What tests and tools may ask of Compile() besides the schedule.

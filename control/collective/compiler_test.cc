@@ -592,6 +592,35 @@ TEST(Compiler, PieceSearchLowerBoundsHoldAndPrune) {
   EXPECT_GT(abandoned, 0);
 }
 
+// The losing piece counts of hierarchical all-reduce on a 64-rank mesh end within 2 % of the
+// time they must beat; a committed piece's finish plus its move's tail reaches that time only
+// after about 80 % of their pieces, while the links every option of a move crosses (their free
+// time plus the pieces still to cross them) show it early. The search stops them before
+// half-way.
+TEST(Compiler, LinkCheckAbandonsLosingPieceCountsEarly) {
+  ExpandOptions e{.ranks = 64};
+  e.params["G"] = int64_t{8};
+  absl::StatusOr<Intent> in = ParseIntent(*BuiltinIntentText("hierarchical", Kind::kAllReduce), e);
+  ASSERT_TRUE(in.ok()) << in.status();
+  const Topology t = Mesh(64, kGbit, 0.001);
+  CompileOptions o;
+  CompileDebug debug;
+  o.debug = &debug;
+  absl::StatusOr<Schedule> s = Compile(*in, t, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  int abandoned = 0;
+  for (const PieceCandidate& c : debug.candidates) {
+    const uint64_t total = uint64_t{c.pieces} * in->moves.size();
+    if (c.outcome == PieceCandidate::Outcome::kScheduled) {
+      EXPECT_EQ(c.committed, total) << "P=" << c.pieces;
+    }
+    if (c.outcome != PieceCandidate::Outcome::kAbandoned) continue;
+    ++abandoned;
+    EXPECT_LT(c.committed, total / 2) << "P=" << c.pieces;
+  }
+  EXPECT_GE(abandoned, 2);
+}
+
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule
 // passes the verifier (flow-verify) and the replay reproduces its prediction.
 TEST(Compiler, EveryBuiltinCompilesToAVerifiedSchedule) {

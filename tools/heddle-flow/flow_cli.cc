@@ -311,7 +311,7 @@ void PrintPieceSearch(const collective::CompileDebug& d, std::ostream& out) {
         out << ", ruled out by its bound";
         break;
       case collective::PieceCandidate::Outcome::kAbandoned:
-        out << ", abandoned while scheduling";
+        out << ", abandoned while scheduling after " << c.committed << " pieces";
         break;
     }
     out << "\n";
