@@ -67,6 +67,10 @@
 #include <cstdint>
 #include <memory>
 
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
+
 #include "absl/status/status.h"
 #include "dataplane/lb/balancer.h"
 #include "dataplane/lb/flow_table.h"
@@ -472,6 +476,7 @@ class PinSelector {
                                           RewriteResult* rewrite, IcrcDeltaCache* icrc);
   // Empties the recent-flow slots whose entry was removed or now holds another flow or set.
   void PurgeRecent();
+  static uint64_t RecentHash(uint64_t tag, uint32_t key);
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
                                    uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
@@ -531,9 +536,10 @@ class PinSelector {
   // PurgeRecent() empties the slots whose entry no longer passes those checks, before the fast
   // path runs again: SweepIdle() and Choose() at once, Params() (once per burst) for removals
   // through mutable_flows() (FlowTable::removals() tells).
+  // 32 bytes: the slot's byte offset is a mask of the hash (RecentOffset()). The flow hash is the
+  // entry's key_hash, read from the entry's first line, which the packet loads anyway.
   struct RecentFlow {
-    uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
-    uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
+    uint64_t tag = 0;  // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
     FlowEntry* entry = nullptr;
     const Path* paths = nullptr;  // the entry's set in the current table
     uint32_t key = 0;             // (IPv6 << 24 | destination QPN) + 1 (RecentKey()); 0: empty
@@ -544,6 +550,19 @@ class PinSelector {
   // A slot's key: never 0 (the empty slot's), IPv4 and IPv6 apart, one instruction for IPv4.
   static constexpr uint32_t RecentKey(bool v6, uint32_t qpn) {
     return (static_cast<uint32_t>(v6) << 24 | qpn) + 1;
+  }
+  // The byte offset of (tag, key)'s slot in the cache. With SSE4.2: one CRC-32C step over the
+  // tag seeded with the key (the crc32 instruction) and one mask that keeps 8 of its bits, already
+  // a multiple of the slot size: two instructions. Else the top bits of one multiply.
+  static size_t RecentOffset(uint64_t tag, uint32_t key) {
+    static_assert(sizeof(RecentFlow) == 32);
+#if defined(__SSE4_2__)
+    constexpr uint32_t kMask = ((1u << kRecentBits) - 1) * sizeof(RecentFlow);
+    return static_cast<uint32_t>(_mm_crc32_u64(key, tag)) & kMask;
+#else
+    return static_cast<size_t>(((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits)) *
+           sizeof(RecentFlow);
+#endif
   }
   std::unique_ptr<RecentFlow[]> recent_;
   // flows_.removals() when the recent-flow cache was last purged.
@@ -670,13 +689,13 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
     tag = HashFlowV6(ip, qpn);
     key = RecentKey(true, qpn);
   }
-  // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
-  const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
-  const RecentFlow& r = recent[slot];
+  const size_t offset = RecentOffset(tag, key);
+  const RecentFlow& r =
+      *reinterpret_cast<const RecentFlow*>(reinterpret_cast<const char*>(recent) + offset);
   // A filled slot's entry still holds its flow and set (PurgeRecent() keeps it so).
   if (r.tag == tag && r.key == key) [[likely]]
     return &r;
-  return FindRecentMiss(ip, v6, qpn, tag, key, slot);
+  return FindRecentMiss(ip, v6, qpn, tag, key, offset / sizeof(RecentFlow));
 }
 
 template <bool kRewrite>
@@ -733,7 +752,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
   // From here on the packet is the fast path's: the steps of Choose().
-  const uint64_t hash = r->hash;  // e->key_hash, from the line already loaded
+  const uint64_t hash = e->key_hash;  // the line `messages` and `flags` are on
   const Path* const paths = r->paths;
   const uint32_t set_id = r->set_id;
   uint8_t i;
