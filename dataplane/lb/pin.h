@@ -819,9 +819,12 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   }
   *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
-    *rewrite = RewriteFitting(
-        frame, len, desc, paths[i],
-        p.sport_always ? EntropyField::kUdpSourcePort : EntropyField::kIpv6FlowLabel, *icrc);
+    // The field as a constant on the common branch: RewriteFitting() then tests no L3.
+    if (p.sport_always) [[likely]] {
+      *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kUdpSourcePort, *icrc);
+    } else {
+      *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kIpv6FlowLabel, *icrc);
+    }
   }
   return true;
 }

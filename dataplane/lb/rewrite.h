@@ -101,7 +101,10 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
                                                            const pkt::PacketDesc& desc,
                                                            const Path& path, EntropyField field,
                                                            IcrcDeltaCache& cache) noexcept {
-  uint8_t* udp = frame + desc.l4_off;
+  // The offsets before any store into the frame: it may alias the desc (-fno-strict-aliasing).
+  const uint32_t l4_off = desc.l4_off;
+  const uint32_t icrc_off = desc.icrc_off;
+  uint8_t* udp = frame + l4_off;
   const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
   uint16_t checksum;  // zero or not: the byte order does not matter
   std::memcpy(&checksum, udp + 6, sizeof checksum);
@@ -115,10 +118,9 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   if constexpr (std::endian::native == std::endian::little) new_wire = __builtin_bswap16(new_wire);
   if (old_wire == new_wire) return RewriteResult::kUnchanged;
   std::memcpy(udp, &new_wire, sizeof new_wire);
-  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC. (Below
-  // 64 KiB: IcrcDelta16() takes the tail modulo 2^16 too.)
-  const auto tail = static_cast<uint16_t>(desc.icrc_off - desc.l4_off - 2u);
-  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16Wire(old_wire, new_wire, tail));
+  // From the port to the ICRC: the port, the rest of UDP, BTH, up to the ICRC (at least 20 bytes:
+  // the geometry was checked).
+  ApplyIcrcDelta(frame + icrc_off, cache.DeltaSpanWire(old_wire, new_wire, icrc_off - l4_off));
   return RewriteResult::kRewritten;
 }
 
