@@ -76,7 +76,9 @@ struct alignas(64) FlowEntry {
   uint32_t generation;  // PathTable::generation() that path_set and the path indexes refer to
   uint64_t last_ns;     // time of the last packet (flowlet gap, idleness)
   uint64_t flow_bytes;  // payload bytes of the current flow: the message, or in QP mode the QP's
-                        // bytes since it became active
+                        // bytes since it became active (a pinned one-packet message in request
+                        // mode leaves this, size and flow_threshold as they were: nothing reads
+                        // them before the next message sets them)
   uint32_t size;        // the current message's size (kFlowSizeKnown)
   uint32_t messages;    // messages started (salts the pinned-path hash in request mode)
   uint32_t pinned_entropy;  // the pinned path's entropy and port, to find it in a new table

@@ -388,6 +388,17 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
     return {nullptr, kNoPath, Verdict::kNoPathSet};
   }
 
+  constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
+  if (one_packet_pin_ && (desc.flags & kOnly) == kOnly &&
+      desc.payload_len <= threshold_.load(std::memory_order_relaxed)) {
+    // A pinned one-packet message: placed as the fast path places it.
+    if (e->flags & kFlowInMessage) Bump(LbCounter::kAbandoned);
+    const uint8_t i = PlaceOnePacketPinned(*e, set.paths, set.size, hash);
+    Bump(LbCounter::kPinnedFlows);
+    Bump(LbCounter::kPinnedPackets);
+    if (record_or_track_) RecordAndTrack(*e, desc, set, i, now_ns);
+    return {&set[i], i, Verdict::kPinned, set.id};
+  }
   auto count = [this](LbCounter c, uint64_t n) { Bump(c, n); };
   if ((desc.flags & pkt::kFlagFirst) || (e->flags & kFlowInMessage) == 0) {
     StartMessage(*e, desc, set, hash, now_ns, gap_ns, count);

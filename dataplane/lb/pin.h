@@ -431,6 +431,25 @@ class PinSelector {
   template <typename Count>
   void Account(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint8_t i,
                uint64_t now_ns, Count count);
+  // A pinned one-packet message in request mode with the hash policy (one_packet_pin_, payload
+  // within the threshold), after its entry's last_ns: StartMessage(), PinPath(), Place() and
+  // Account() with what such a message already says, without their counts and RecordAndTrack().
+  // Its size is its payload, within the threshold; it cannot cross it; nothing of it outlives it.
+  // So its size, flow_bytes and flow_threshold are not written: in request mode nothing reads
+  // them before the next message's StartMessage() sets them. Returns the path index.
+  [[gnu::always_inline]] static uint8_t PlaceOnePacketPinned(FlowEntry& e, const Path* paths,
+                                                             uint32_t set_size, uint64_t hash) {
+    const uint32_t messages = e.messages + 1;
+    e.messages = messages;
+    const auto i =
+        static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set_size));
+    const Path& path = paths[i];
+    e.pinned_entropy = path.entropy;
+    e.pinned_port = path.port;
+    e.pinned_path = i;
+    e.flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    return i;
+  }
   // The pinned path of a flow that needs one: inline for the hash policy, else PickPinned().
   uint8_t PinPath(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns, uint64_t gap_ns) {
     if (config_.pin_policy != PinPolicy::kHash) return PickPinned(e, set, hash, now_ns, gap_ns);
@@ -760,25 +779,11 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
   const bool only = (flags & kOnly) == kOnly;
   if (only && payload < p.pin_below) [[likely]] {
-    // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
-    // Place() and Account() with what such a message already says. It is a flow of known size
-    // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
-    const uint32_t messages = e->messages + 1;
+    // A pinned one-packet message in request mode with the hash policy (PlaceOnePacketPinned(),
+    // as Choose() places it).
     const uint8_t old_flags = e->flags;
     e->last_ns = now_ns;
-    e->messages = messages;
-    e->flow_bytes = payload;
-    e->flow_threshold = p.threshold32;
-    i = static_cast<uint8_t>(
-        internal::FastRange(internal::MessageHash(hash, messages), r->set_size));
-    const Path& path = paths[i];
-    e->pinned_entropy = path.entropy;
-    e->pinned_port = path.port;
-    // After the loads from the path: stored next to `messages`, the compiler would otherwise
-    // merge the two through a vector register (three instructions for two stores).
-    e->size = payload;
-    e->pinned_path = i;
-    e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    i = PlaceOnePacketPinned(*e, paths, r->set_size, hash);
     if (old_flags & kFlowInMessage) [[unlikely]]
       tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
