@@ -108,7 +108,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   // again for every packet.
   lb::PinSelector::BurstTally tally;
   lb::IcrcDeltaCache& icrc = icrc_cache_;
-  uint64_t rewritten = 0, unchanged = 0, refused = 0, untouched = 0;
+  // Rewritten: every packet but these (one count fewer per packet).
+  uint64_t unchanged = 0, refused = 0, untouched = 0;
   // Bytes by verdict: pinned, sprayed, stateless (control packets and table-full fallbacks).
   uint64_t verdict_bytes[3] = {0, 0, 0};
   static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
@@ -139,19 +140,18 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
       r = general_rewrite;
       verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
     }
-    if (r == lb::RewriteResult::kRewritten) [[likely]] {
-      ++rewritten;
-    } else if (r == lb::RewriteResult::kUnchanged) {
+    if (r != lb::RewriteResult::kRewritten) [[unlikely]] {
+      if (r != lb::RewriteResult::kUnchanged) {
+        ++refused;  // headers that do not fit: forwarded as port-fwd would
+        continue;
+      }
       ++unchanged;
-    } else {
-      ++refused;  // headers that do not fit: forwarded as port-fwd would
-      continue;
     }
     b.egress[i] = c.path->port;
     const uint32_t bytes = m->pkt_len;
     verdict_bytes[verdict] += bytes;
     // Sets past the reported ones share the last row.
-    const size_t row = std::min<size_t>(c.set_id, kLbReportedSets);
+    const size_t row = c.set_id < kLbReportedSets ? c.set_id : kLbReportedSets;
     path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
   }
   sel.Commit(tally);
@@ -161,6 +161,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     FoldPathCounts();
   // Every packet has its path's uplink: "port-fwd" has nothing left to do.
   b.all_routed = untouched == 0 && refused == 0;
+  const uint64_t rewritten = n - untouched - refused - unchanged;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
   if (unchanged) Add(PinStageCounter::kUnchanged, unchanged);
   if (refused) Add(PinStageCounter::kRewriteRefused, refused);
