@@ -343,6 +343,17 @@ class PinSelector {
                                                      PathChoice* out, RewriteResult* rewrite) {
     return Fast<true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
   }
+  // TryChooseRewriteParsed() for a frame that lies whole within `len` bytes at `frame`, from
+  // pkt::Parse(frame, len, len) or Parse(frame, len) (in the pipeline: an mbuf of one segment,
+  // whose data_len is its pkt_len): Parse() has checked that the ICRC lies within the frame, so
+  // only the opcode class is checked again.
+  [[gnu::always_inline]] bool TryChooseRewriteWhole(const FastParams& params,
+                                                    const pkt::PacketDesc& desc, uint8_t* frame,
+                                                    size_t len, uint64_t now_ns,
+                                                    IcrcDeltaCache& icrc, BurstTally& tally,
+                                                    PathChoice* out, RewriteResult* rewrite) {
+    return Fast<true, true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
+  }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
     t.pinned_packets += t.pinned_single;
@@ -487,8 +498,9 @@ class PinSelector {
   template <bool kRewrite>
   [[gnu::always_inline]] static bool FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
                                                   size_t len);
-  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()).
-  template <bool kRewrite, bool kParsed>
+  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()); kWhole: and
+  // the frame lies whole within `len` (TryChooseRewriteWhole()).
+  template <bool kRewrite, bool kParsed, bool kWhole = false>
   [[gnu::always_inline]] inline bool Fast(const FastParams& p, const pkt::PacketDesc& desc,
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
@@ -533,15 +545,17 @@ class PinSelector {
     a[static_cast<uint8_t>(pkt::L3::kIpv6)] = pkt::kIpv6HeaderLen;
     return a;
   }();
-  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE).
-  static constexpr std::array<bool, 256> kFastClass = [] {
-    std::array<bool, 256> a{};
+  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE),
+  // one bit each.
+  static_assert(static_cast<int>(pkt::RoceClass::kCount) <= 64);
+  static constexpr uint64_t kFastClassMask = [] {
+    uint64_t m = 0;
     for (pkt::RoceClass c :
          {pkt::RoceClass::kSend, pkt::RoceClass::kWrite, pkt::RoceClass::kReadRequest,
           pkt::RoceClass::kReadResponse, pkt::RoceClass::kAtomic}) {
-      a[static_cast<uint8_t>(c)] = true;
+      m |= uint64_t{1} << static_cast<int>(c);
     }
-    return a;
+    return m;
   }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
   // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
@@ -743,7 +757,7 @@ inline bool PinSelector::FastGeometry(const pkt::PacketDesc& desc, const uint8_t
   }
 }
 
-template <bool kRewrite, bool kParsed>
+template <bool kRewrite, bool kParsed, bool kWhole>
 inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, uint8_t* frame,
                               size_t len, uint64_t now_ns, BurstTally& tally, PathChoice* out,
                               RewriteResult* rewrite, IcrcDeltaCache* icrc) {
@@ -753,10 +767,10 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   const uint16_t flags = desc.flags;
   if constexpr (kParsed) {
     // Parse() checked the rest: a class the fast path places implies kFlagRoce and its geometry.
-    if (!kFastClass[static_cast<uint8_t>(desc.roce_class)] ||
-        size_t{desc.icrc_off} + pkt::kIcrcLen > len) {
-      return false;
-    }
+    // Parse()'s classes are below kCount <= 64: one bit test of a 64-bit mask is exact.
+    if (((kFastClassMask >> (static_cast<uint32_t>(desc.roce_class) & 63)) & 1) == 0) return false;
+    // A whole frame: Parse() has checked that the ICRC lies within it.
+    if (!kWhole && size_t{desc.icrc_off} + pkt::kIcrcLen > len) return false;
   } else if (!FastGeometry<kRewrite>(desc, frame, len)) {
     return false;
   }

@@ -281,7 +281,8 @@ class Differential {
 
   // One packet through both: the reference chooses with Choose() and rewrites with RewriteFull()
   // (no ICRC memo); the other takes TryChooseFast(), TryChooseRewriteFast() or, for a desc
-  // Parse() made of this frame (`parsed`), TryChooseRewriteParsed() (their rewrite with a memo),
+  // Parse() made of this frame (`parsed`), TryChooseRewriteParsed() or TryChooseRewriteWhole()
+  // (their rewrite with a memo),
   // and Choose() and Rewrite() where they decline. Same choice, same bytes.
   void Offer(const pkt::PacketDesc& d, uint8_t* frame, size_t len, bool parsed) {
     std::vector<uint8_t> a, b;
@@ -295,15 +296,19 @@ class Differential {
     RewriteResult want_r = RewriteResult::kNotRoce;
     if (want.path != nullptr) want_r = RewriteFull(fa, len, d, *want.path, field_, nullptr);
 
-    const uint32_t how = static_cast<uint32_t>(rng_() % 3);
+    const uint32_t how = static_cast<uint32_t>(rng_() % 4);
     const bool with_rewrite = how != 0;
     PathChoice got;
     RewriteResult got_r = RewriteResult::kNotRoce;
     bool fast;
-    if (how == 2 && parsed) {
+    if (how >= 2 && parsed) {
       ++parsed_offered_;
-      // The burst's parameters, as the stage takes them (at the start of the burst).
-      fast = fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got, &got_r);
+      // The burst's parameters, as the stage takes them (at the start of the burst). A parsed
+      // frame here is whole (`len` is its length): TryChooseRewriteWhole() applies too.
+      fast = how == 2 ? fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_,
+                                                      &got, &got_r)
+                      : fast_->TryChooseRewriteWhole(params_, d, fb, len, now_, icrc_, tally_, &got,
+                                                     &got_r);
       if (fast) ++parsed_packets_;
     } else if (with_rewrite) {
       fast = fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);

@@ -121,12 +121,14 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const pkt::PacketDesc& d = b.desc[i];
     rte_mbuf* m = b.pkts[i];
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
-    const size_t len = m->data_len;  // the headers are in the first segment
     lb::PathChoice c;
     lb::RewriteResult r;
     size_t verdict;  // index into verdict_bytes
-    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE.
-    if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
+    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE,
+    // and only frames of one segment (its data_len is its pkt_len, which Parse() checked the ICRC
+    // against); chained mbufs take the general path.
+    if (m->nb_segs == 1 && sel.TryChooseRewriteWhole(params, d, frame, m->data_len, now_ns, icrc,
+                                                     tally, &c, &r)) [[likely]] {
       verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
     } else {
       // Its own locals: c and r, never addressed, stay in registers on the fast path.
@@ -151,7 +153,9 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     const uint32_t bytes = m->pkt_len;
     verdict_bytes[verdict] += bytes;
     // Sets past the reported ones share the last row.
-    const size_t row = c.set_id < kLbReportedSets ? c.set_id : kLbReportedSets;
+    size_t row = c.set_id;
+    if (row > kLbReportedSets) [[unlikely]]
+      row = kLbReportedSets;
     path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
   }
   sel.Commit(tally);
