@@ -343,16 +343,17 @@ class PinSelector {
                                                      PathChoice* out, RewriteResult* rewrite) {
     return Fast<true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
   }
-  // TryChooseRewriteParsed() for a frame that lies whole within `len` bytes at `frame`, from
-  // pkt::Parse(frame, len, len) or Parse(frame, len) (in the pipeline: an mbuf of one segment,
-  // whose data_len is its pkt_len): Parse() has checked that the ICRC lies within the frame, so
-  // only the opcode class is checked again.
+  // TryChooseRewriteParsed() for a frame that lies whole at `frame` (contiguous), as
+  // pkt::Parse(frame, len) or Parse(frame, len, len) saw it (in the pipeline: an mbuf of one
+  // segment, whose data_len is its pkt_len): Parse() has checked that the ICRC lies within the
+  // frame, so only the opcode class is checked again, and nothing past the ICRC's end is read or
+  // written (the frame's length is not needed).
   [[gnu::always_inline]] bool TryChooseRewriteWhole(const FastParams& params,
                                                     const pkt::PacketDesc& desc, uint8_t* frame,
-                                                    size_t len, uint64_t now_ns,
-                                                    IcrcDeltaCache& icrc, BurstTally& tally,
-                                                    PathChoice* out, RewriteResult* rewrite) {
-    return Fast<true, true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
+                                                    uint64_t now_ns, IcrcDeltaCache& icrc,
+                                                    BurstTally& tally, PathChoice* out,
+                                                    RewriteResult* rewrite) {
+    return Fast<true, true, true>(params, desc, frame, 0, now_ns, tally, out, rewrite, &icrc);
   }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
@@ -771,6 +772,8 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     if (((kFastClassMask >> (static_cast<uint32_t>(desc.roce_class) & 63)) & 1) == 0) return false;
     // A whole frame: Parse() has checked that the ICRC lies within it.
     if (!kWhole && size_t{desc.icrc_off} + pkt::kIcrcLen > len) return false;
+    // Not given: RewriteFitting() bounds a fallback by the ICRC's end.
+    if constexpr (kWhole) len = kWholeFrame;
   } else if (!FastGeometry<kRewrite>(desc, frame, len)) {
     return false;
   }
@@ -785,7 +788,6 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
   // From here on the packet is the fast path's: the steps of Choose().
-  const uint64_t hash = e->key_hash;  // the line `messages` and `flags` are on
   const Path* const paths = r->paths;
   const uint32_t set_id = r->set_id;
   uint8_t i;
@@ -797,7 +799,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     // as Choose() places it).
     const uint8_t old_flags = e->flags;
     e->last_ns = now_ns;
-    i = PlaceOnePacketPinned(*e, paths, r->set_size, hash);
+    i = PlaceOnePacketPinned(*e, paths, r->set_size, e->key_hash);
     if (old_flags & kFlowInMessage) [[unlikely]]
       tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
@@ -808,6 +810,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
     // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
     const PathSetView set{paths, r->set_size, set_id};
+    const uint64_t hash = e->key_hash;  // each branch loads the flow hash where it needs it
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;
     if (e->flags & kFlowInMessage) [[unlikely]]
@@ -824,6 +827,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     const PathSetView set{paths, r->set_size, set_id};
+    const uint64_t hash = e->key_hash;
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;

@@ -305,10 +305,10 @@ class Differential {
       ++parsed_offered_;
       // The burst's parameters, as the stage takes them (at the start of the burst). A parsed
       // frame here is whole (`len` is its length): TryChooseRewriteWhole() applies too.
-      fast = how == 2 ? fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_,
-                                                      &got, &got_r)
-                      : fast_->TryChooseRewriteWhole(params_, d, fb, len, now_, icrc_, tally_, &got,
-                                                     &got_r);
+      fast = how == 2
+                 ? fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got,
+                                                 &got_r)
+                 : fast_->TryChooseRewriteWhole(params_, d, fb, now_, icrc_, tally_, &got, &got_r);
       if (fast) ++parsed_packets_;
     } else if (with_rewrite) {
       fast = fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);

@@ -92,10 +92,14 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   return static_cast<uint16_t>(~sum);
 }
 
+// RewriteFitting()'s `len` for a frame that lies whole at `frame` (Parse() checked its ICRC against
+// its length): nothing past the ICRC's end is read or written.
+inline constexpr size_t kWholeFrame = ~size_t{0};
+
 // Rewrite() of a frame whose geometry Rewrite() accepts (RoCE; IPv4 or IPv6 with UDP at least 4
-// bytes in; BTH right after UDP; the ICRC after BTH and within `len`), `frame` not null. The
-// caller has checked that (PinSelector::TryChooseRewriteFast() does; for
-// TryChooseRewriteParsed(), Parse() did).
+// bytes in; BTH right after UDP; the ICRC after BTH and within `len`, or `len` kWholeFrame),
+// `frame` not null. The caller has checked that (PinSelector::TryChooseRewriteFast() does; for
+// TryChooseRewriteParsed() and TryChooseRewriteWhole(), Parse() did).
 // Inline: the common frame (the UDP source port, a zero UDP checksum, no next-hop MAC).
 [[gnu::always_inline]] inline RewriteResult RewriteFitting(uint8_t* frame, size_t len,
                                                            const pkt::PacketDesc& desc,
@@ -109,6 +113,8 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   uint16_t checksum;  // zero or not: the byte order does not matter
   std::memcpy(&checksum, udp + 6, sizeof checksum);
   if (!sport || path.has_next_hop_mac || checksum != 0) [[unlikely]] {
+    // A whole frame's length is only needed here, from the desc: its ICRC's end.
+    if (len == kWholeFrame) len = size_t{icrc_off} + pkt::kIcrcLen;
     return RewriteFull(frame, len, desc, path, field, &cache);
   }
   // The ports as their bytes sit in the frame (network order), loaded and stored as one word.

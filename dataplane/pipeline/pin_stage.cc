@@ -127,8 +127,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE,
     // and only frames of one segment (its data_len is its pkt_len, which Parse() checked the ICRC
     // against); chained mbufs take the general path.
-    if (m->nb_segs == 1 && sel.TryChooseRewriteWhole(params, d, frame, m->data_len, now_ns, icrc,
-                                                     tally, &c, &r)) [[likely]] {
+    if (m->nb_segs == 1 && sel.TryChooseRewriteWhole(params, d, frame, now_ns, icrc, tally, &c, &r))
+        [[likely]] {
       verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
     } else {
       // Its own locals: c and r, never addressed, stay in registers on the fast path.
