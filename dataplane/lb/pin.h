@@ -347,13 +347,17 @@ class PinSelector {
   // pkt::Parse(frame, len) or Parse(frame, len, len) saw it (in the pipeline: an mbuf of one
   // segment, whose data_len is its pkt_len): Parse() has checked that the ICRC lies within the
   // frame, so only the opcode class is checked again, and nothing past the ICRC's end is read or
-  // written (the frame's length is not needed).
+  // written (the frame's length is not needed). kPlain: the caller has seen `params` say
+  // !record_or_track and sport_always (the common configuration) and runs this variant for the
+  // whole burst: neither is tested per packet.
+  template <bool kPlain = false>
   [[gnu::always_inline]] bool TryChooseRewriteWhole(const FastParams& params,
                                                     const pkt::PacketDesc& desc, uint8_t* frame,
                                                     uint64_t now_ns, IcrcDeltaCache& icrc,
                                                     BurstTally& tally, PathChoice* out,
                                                     RewriteResult* rewrite) {
-    return Fast<true, true, true>(params, desc, frame, 0, now_ns, tally, out, rewrite, &icrc);
+    return Fast<true, true, true, kPlain>(params, desc, frame, 0, now_ns, tally, out, rewrite,
+                                          &icrc);
   }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
@@ -501,7 +505,9 @@ class PinSelector {
                                                   size_t len);
   // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()); kWhole: and
   // the frame lies whole within `len` (TryChooseRewriteWhole()).
-  template <bool kRewrite, bool kParsed, bool kWhole = false>
+  // kPlain: Params() said no PSN history or path loads and the UDP source port, for the caller's
+  // whole burst (TryChooseRewriteWhole<true>()).
+  template <bool kRewrite, bool kParsed, bool kWhole = false, bool kPlain = false>
   [[gnu::always_inline]] inline bool Fast(const FastParams& p, const pkt::PacketDesc& desc,
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
@@ -758,7 +764,7 @@ inline bool PinSelector::FastGeometry(const pkt::PacketDesc& desc, const uint8_t
   }
 }
 
-template <bool kRewrite, bool kParsed, bool kWhole>
+template <bool kRewrite, bool kParsed, bool kWhole, bool kPlain>
 inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, uint8_t* frame,
                               size_t len, uint64_t now_ns, BurstTally& tally, PathChoice* out,
                               RewriteResult* rewrite, IcrcDeltaCache* icrc) {
@@ -804,7 +810,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
       tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
     ++tally.pinned_single;
-    if (p.record_or_track) [[unlikely]]
+    if (!kPlain && p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, PathSetView{paths, r->set_size, set_id}, i, now_ns);
   } else if (only && payload >= p.spray_from) {
     // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
@@ -823,7 +829,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
     verdict = Verdict::kSprayed;
     ++tally.sprayed_single;
-    if (p.record_or_track) [[unlikely]]
+    if (!kPlain && p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     const PathSetView set{paths, r->set_size, set_id};
@@ -843,7 +849,7 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
     // The field as a constant on the common branch: RewriteFitting() then tests no L3.
-    if (p.sport_always) [[likely]] {
+    if (kPlain || p.sport_always) [[likely]] {
       *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kUdpSourcePort, *icrc);
     } else {
       *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kIpv6FlowLabel, *icrc);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "dataplane/lb/rewrite.h"
 #include "drivers/verbs/host_backlog.h"
@@ -117,46 +118,56 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   // A local: the rewrite's byte stores may alias any member, so it would be loaded per packet.
   uint64_t* const path_counts = path_counts_.get();
   const uint16_t n = b.n;
-  for (uint16_t i = 0; i < n; ++i) {
-    const pkt::PacketDesc& d = b.desc[i];
-    rte_mbuf* m = b.pkts[i];
-    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
-    lb::PathChoice c;
-    lb::RewriteResult r;
-    size_t verdict;  // index into verdict_bytes
-    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE,
-    // and only frames of one segment (its data_len is its pkt_len, which Parse() checked the ICRC
-    // against); chained mbufs take the general path.
-    if (m->nb_segs == 1 && sel.TryChooseRewriteWhole(params, d, frame, now_ns, icrc, tally, &c, &r))
-        [[likely]] {
-      verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
-    } else {
-      // Its own locals: c and r, never addressed, stay in registers on the fast path.
-      lb::PathChoice general;
-      lb::RewriteResult general_rewrite;
-      if (!ChooseGeneral(d, m, now_ns, field, &general, &general_rewrite)) {
-        ++untouched;
-        continue;
+  // The loop, inline twice: for the common parameters (no PSN history or path loads, the UDP
+  // source port) without their per-packet tests, and for any others.
+  auto run = [&](auto plain) __attribute__((always_inline)) {
+    constexpr bool kPlain = decltype(plain)::value;
+    for (uint16_t i = 0; i < n; ++i) {
+      const pkt::PacketDesc& d = b.desc[i];
+      rte_mbuf* m = b.pkts[i];
+      uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+      lb::PathChoice c;
+      lb::RewriteResult r;
+      size_t verdict;  // index into verdict_bytes
+      // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE,
+      // and only frames of one segment (its data_len is its pkt_len, which Parse() checked the ICRC
+      // against); chained mbufs take the general path.
+      if (m->nb_segs == 1 && sel.template TryChooseRewriteWhole<kPlain>(
+                                 params, d, frame, now_ns, icrc, tally, &c, &r)) [[likely]] {
+        verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
+      } else {
+        // Its own locals: c and r, never addressed, stay in registers on the fast path.
+        lb::PathChoice general;
+        lb::RewriteResult general_rewrite;
+        if (!ChooseGeneral(d, m, now_ns, field, &general, &general_rewrite)) {
+          ++untouched;
+          continue;
+        }
+        c = general;
+        r = general_rewrite;
+        verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
       }
-      c = general;
-      r = general_rewrite;
-      verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
-    }
-    if (r != lb::RewriteResult::kRewritten) [[unlikely]] {
-      if (r != lb::RewriteResult::kUnchanged) {
-        ++refused;  // headers that do not fit: forwarded as port-fwd would
-        continue;
+      if (r != lb::RewriteResult::kRewritten) [[unlikely]] {
+        if (r != lb::RewriteResult::kUnchanged) {
+          ++refused;  // headers that do not fit: forwarded as port-fwd would
+          continue;
+        }
+        ++unchanged;
       }
-      ++unchanged;
+      b.egress[i] = c.path->port;
+      const uint32_t bytes = m->pkt_len;
+      verdict_bytes[verdict] += bytes;
+      // Sets past the reported ones share the last row.
+      size_t row = c.set_id;
+      if (row > kLbReportedSets) [[unlikely]]
+        row = kLbReportedSets;
+      path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
     }
-    b.egress[i] = c.path->port;
-    const uint32_t bytes = m->pkt_len;
-    verdict_bytes[verdict] += bytes;
-    // Sets past the reported ones share the last row.
-    size_t row = c.set_id;
-    if (row > kLbReportedSets) [[unlikely]]
-      row = kLbReportedSets;
-    path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
+  };
+  if (!params.record_or_track && params.sport_always) [[likely]] {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
   sel.Commit(tally);
   // The packed counts hold fewer than 2^24 packets per slot between two folds.
