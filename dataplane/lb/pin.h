@@ -65,6 +65,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #if defined(__SSE4_2__)
@@ -460,11 +461,17 @@ class PinSelector {
     const auto i =
         static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set_size));
     const Path& path = paths[i];
-    e.pinned_entropy = path.entropy;
-    e.pinned_port = path.port;
+    CopyPinnedPath(e, path);
     e.pinned_path = i;
     e.flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
     return i;
+  }
+  // The pinned path's entropy and port into the entry (pinned_entropy, pinned_port): one 8-byte
+  // copy of the Path's first bytes, whose last two land in pinned_rest.
+  static void CopyPinnedPath(FlowEntry& e, const Path& path) {
+    static_assert(offsetof(Path, entropy) == 0 && offsetof(Path, port) == 4 &&
+                  sizeof(Path::entropy) == 4 && sizeof(Path::port) == 2);
+    std::memcpy(reinterpret_cast<uint8_t*>(&e) + offsetof(FlowEntry, pinned_entropy), &path, 8);
   }
   // The pinned path of a flow that needs one: inline for the hash policy, else PickPinned().
   uint8_t PinPath(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns, uint64_t gap_ns) {
@@ -478,8 +485,7 @@ class PinSelector {
   }
   static void SetPinned(FlowEntry& e, PathSetView set, uint8_t i) {
     e.pinned_path = i;
-    e.pinned_entropy = set[i].entropy;
-    e.pinned_port = set[i].port;
+    CopyPinnedPath(e, set[i]);
     e.flags |= kFlowPinValid;
   }
   uint8_t PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
