@@ -76,18 +76,22 @@ struct alignas(64) FlowEntry {
   uint32_t generation;  // PathTable::generation() that path_set and the path indexes refer to
   uint64_t last_ns;     // time of the last packet (flowlet gap, idleness)
   uint64_t flow_bytes;  // payload bytes of the current flow: the message, or in QP mode the QP's
-                        // bytes since it became active
+                        // bytes since it became active (a pinned one-packet message in request
+                        // mode leaves this, size and flow_threshold as they were: nothing reads
+                        // them before the next message sets them)
   uint32_t size;        // the current message's size (kFlowSizeKnown)
   uint32_t messages;    // messages started (salts the pinned-path hash in request mode)
   uint32_t pinned_entropy;  // the pinned path's entropy and port, to find it in a new table
   uint16_t pinned_port;
-  uint16_t path_set;        // set id in the table of `generation`; kNoPathSet: not balanced
+  uint16_t pinned_rest;     // the Path's next two bytes: the pinned path's first 8 bytes are copied
+                            // whole (PinSelector::CopyPinnedPath()); nothing reads them
   uint8_t flags;            // FlowFlag
   uint8_t pinned_path;      // pinned path index (kFlowPinValid)
   uint8_t current_path;     // flowlet: the flowlet's path; adaptive: the last choice; else unused
   uint8_t rr_next;          // round-robin: the next path index
   uint32_t flow_threshold;  // the threshold when the current message started (bytes, saturated)
-  uint8_t line1_pad[8];
+  uint16_t path_set;        // set id in the table of `generation`; kNoPathSet: not balanced
+  uint8_t line1_pad[6];
   // Line 2: feedback (REPS, adaptive).
   uint32_t next_psn;            // PSN after the newest packet sent (kFbPsnValid)
   uint32_t acked_psn;           // highest PSN acknowledged (kFbAckValid)
@@ -100,6 +104,8 @@ struct alignas(64) FlowEntry {
   uint8_t line2_pad[17];
 };
 static_assert(sizeof(FlowEntry) == 128, "FlowEntry must be two cache lines");
+static_assert(offsetof(FlowEntry, pinned_port) == offsetof(FlowEntry, pinned_entropy) + 4 &&
+              offsetof(FlowEntry, pinned_rest) == offsetof(FlowEntry, pinned_entropy) + 6);
 static_assert(offsetof(FlowEntry, next_psn) == 64, "feedback state starts the second line");
 
 struct FlowTableOptions {

@@ -176,6 +176,7 @@ void IcrcDeltaCache::Adopt(uint32_t tail_len) noexcept {
     hot_hi_[b] = hot_hi_[b & (b - 1)] ^ basis[8 + low];
   }
   hot_tail_ = tail_len;
+  hot_span_ = uint64_t{tail_len} + 2;
 }
 
 }  // namespace heddle::lb

@@ -70,6 +70,19 @@ class IcrcDeltaCache {
       return Delta16(old_wire, new_wire, tail_len);
     }
   }
+  // Delta16Wire() with the distance from the field's first byte to the ICRC, `span` = tail_len +
+  // 2 (for the UDP source port: icrc_off - l4_off), 2 <= span < 65538: a frame's two offsets
+  // give it with one subtraction.
+  uint32_t DeltaSpanWire(uint16_t old_wire, uint16_t new_wire, uint32_t span) noexcept {
+    if constexpr (std::endian::native == std::endian::little) {
+      if (span == hot_span_) [[likely]] {
+        ++hot_hits_;
+        const uint32_t w = static_cast<uint32_t>(old_wire ^ new_wire);
+        return hot_lo_[w >> 8] ^ hot_hi_[w & 0xff];
+      }
+    }
+    return Delta16Wire(old_wire, new_wire, span - 2);
+  }
 
  private:
   static constexpr int kBits = 8;
@@ -88,7 +101,8 @@ class IcrcDeltaCache {
     Way way[2];
   };
   uint64_t hot_tail_ = kNoHotTail;
-  uint64_t hot_hits_ = 0;  // in this window
+  uint64_t hot_span_ = kNoHotTail + 2;  // hot_tail_ + 2 (DeltaSpanWire())
+  uint64_t hot_hits_ = 0;               // in this window
   // The most frequent cold tail of this window (Boyer-Moore majority vote) and its net count.
   uint32_t candidate_ = kNoTail;
   uint32_t votes_ = 0;

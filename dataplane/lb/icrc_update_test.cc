@@ -129,6 +129,28 @@ TEST(IcrcUpdate, WireOrderDeltaMatches) {
   }
 }
 
+// The span form (tail + 2, as a frame's icrc_off - l4_off gives it): before any table is built,
+// on the hot table, on the memo, and across a change of the hot tail.
+TEST(IcrcUpdate, SpanDeltaMatches) {
+  std::mt19937_64 rng(12);
+  IcrcDeltaCache cache;
+  for (int i = 0; i < 40000; ++i) {
+    const auto old_v = static_cast<uint16_t>(rng());
+    const auto new_v = static_cast<uint16_t>(rng());
+    // The hot tail moves from 54 to 1078 halfway; a few spans at the bounds (2, 65537).
+    const uint32_t tail = i % 4 != 0      ? (i < 20000 ? 54u : 1078u)
+                          : i % 1000 == 0 ? (i % 2000 == 0 ? 0u : 0xffffu)
+                                          : static_cast<uint32_t>(rng() % 5000);
+    uint16_t old_wire, new_wire;
+    const uint8_t old_bytes[2] = {static_cast<uint8_t>(old_v >> 8), static_cast<uint8_t>(old_v)};
+    const uint8_t new_bytes[2] = {static_cast<uint8_t>(new_v >> 8), static_cast<uint8_t>(new_v)};
+    std::memcpy(&old_wire, old_bytes, sizeof old_wire);
+    std::memcpy(&new_wire, new_bytes, sizeof new_wire);
+    ASSERT_EQ(cache.DeltaSpanWire(old_wire, new_wire, tail + 2), IcrcDelta16(old_v, new_v, tail))
+        << std::hex << old_v << " " << new_v << std::dec << " tail " << tail;
+  }
+}
+
 // Before any tail is hot, and for tails past 16 bits, the answers are still IcrcDelta16()'s.
 TEST(IcrcUpdate, CacheAnswersEveryTailLength) {
   IcrcDeltaCache cache;

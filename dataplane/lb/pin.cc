@@ -388,6 +388,17 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
     return {nullptr, kNoPath, Verdict::kNoPathSet};
   }
 
+  constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
+  if (one_packet_pin_ && (desc.flags & kOnly) == kOnly &&
+      desc.payload_len <= threshold_.load(std::memory_order_relaxed)) {
+    // A pinned one-packet message: placed as the fast path places it.
+    if (e->flags & kFlowInMessage) Bump(LbCounter::kAbandoned);
+    const uint8_t i = PlaceOnePacketPinned(*e, set.paths, set.size, hash);
+    Bump(LbCounter::kPinnedFlows);
+    Bump(LbCounter::kPinnedPackets);
+    if (record_or_track_) RecordAndTrack(*e, desc, set, i, now_ns);
+    return {&set[i], i, Verdict::kPinned, set.id};
+  }
   auto count = [this](LbCounter c, uint64_t n) { Bump(c, n); };
   if ((desc.flags & pkt::kFlagFirst) || (e->flags & kFlowInMessage) == 0) {
     StartMessage(*e, desc, set, hash, now_ns, gap_ns, count);
@@ -402,6 +413,16 @@ void PinSelector::Record(FlowEntry& e, uint32_t psn, uint8_t path) {
   return {&set[i], i, verdict, set.id};
 }
 
+// The flow hash of a recent-flow slot's (tag, key): an IPv6 tag is the hash; an IPv4 tag holds the
+// addresses as HashRequest() reads them.
+uint64_t PinSelector::RecentHash(uint64_t tag, uint32_t key) {
+  const uint32_t k = key - 1;
+  if ((k >> 24) & 1) return tag;
+  uint8_t addresses[8];
+  std::memcpy(addresses, &tag, sizeof addresses);
+  return internal::HashFlow(addresses, addresses + 4, false, k & kPsnMask);
+}
+
 void PinSelector::PurgeRecent() {
   recent_removals_ = flows_.removals();
   RecentFlow* const recent = recent_.get();
@@ -409,7 +430,8 @@ void PinSelector::PurgeRecent() {
     RecentFlow& r = recent[k];
     if (r.key == 0) continue;
     const FlowEntry* e = r.entry;
-    if (e->key_hash != r.hash || e->qpn != ((r.key - 1) & kPsnMask) || e->path_set != r.set_id ||
+    const uint32_t qpn = (r.key - 1) & kPsnMask;
+    if (e->key_hash != RecentHash(r.tag, r.key) || e->qpn != qpn || e->path_set != r.set_id ||
         e->generation != table_generation_) {
       r = RecentFlow{};
     }
@@ -429,7 +451,7 @@ const PinSelector::RecentFlow* PinSelector::FindRecentMiss(const uint8_t* ip, bo
   }
   const PathSetView set = sets_[e->path_set];
   RecentFlow& r = recent_[slot];
-  r = RecentFlow{tag, hash, e, set.paths, key, e->path_set, static_cast<uint16_t>(set.size)};
+  r = RecentFlow{tag, e, set.paths, key, e->path_set, static_cast<uint16_t>(set.size)};
   return &r;
 }
 

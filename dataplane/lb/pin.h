@@ -65,7 +65,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include "absl/status/status.h"
 #include "dataplane/lb/balancer.h"
@@ -339,6 +344,22 @@ class PinSelector {
                                                      PathChoice* out, RewriteResult* rewrite) {
     return Fast<true, true>(params, desc, frame, len, now_ns, tally, out, rewrite, &icrc);
   }
+  // TryChooseRewriteParsed() for a frame that lies whole at `frame` (contiguous), as
+  // pkt::Parse(frame, len) or Parse(frame, len, len) saw it (in the pipeline: an mbuf of one
+  // segment, whose data_len is its pkt_len): Parse() has checked that the ICRC lies within the
+  // frame, so only the opcode class is checked again, and nothing past the ICRC's end is read or
+  // written (the frame's length is not needed). kPlain: the caller has seen `params` say
+  // !record_or_track and sport_always (the common configuration) and runs this variant for the
+  // whole burst: neither is tested per packet.
+  template <bool kPlain = false>
+  [[gnu::always_inline]] bool TryChooseRewriteWhole(const FastParams& params,
+                                                    const pkt::PacketDesc& desc, uint8_t* frame,
+                                                    uint64_t now_ns, IcrcDeltaCache& icrc,
+                                                    BurstTally& tally, PathChoice* out,
+                                                    RewriteResult* rewrite) {
+    return Fast<true, true, true, kPlain>(params, desc, frame, 0, now_ns, tally, out, rewrite,
+                                          &icrc);
+  }
   // Adds a burst's tally to the counters and clears it (once per burst).
   void Commit(BurstTally& t) {
     t.pinned_packets += t.pinned_single;
@@ -427,6 +448,31 @@ class PinSelector {
   template <typename Count>
   void Account(FlowEntry& e, const pkt::PacketDesc& desc, PathSetView set, uint8_t i,
                uint64_t now_ns, Count count);
+  // A pinned one-packet message in request mode with the hash policy (one_packet_pin_, payload
+  // within the threshold), after its entry's last_ns: StartMessage(), PinPath(), Place() and
+  // Account() with what such a message already says, without their counts and RecordAndTrack().
+  // Its size is its payload, within the threshold; it cannot cross it; nothing of it outlives it.
+  // So its size, flow_bytes and flow_threshold are not written: in request mode nothing reads
+  // them before the next message's StartMessage() sets them. Returns the path index.
+  [[gnu::always_inline]] static uint8_t PlaceOnePacketPinned(FlowEntry& e, const Path* paths,
+                                                             uint32_t set_size, uint64_t hash) {
+    const uint32_t messages = e.messages + 1;
+    e.messages = messages;
+    const auto i =
+        static_cast<uint8_t>(internal::FastRange(internal::MessageHash(hash, messages), set_size));
+    const Path& path = paths[i];
+    CopyPinnedPath(e, path);
+    e.pinned_path = i;
+    e.flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    return i;
+  }
+  // The pinned path's entropy and port into the entry (pinned_entropy, pinned_port): one 8-byte
+  // copy of the Path's first bytes, whose last two land in pinned_rest.
+  static void CopyPinnedPath(FlowEntry& e, const Path& path) {
+    static_assert(offsetof(Path, entropy) == 0 && offsetof(Path, port) == 4 &&
+                  sizeof(Path::entropy) == 4 && sizeof(Path::port) == 2);
+    std::memcpy(reinterpret_cast<uint8_t*>(&e) + offsetof(FlowEntry, pinned_entropy), &path, 8);
+  }
   // The pinned path of a flow that needs one: inline for the hash policy, else PickPinned().
   uint8_t PinPath(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns, uint64_t gap_ns) {
     if (config_.pin_policy != PinPolicy::kHash) return PickPinned(e, set, hash, now_ns, gap_ns);
@@ -439,8 +485,7 @@ class PinSelector {
   }
   static void SetPinned(FlowEntry& e, PathSetView set, uint8_t i) {
     e.pinned_path = i;
-    e.pinned_entropy = set[i].entropy;
-    e.pinned_port = set[i].port;
+    CopyPinnedPath(e, set[i]);
     e.flags |= kFlowPinValid;
   }
   uint8_t PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
@@ -464,14 +509,18 @@ class PinSelector {
   template <bool kRewrite>
   [[gnu::always_inline]] static bool FastGeometry(const pkt::PacketDesc& desc, const uint8_t* frame,
                                                   size_t len);
-  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()).
-  template <bool kRewrite, bool kParsed>
+  // kParsed: `desc` is Parse()'s kOk result for `frame` (TryChooseRewriteParsed()); kWhole: and
+  // the frame lies whole within `len` (TryChooseRewriteWhole()).
+  // kPlain: Params() said no PSN history or path loads and the UDP source port, for the caller's
+  // whole burst (TryChooseRewriteWhole<true>()).
+  template <bool kRewrite, bool kParsed, bool kWhole = false, bool kPlain = false>
   [[gnu::always_inline]] inline bool Fast(const FastParams& p, const pkt::PacketDesc& desc,
                                           uint8_t* frame, size_t len, uint64_t now_ns,
                                           BurstTally& tally, PathChoice* out,
                                           RewriteResult* rewrite, IcrcDeltaCache* icrc);
   // Empties the recent-flow slots whose entry was removed or now holds another flow or set.
   void PurgeRecent();
+  static uint64_t RecentHash(uint64_t tag, uint32_t key);
   const RecentFlow* FindRecentMiss(const uint8_t* ip, bool v6, uint32_t qpn, uint64_t tag,
                                    uint32_t key, size_t slot);
   void Deliver(FlowEntry& e, PathSetView set, uint8_t path, PathSignal signal, uint64_t now_ns);
@@ -509,15 +558,17 @@ class PinSelector {
     a[static_cast<uint8_t>(pkt::L3::kIpv6)] = pkt::kIpv6HeaderLen;
     return a;
   }();
-  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE).
-  static constexpr std::array<bool, 256> kFastClass = [] {
-    std::array<bool, 256> a{};
+  // The opcode classes the fast path places (not control, IsControlClass(); not kNone: not RoCE),
+  // one bit each.
+  static_assert(static_cast<int>(pkt::RoceClass::kCount) <= 64);
+  static constexpr uint64_t kFastClassMask = [] {
+    uint64_t m = 0;
     for (pkt::RoceClass c :
          {pkt::RoceClass::kSend, pkt::RoceClass::kWrite, pkt::RoceClass::kReadRequest,
           pkt::RoceClass::kReadResponse, pkt::RoceClass::kAtomic}) {
-      a[static_cast<uint8_t>(c)] = true;
+      m |= uint64_t{1} << static_cast<int>(c);
     }
-    return a;
+    return m;
   }();
   std::array<std::atomic<uint64_t>, kNumLbCounters> counters_{};
   // The recent-flow cache of TryChooseFast(): direct-mapped by the flow's addresses (IPv4) or hash
@@ -531,9 +582,10 @@ class PinSelector {
   // PurgeRecent() empties the slots whose entry no longer passes those checks, before the fast
   // path runs again: SweepIdle() and Choose() at once, Params() (once per burst) for removals
   // through mutable_flows() (FlowTable::removals() tells).
+  // 32 bytes: the slot's byte offset is a mask of the hash (RecentOffset()). The flow hash is the
+  // entry's key_hash, read from the entry's first line, which the packet loads anyway.
   struct RecentFlow {
-    uint64_t tag = 0;   // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
-    uint64_t hash = 0;  // the flow hash (FlowEntry::key_hash)
+    uint64_t tag = 0;  // IPv4: source and destination address as 8 bytes; IPv6: the flow hash
     FlowEntry* entry = nullptr;
     const Path* paths = nullptr;  // the entry's set in the current table
     uint32_t key = 0;             // (IPv6 << 24 | destination QPN) + 1 (RecentKey()); 0: empty
@@ -544,6 +596,19 @@ class PinSelector {
   // A slot's key: never 0 (the empty slot's), IPv4 and IPv6 apart, one instruction for IPv4.
   static constexpr uint32_t RecentKey(bool v6, uint32_t qpn) {
     return (static_cast<uint32_t>(v6) << 24 | qpn) + 1;
+  }
+  // The byte offset of (tag, key)'s slot in the cache. With SSE4.2: one CRC-32C step over the
+  // tag seeded with the key (the crc32 instruction) and one mask that keeps 8 of its bits, already
+  // a multiple of the slot size: two instructions. Else the top bits of one multiply.
+  static size_t RecentOffset(uint64_t tag, uint32_t key) {
+    static_assert(sizeof(RecentFlow) == 32);
+#if defined(__SSE4_2__)
+    constexpr uint32_t kMask = ((1u << kRecentBits) - 1) * sizeof(RecentFlow);
+    return static_cast<uint32_t>(_mm_crc32_u64(key, tag)) & kMask;
+#else
+    return static_cast<size_t>(((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits)) *
+           sizeof(RecentFlow);
+#endif
   }
   std::unique_ptr<RecentFlow[]> recent_;
   // flows_.removals() when the recent-flow cache was last purged.
@@ -670,13 +735,13 @@ inline const PinSelector::RecentFlow* PinSelector::FindRecent(const RecentFlow* 
     tag = HashFlowV6(ip, qpn);
     key = RecentKey(true, qpn);
   }
-  // The high bits of one multiply by the golden ratio depend on every bit of tag and key.
-  const size_t slot = ((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits);
-  const RecentFlow& r = recent[slot];
+  const size_t offset = RecentOffset(tag, key);
+  const RecentFlow& r =
+      *reinterpret_cast<const RecentFlow*>(reinterpret_cast<const char*>(recent) + offset);
   // A filled slot's entry still holds its flow and set (PurgeRecent() keeps it so).
   if (r.tag == tag && r.key == key) [[likely]]
     return &r;
-  return FindRecentMiss(ip, v6, qpn, tag, key, slot);
+  return FindRecentMiss(ip, v6, qpn, tag, key, offset / sizeof(RecentFlow));
 }
 
 template <bool kRewrite>
@@ -705,7 +770,7 @@ inline bool PinSelector::FastGeometry(const pkt::PacketDesc& desc, const uint8_t
   }
 }
 
-template <bool kRewrite, bool kParsed>
+template <bool kRewrite, bool kParsed, bool kWhole, bool kPlain>
 inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, uint8_t* frame,
                               size_t len, uint64_t now_ns, BurstTally& tally, PathChoice* out,
                               RewriteResult* rewrite, IcrcDeltaCache* icrc) {
@@ -715,10 +780,12 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   const uint16_t flags = desc.flags;
   if constexpr (kParsed) {
     // Parse() checked the rest: a class the fast path places implies kFlagRoce and its geometry.
-    if (!kFastClass[static_cast<uint8_t>(desc.roce_class)] ||
-        size_t{desc.icrc_off} + pkt::kIcrcLen > len) {
-      return false;
-    }
+    // Parse()'s classes are below kCount <= 64: one bit test of a 64-bit mask is exact.
+    if (((kFastClassMask >> (static_cast<uint32_t>(desc.roce_class) & 63)) & 1) == 0) return false;
+    // A whole frame: Parse() has checked that the ICRC lies within it.
+    if (!kWhole && size_t{desc.icrc_off} + pkt::kIcrcLen > len) return false;
+    // Not given: RewriteFitting() bounds a fallback by the ICRC's end.
+    if constexpr (kWhole) len = kWholeFrame;
   } else if (!FastGeometry<kRewrite>(desc, frame, len)) {
     return false;
   }
@@ -733,7 +800,6 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   if (r == nullptr) return false;
   FlowEntry* const e = r->entry;
   // From here on the packet is the fast path's: the steps of Choose().
-  const uint64_t hash = r->hash;  // e->key_hash, from the line already loaded
   const Path* const paths = r->paths;
   const uint32_t set_id = r->set_id;
   uint8_t i;
@@ -741,35 +807,22 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   constexpr uint16_t kOnly = pkt::kFlagFirst | pkt::kFlagLast;
   const bool only = (flags & kOnly) == kOnly;
   if (only && payload < p.pin_below) [[likely]] {
-    // A pinned one-packet message in request mode with the hash policy: StartMessage(), PinPath(),
-    // Place() and Account() with what such a message already says. It is a flow of known size
-    // (its payload, within the threshold); nothing outlives it; it cannot pass the threshold.
-    const uint32_t messages = e->messages + 1;
+    // A pinned one-packet message in request mode with the hash policy (PlaceOnePacketPinned(),
+    // as Choose() places it).
     const uint8_t old_flags = e->flags;
     e->last_ns = now_ns;
-    e->messages = messages;
-    e->flow_bytes = payload;
-    e->flow_threshold = p.threshold32;
-    i = static_cast<uint8_t>(
-        internal::FastRange(internal::MessageHash(hash, messages), r->set_size));
-    const Path& path = paths[i];
-    e->pinned_entropy = path.entropy;
-    e->pinned_port = path.port;
-    // After the loads from the path: stored next to `messages`, the compiler would otherwise
-    // merge the two through a vector register (three instructions for two stores).
-    e->size = payload;
-    e->pinned_path = i;
-    e->flags = kFlowSizeKnown | kFlowPinned | kFlowPinValid;
+    i = PlaceOnePacketPinned(*e, paths, r->set_size, e->key_hash);
     if (old_flags & kFlowInMessage) [[unlikely]]
       tally.Add(LbCounter::kAbandoned);
     verdict = Verdict::kPinned;
     ++tally.pinned_single;
-    if (p.record_or_track) [[unlikely]]
+    if (!kPlain && p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, PathSetView{paths, r->set_size, set_id}, i, now_ns);
   } else if (only && payload >= p.spray_from) {
     // A sprayed one-packet message in request mode (pin off, or a payload beyond the threshold):
     // likewise, with the balancer's pick; not pinned, it has no threshold to cross.
     const PathSetView set{paths, r->set_size, set_id};
+    const uint64_t hash = e->key_hash;  // each branch loads the flow hash where it needs it
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;
     if (e->flags & kFlowInMessage) [[unlikely]]
@@ -782,10 +835,11 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
     i = balancer_.Pick(PickContext{e, set, hash, now_ns, gap_ns});
     verdict = Verdict::kSprayed;
     ++tally.sprayed_single;
-    if (p.record_or_track) [[unlikely]]
+    if (!kPlain && p.record_or_track) [[unlikely]]
       RecordAndTrack(*e, desc, set, i, now_ns);
   } else {
     const PathSetView set{paths, r->set_size, set_id};
+    const uint64_t hash = e->key_hash;
     auto count = [&tally](LbCounter c, uint64_t n) { tally.Add(c, n); };
     const uint64_t gap_ns = now_ns - e->last_ns;
     e->last_ns = now_ns;
@@ -800,9 +854,12 @@ inline bool PinSelector::Fast(const FastParams& p, const pkt::PacketDesc& desc, 
   }
   *out = {&paths[i], i, verdict, set_id};
   if constexpr (kRewrite) {
-    *rewrite = RewriteFitting(
-        frame, len, desc, paths[i],
-        p.sport_always ? EntropyField::kUdpSourcePort : EntropyField::kIpv6FlowLabel, *icrc);
+    // The field as a constant on the common branch: RewriteFitting() then tests no L3.
+    if (kPlain || p.sport_always) [[likely]] {
+      *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kUdpSourcePort, *icrc);
+    } else {
+      *rewrite = RewriteFitting(frame, len, desc, paths[i], EntropyField::kIpv6FlowLabel, *icrc);
+    }
   }
   return true;
 }

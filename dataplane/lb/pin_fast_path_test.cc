@@ -160,6 +160,8 @@ class Differential {
   // Parse()'s descs offered to TryChooseRewriteParsed(), and those it placed.
   uint64_t parsed_offered() const { return parsed_offered_; }
   uint64_t parsed_packets() const { return parsed_packets_; }
+  // Offered to TryChooseRewriteWhole<true>() (no history, loads or flow-label entropy).
+  uint64_t plain_offered() const { return plain_offered_; }
 
  private:
   static bool HasFailure() { return ::testing::Test::HasFailure(); }
@@ -281,7 +283,8 @@ class Differential {
 
   // One packet through both: the reference chooses with Choose() and rewrites with RewriteFull()
   // (no ICRC memo); the other takes TryChooseFast(), TryChooseRewriteFast() or, for a desc
-  // Parse() made of this frame (`parsed`), TryChooseRewriteParsed() (their rewrite with a memo),
+  // Parse() made of this frame (`parsed`), TryChooseRewriteParsed() or TryChooseRewriteWhole()
+  // (their rewrite with a memo),
   // and Choose() and Rewrite() where they decline. Same choice, same bytes.
   void Offer(const pkt::PacketDesc& d, uint8_t* frame, size_t len, bool parsed) {
     std::vector<uint8_t> a, b;
@@ -295,15 +298,27 @@ class Differential {
     RewriteResult want_r = RewriteResult::kNotRoce;
     if (want.path != nullptr) want_r = RewriteFull(fa, len, d, *want.path, field_, nullptr);
 
-    const uint32_t how = static_cast<uint32_t>(rng_() % 3);
+    const uint32_t how = static_cast<uint32_t>(rng_() % 4);
     const bool with_rewrite = how != 0;
     PathChoice got;
     RewriteResult got_r = RewriteResult::kNotRoce;
     bool fast;
-    if (how == 2 && parsed) {
+    if (how >= 2 && parsed) {
       ++parsed_offered_;
-      // The burst's parameters, as the stage takes them (at the start of the burst).
-      fast = fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got, &got_r);
+      // The burst's parameters, as the stage takes them (at the start of the burst). A parsed
+      // frame here is whole (`len` is its length): TryChooseRewriteWhole() applies too, and its
+      // plain variant when the parameters allow it (as the stage picks it for a burst).
+      const bool plain = !params_.record_or_track && params_.sport_always;
+      if (how == 2) {
+        fast =
+            fast_->TryChooseRewriteParsed(params_, d, fb, len, now_, icrc_, tally_, &got, &got_r);
+      } else if (plain && rng_() % 2 == 0) {
+        ++plain_offered_;
+        fast =
+            fast_->TryChooseRewriteWhole<true>(params_, d, fb, now_, icrc_, tally_, &got, &got_r);
+      } else {
+        fast = fast_->TryChooseRewriteWhole(params_, d, fb, now_, icrc_, tally_, &got, &got_r);
+      }
       if (fast) ++parsed_packets_;
     } else if (with_rewrite) {
       fast = fast_->TryChooseRewriteFast(d, fb, len, now_, field_, icrc_, tally_, &got, &got_r);
@@ -412,7 +427,7 @@ class Differential {
   std::vector<Qp> qps_;
   uint64_t now_ = 1'000'000;
   uint64_t fast_packets_ = 0, slow_packets_ = 0, slow_stateful_ = 0;
-  uint64_t parsed_offered_ = 0, parsed_packets_ = 0;
+  uint64_t parsed_offered_ = 0, parsed_packets_ = 0, plain_offered_ = 0;
 };
 
 struct Case {
@@ -434,6 +449,10 @@ TEST_P(PinFastPathTest, SameAsChoose) {
   if (c.qps * 4 <= c.capacity * 3) {
     EXPECT_GT(d.fast_packets(), stateful * 8 / 10);
     EXPECT_GT(d.parsed_packets(), d.parsed_offered() / 4);
+    // The plain variant ran too, but where the entropy is the IPv6 flow label (seed % 4 == 3).
+    if (c.seed % 4 != 3) {
+      EXPECT_GT(d.plain_offered(), 0u);
+    }
   } else {
     EXPECT_GT(d.fast_packets(), 0u);
     EXPECT_GT(d.parsed_packets(), 0u);

@@ -92,20 +92,29 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   return static_cast<uint16_t>(~sum);
 }
 
+// RewriteFitting()'s `len` for a frame that lies whole at `frame` (Parse() checked its ICRC against
+// its length): nothing past the ICRC's end is read or written.
+inline constexpr size_t kWholeFrame = ~size_t{0};
+
 // Rewrite() of a frame whose geometry Rewrite() accepts (RoCE; IPv4 or IPv6 with UDP at least 4
-// bytes in; BTH right after UDP; the ICRC after BTH and within `len`), `frame` not null. The
-// caller has checked that (PinSelector::TryChooseRewriteFast() does; for
-// TryChooseRewriteParsed(), Parse() did).
+// bytes in; BTH right after UDP; the ICRC after BTH and within `len`, or `len` kWholeFrame),
+// `frame` not null. The caller has checked that (PinSelector::TryChooseRewriteFast() does; for
+// TryChooseRewriteParsed() and TryChooseRewriteWhole(), Parse() did).
 // Inline: the common frame (the UDP source port, a zero UDP checksum, no next-hop MAC).
 [[gnu::always_inline]] inline RewriteResult RewriteFitting(uint8_t* frame, size_t len,
                                                            const pkt::PacketDesc& desc,
                                                            const Path& path, EntropyField field,
                                                            IcrcDeltaCache& cache) noexcept {
-  uint8_t* udp = frame + desc.l4_off;
+  // The offsets before any store into the frame: it may alias the desc (-fno-strict-aliasing).
+  const uint32_t l4_off = desc.l4_off;
+  const uint32_t icrc_off = desc.icrc_off;
+  uint8_t* udp = frame + l4_off;
   const bool sport = field == EntropyField::kUdpSourcePort || desc.l3 != pkt::L3::kIpv6;
   uint16_t checksum;  // zero or not: the byte order does not matter
   std::memcpy(&checksum, udp + 6, sizeof checksum);
   if (!sport || path.has_next_hop_mac || checksum != 0) [[unlikely]] {
+    // A whole frame's length is only needed here, from the desc: its ICRC's end.
+    if (len == kWholeFrame) len = size_t{icrc_off} + pkt::kIcrcLen;
     return RewriteFull(frame, len, desc, path, field, &cache);
   }
   // The ports as their bytes sit in the frame (network order), loaded and stored as one word.
@@ -115,10 +124,9 @@ constexpr uint16_t ChecksumUpdate16(uint16_t checksum, uint16_t old_word, uint16
   if constexpr (std::endian::native == std::endian::little) new_wire = __builtin_bswap16(new_wire);
   if (old_wire == new_wire) return RewriteResult::kUnchanged;
   std::memcpy(udp, &new_wire, sizeof new_wire);
-  // The bytes the ICRC covers after the port: the rest of UDP (6), BTH, up to the ICRC. (Below
-  // 64 KiB: IcrcDelta16() takes the tail modulo 2^16 too.)
-  const auto tail = static_cast<uint16_t>(desc.icrc_off - desc.l4_off - 2u);
-  ApplyIcrcDelta(frame + desc.icrc_off, cache.Delta16Wire(old_wire, new_wire, tail));
+  // From the port to the ICRC: the port, the rest of UDP, BTH, up to the ICRC (at least 20 bytes:
+  // the geometry was checked).
+  ApplyIcrcDelta(frame + icrc_off, cache.DeltaSpanWire(old_wire, new_wire, icrc_off - l4_off));
   return RewriteResult::kRewritten;
 }
 

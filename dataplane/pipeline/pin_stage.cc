@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "dataplane/lb/rewrite.h"
 #include "drivers/verbs/host_backlog.h"
@@ -108,7 +109,8 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   // again for every packet.
   lb::PinSelector::BurstTally tally;
   lb::IcrcDeltaCache& icrc = icrc_cache_;
-  uint64_t rewritten = 0, unchanged = 0, refused = 0, untouched = 0;
+  // Rewritten: every packet but these (one count fewer per packet).
+  uint64_t unchanged = 0, refused = 0, untouched = 0;
   // Bytes by verdict: pinned, sprayed, stateless (control packets and table-full fallbacks).
   uint64_t verdict_bytes[3] = {0, 0, 0};
   static_assert(static_cast<int>(lb::Verdict::kPinned) == 0 &&
@@ -116,43 +118,56 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
   // A local: the rewrite's byte stores may alias any member, so it would be loaded per packet.
   uint64_t* const path_counts = path_counts_.get();
   const uint16_t n = b.n;
-  for (uint16_t i = 0; i < n; ++i) {
-    const pkt::PacketDesc& d = b.desc[i];
-    rte_mbuf* m = b.pkts[i];
-    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
-    const size_t len = m->data_len;  // the headers are in the first segment
-    lb::PathChoice c;
-    lb::RewriteResult r;
-    size_t verdict;  // index into verdict_bytes
-    // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE.
-    if (sel.TryChooseRewriteParsed(params, d, frame, len, now_ns, icrc, tally, &c, &r)) [[likely]] {
-      verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
-    } else {
-      // Its own locals: c and r, never addressed, stay in registers on the fast path.
-      lb::PathChoice general;
-      lb::RewriteResult general_rewrite;
-      if (!ChooseGeneral(d, m, now_ns, field, &general, &general_rewrite)) {
-        ++untouched;
-        continue;
+  // The loop, inline twice: for the common parameters (no PSN history or path loads, the UDP
+  // source port) without their per-packet tests, and for any others.
+  auto run = [&](auto plain) __attribute__((always_inline)) {
+    constexpr bool kPlain = decltype(plain)::value;
+    for (uint16_t i = 0; i < n; ++i) {
+      const pkt::PacketDesc& d = b.desc[i];
+      rte_mbuf* m = b.pkts[i];
+      uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+      lb::PathChoice c;
+      lb::RewriteResult r;
+      size_t verdict;  // index into verdict_bytes
+      // The burst's descs are Parse()'s of these frames (stage.h). The fast path takes only RoCE,
+      // and only frames of one segment (its data_len is its pkt_len, which Parse() checked the ICRC
+      // against); chained mbufs take the general path.
+      if (m->nb_segs == 1 && sel.template TryChooseRewriteWhole<kPlain>(
+                                 params, d, frame, now_ns, icrc, tally, &c, &r)) [[likely]] {
+        verdict = static_cast<size_t>(c.verdict);  // pinned or sprayed
+      } else {
+        // Its own locals: c and r, never addressed, stay in registers on the fast path.
+        lb::PathChoice general;
+        lb::RewriteResult general_rewrite;
+        if (!ChooseGeneral(d, m, now_ns, field, &general, &general_rewrite)) {
+          ++untouched;
+          continue;
+        }
+        c = general;
+        r = general_rewrite;
+        verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
       }
-      c = general;
-      r = general_rewrite;
-      verdict = std::min<size_t>(static_cast<size_t>(c.verdict), 2);
+      if (r != lb::RewriteResult::kRewritten) [[unlikely]] {
+        if (r != lb::RewriteResult::kUnchanged) {
+          ++refused;  // headers that do not fit: forwarded as port-fwd would
+          continue;
+        }
+        ++unchanged;
+      }
+      b.egress[i] = c.path->port;
+      const uint32_t bytes = m->pkt_len;
+      verdict_bytes[verdict] += bytes;
+      // Sets past the reported ones share the last row.
+      size_t row = c.set_id;
+      if (row > kLbReportedSets) [[unlikely]]
+        row = kLbReportedSets;
+      path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
     }
-    if (r == lb::RewriteResult::kRewritten) [[likely]] {
-      ++rewritten;
-    } else if (r == lb::RewriteResult::kUnchanged) {
-      ++unchanged;
-    } else {
-      ++refused;  // headers that do not fit: forwarded as port-fwd would
-      continue;
-    }
-    b.egress[i] = c.path->port;
-    const uint32_t bytes = m->pkt_len;
-    verdict_bytes[verdict] += bytes;
-    // Sets past the reported ones share the last row.
-    const size_t row = std::min<size_t>(c.set_id, kLbReportedSets);
-    path_counts[row * lb::kMaxPaths + c.index] += kOnePathPacket | bytes;  // bytes < 2^40
+  };
+  if (!params.record_or_track && params.sport_always) [[likely]] {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
   sel.Commit(tally);
   // The packed counts hold fewer than 2^24 packets per slot between two folds.
@@ -161,6 +176,7 @@ uint16_t PinSelectStage::Process(WorkerContext& ctx, Burst& b) {
     FoldPathCounts();
   // Every packet has its path's uplink: "port-fwd" has nothing left to do.
   b.all_routed = untouched == 0 && refused == 0;
+  const uint64_t rewritten = n - untouched - refused - unchanged;
   if (rewritten) Add(PinStageCounter::kRewritten, rewritten);
   if (unchanged) Add(PinStageCounter::kUnchanged, unchanged);
   if (refused) Add(PinStageCounter::kRewriteRefused, refused);
