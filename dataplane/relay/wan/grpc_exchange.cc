@@ -1762,15 +1762,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                   opt_.state_dir,
                   {.instance = instance_, .spec_digest = spec_digest_, .region_id = opt_.region_id},
                   opt_.keep_rounds));
-    const DecisionLogHeader& h = log_->header();
-    if (h.spec_digest != spec_digest_ || h.region_id != opt_.region_id) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "wan.state_dir: %s holds the decisions of region %u's coordinator for model spec %s; "
-          "this is region %u with spec %s: give each job and coordinator its own state_dir (or "
-          "move the old log away to start a new job)",
-          log_->path(), h.region_id, Hex64(h.spec_digest), opt_.region_id, Hex64(spec_digest_)));
-    }
-    instance_ = h.instance;
+    // Open refused another job's or region's log (before changing it) and another process
+    // holding this state_dir.
+    instance_ = log_->header().instance;
     uint64_t last = 0;
     for (const LoggedDecision& rec : log_->replayed()) {
       pb::Decision d;
@@ -1787,10 +1781,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                      rec.round_id, std::string(st.message()).c_str());
         }
       }
-      kept_[rec.round_id] = Kept{std::move(d), nullptr};
+      kept_[rec.round_id] = Kept{std::move(d), nullptr};  // at most keep_rounds: the log's
       last = rec.round_id;
     }
-    while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
     if (last == 0) {
       HEDDLE_LOG(kInfo, "wan: region %u: new decision log %s", opt_.region_id,
                  log_->path().c_str());
@@ -1819,32 +1812,43 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Makes round r's decision durable before any gateway can see it (PublishLocked makes it
-  // visible). A failed append is retried every second, with the log reopened (which cuts what
-  // the failed write left): no decision goes out unlogged. mu_ is released while writing (the
-  // round is frozen: deciding). False: stopping.
+  // visible). mu_ is released while writing (the round is frozen: deciding). A write or sync
+  // that failed (Unavailable) is retried every second: DecisionLog never accepts a record whose
+  // sync failed, and rewrites the retained records into a new file before the retry appends,
+  // so no decision goes out unlogged. Any other error (a decision too large to log) cannot
+  // be helped by retrying: the round is aborted here, never published, and this coordinator
+  // decides no further round (its followers see it as down) — restarting it resumes from the
+  // log. False: the decision is not to be published (stopping, or that failure).
   bool LogDecision(std::unique_lock<std::mutex>& l, uint64_t r, const pb::Decision& d) {
     const std::string bytes = d.SerializeAsString();
     for (;;) {
       l.unlock();
       absl::Status st = log_->Append(r, bytes);
-      if (!st.ok()) {
-        HEDDLE_LOG(kError,
-                   "wan: round %" PRIu64
-                   ": cannot log the decision, so it is not sent; retrying: %s",
-                   r, std::string(st.message()).c_str());
-      }
       l.lock();
       if (st.ok()) return true;
+      if (!absl::IsUnavailable(st)) {
+        HEDDLE_LOG(kError,
+                   "wan: round %" PRIu64
+                   ": cannot log the decision, so it is not sent; the round is aborted and this "
+                   "coordinator stops deciding (restart it to resume from its log): %s",
+                   r, std::string(st.message()).c_str());
+        ++stats_.rounds_aborted;
+        encoder_.Resolve(r, false);
+        queue_.Push(r, RoundOutcome{
+                           .kind = RoundOutcome::Kind::kAborted,
+                           .reason = absl::InternalError(absl::StrFormat(
+                               "round %u: the coordinator cannot log its decision, so it is not "
+                               "sent and the coordinator stops deciding: %s",
+                               r, st.message())),
+                       });
+        cv_.notify_all();
+        return false;
+      }
+      HEDDLE_LOG(kError,
+                 "wan: round %" PRIu64 ": cannot log the decision, so it is not sent; retrying: %s",
+                 r, std::string(st.message()).c_str());
       cv_.wait_for(l, std::chrono::seconds(1), [&] { return stopping_; });
       if (stopping_) return false;
-      l.unlock();
-      absl::StatusOr<std::unique_ptr<DecisionLog>> re =
-          DecisionLog::Open(opt_.state_dir, log_->header(), opt_.keep_rounds);
-      l.lock();
-      if (re.ok()) {
-        log_ = *std::move(re);
-        if (log_->last_round() >= r) return true;  // the write had completed after all
-      }
     }
   }
 
