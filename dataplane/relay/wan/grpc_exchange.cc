@@ -858,11 +858,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     if (std::find(names.begin(), names.end(), want) != names.end()) return grpc::Status::OK;
     auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    // Not logged per refusal (a misconfigured or hostile caller would flood the log): the
+    // counter (heddle_relay_wan_refused_total{reason="auth"}) and the caller's status say it.
     const std::string got = names.empty() ? "no name" : absl::StrJoin(names, ", ");
-    HEDDLE_LOG(kWarning,
-               "wan: region %u refused a call claiming region %u: its certificate names [%s], "
-               "region %u's certificate must name '%s' (wan.peers[].cert_name)",
-               opt_.region_id, region, got.c_str(), region, want.c_str());
     return grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,
         absl::StrFormat("the caller claims region %u but its certificate names [%s], not '%s' "
