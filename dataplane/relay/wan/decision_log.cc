@@ -140,19 +140,22 @@ size_t ValidRecordAt(std::span<const uint8_t> b, size_t off, uint16_t* version, 
 
 // Whether a valid record starts anywhere at or after `from` (the torn-tail check). Only offsets
 // holding the record magic and a length that fits the file are checksummed, and at most
-// kMaxCandidates of them: a hostile file of repeated magics would otherwise cost a checksum of
-// the rest of the file per offset. Past the cap the scan gives up; the caller refuses the log
-// rather than cut what it could not check.
+// kMaxCandidates of them, checksumming at most 4 × the file's size (+ 1 MiB) in all: a hostile
+// file of repeated magics with long lengths would otherwise cost a checksum of the rest of the
+// file per offset. Past a cap the scan gives up; the caller refuses the log rather than cut
+// what it could not check.
 enum class Later { kNone, kFound, kTooMany };
 constexpr int kMaxCandidates = 4096;
 Later FindValidRecord(std::span<const uint8_t> b, size_t from, size_t* at, uint64_t* round) {
   int candidates = 0;
+  uint64_t budget = 4 * uint64_t{b.size()} + (1u << 20);
   for (size_t later = from; later + kRecordOverhead <= b.size(); ++later) {
     const uint8_t* p = b.data() + later;
     if (Get32(p) != kRecordMagic) continue;
     const uint32_t len = Get32(p + 16);
     if (len > kMaxPayload || b.size() - later - kRecordOverhead < len) continue;
-    if (++candidates > kMaxCandidates) return Later::kTooMany;
+    if (++candidates > kMaxCandidates || budget < kRecordHead + len) return Later::kTooMany;
+    budget -= kRecordHead + len;
     uint16_t v = 0;
     if (ValidRecordAt(b, later, &v, round) != 0) {
       *at = later;
