@@ -1838,6 +1838,29 @@ TEST(GrpcExchangeTest, DecisionLogOfAnotherJobFailsAtStart) {
   std::filesystem::remove_all(state);
 }
 
+TEST(WanOptionsTest, RelativeTokenFilesAreReadFromTheConfigDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrFormat("heddle_wan_token_dir_%d", getpid());
+  std::filesystem::create_directories(dir / "secrets");
+  { std::ofstream(dir / "secrets" / "job.token") << "tok-job\n"; }
+  { std::ofstream(dir / "secrets" / "peer3.token") << "tok-13\n"; }
+  const YAML::Node wan = YAML::Load(R"(
+region: 1
+listen: 0.0.0.0:7443
+token_file: secrets/job.token
+peers: [{region: 3, address: "gw3:7443", token_file: secrets/peer3.token}]
+)");
+  absl::StatusOr<WanOptions> o = WanOptionsFromYaml(wan, dir.string());
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->token, "tok-job");
+  EXPECT_EQ(o->peers[0].token, "tok-13");
+  // Not from the working directory (where secrets/ does not exist).
+  absl::StatusOr<WanOptions> cwd = WanOptionsFromYaml(wan);
+  ASSERT_FALSE(cwd.ok());
+  EXPECT_THAT(cwd.status().message(), HasSubstr("cannot read secrets/peer3.token"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(WanOptionsTest, FromYaml) {
   const std::string path =
       std::filesystem::temp_directory_path() / absl::StrFormat("heddle_wan_token_%d", getpid());
