@@ -615,6 +615,34 @@ class RawPeer {
     pb::FinishReply reply;
     return stub_->FinishRegion(&c, f, &reply);
   }
+  grpc::Status Wait(const Md& md, const pb::DecisionRequest& req) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    pb::DecisionReply reply;
+    return stub_->WaitDecision(&c, req, &reply);
+  }
+  grpc::Status Fetch(const Md& md, const pb::FetchRequest& req) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    auto r = stub_->FetchFrames(&c, req);
+    pb::FrameChunk ch;
+    while (r->Read(&ch)) {
+    }
+    return r->Finish();
+  }
+  grpc::Status Stream(const Md& md, const std::vector<pb::FrameChunk>& chunks) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    auto s = stub_->StreamFrames(&c);
+    for (const pb::FrameChunk& ch : chunks) {
+      if (!s->Write(ch)) break;
+    }
+    s->WritesDone();
+    pb::FrameAck ack;
+    while (s->Read(&ack)) {
+    }
+    return s->Finish();
+  }
 
  private:
   std::unique_ptr<pb::Peer::Stub> stub_;
@@ -1524,7 +1552,14 @@ TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
   EXPECT_EQ(m.ex(1).Stats().auth_failures, 1u);
   EXPECT_EQ(eu.Finish(as3, pb::RegionFinish()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(eu.Push(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(m.ex(1).Stats().auth_failures, 3u);
+  EXPECT_EQ(eu.Stream(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  pb::DecisionRequest wait;
+  wait.set_round_id(1);
+  EXPECT_EQ(eu.Wait(as3, wait).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  pb::FetchRequest fetch;
+  fetch.set_round_id(1);
+  EXPECT_EQ(eu.Fetch(as3, fetch).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 6u);
   // A certificate with the name as its common name and no subject alternative names: the
   // common name counts.
   RawPeer cn3(m.ex(1).port(), creds("cn-3"), "1");
@@ -1536,7 +1571,7 @@ TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
   st = other.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(st.error_message(), HasSubstr("names [heddle-peer], not '2'"));
-  EXPECT_EQ(m.ex(1).Stats().auth_failures, 5u);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 8u);
   // The caller's side: a server whose certificate does not name the expected region fails the
   // TLS handshake (region 1's server, expected to be region 3).
   RawPeer wrong_server(m.ex(1).port(), creds("region-2"), "3");
