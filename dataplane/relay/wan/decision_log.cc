@@ -298,8 +298,9 @@ absl::StatusOr<std::unique_ptr<DecisionLog>> DecisionLog::Open(const std::string
       const Later found_later = FindValidRecord(b, off + 1, &later, &r);
       if (found_later == Later::kTooMany) {
         return absl::DataLossError(absl::StrFormat(
-            "wan.state_dir: %s: the record at byte %u is %s and more than %d record-like "
-            "fragments follow it: the log is damaged, not torn by a crash%s",
+            "wan.state_dir: %s: the record at byte %u is %s and more record-like fragments "
+            "follow it than the start-up check examines (%d, or 4 x the file's size "
+            "checksummed): the log is damaged, not torn by a crash%s",
             path, off, n == 0 ? "corrupt" : "out of order", kMaxCandidates, fix));
       }
       if (found_later == Later::kFound) {

@@ -342,5 +342,30 @@ TEST_F(DecisionLogTest, ManyRecordLikeFragmentsAfterABadRecordAreRefused) {
   EXPECT_EQ(Bytes(), b);
 }
 
+TEST_F(DecisionLogTest, FewButLongRecordLikeFragmentsAreRefusedToo) {
+  {
+    auto log = OpenOk();
+    ASSERT_TRUE(log->Append(1, Payload(1)).ok());
+  }
+  // A bad record, then ten record heads each claiming the rest of a 2 MiB file as its payload:
+  // few candidates, but each would be checksummed over 2 MiB; the scan's byte budget ends it.
+  const std::string head = Bytes();
+  constexpr size_t kHeads = 10, kHeadBytes = 20, kTotal = 2u << 20;
+  std::string b = head + std::string(kTotal - head.size(), '\0');
+  for (size_t i = 0; i < kHeads; ++i) {
+    const size_t at = head.size() + i * kHeadBytes;
+    std::string h = EncodeDecisionRecord(9, "").substr(0, kHeadBytes);
+    const uint32_t len = static_cast<uint32_t>(kTotal - at - kHeadBytes - 4);
+    for (int k = 0; k < 4; ++k) h[16 + k] = static_cast<char>(len >> (8 * k));
+    b.replace(at, kHeadBytes, h);
+  }
+  Write(b);
+  absl::StatusOr<std::unique_ptr<DecisionLog>> log = DecisionLog::Open(dir_.string(), kFresh, 4);
+  ASSERT_FALSE(log.ok());
+  EXPECT_EQ(log.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(log.status().message(), HasSubstr("record-like fragments"));
+  EXPECT_EQ(Bytes(), b);
+}
+
 }  // namespace
 }  // namespace heddle::relay
