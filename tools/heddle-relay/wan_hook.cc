@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<WanExchange>> DefaultWanExchange(const WanContext
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("wan: %s", e.what()));
   }
-  absl::StatusOr<WanOptions> opts = WanOptionsFromYaml(node);
+  absl::StatusOr<WanOptions> opts = WanOptionsFromYaml(node, ctx.config_dir);
   if (!opts.ok()) return opts.status();
   if (opts->region_id != ctx.region_id) {
     return absl::InvalidArgumentError(

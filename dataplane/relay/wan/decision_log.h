@@ -58,7 +58,11 @@ class DecisionLog {
  public:
   // Opens `dir`/decisions.log, creating `dir` and the log (with `fresh` as its header) when
   // absent; otherwise validates it (above) and keeps its last `keep` records for replayed().
-  // The caller compares header() with what it expects.
+  //
+  // Checked before the file is changed: the header's spec digest and region must be `fresh`'s
+  // (another job's or region's log: FailedPrecondition); another process holding the log
+  // (a lock on `dir`/decisions.lock, held while the DecisionLog lives): FailedPrecondition.
+  // What Open returns in replayed() is durable (the file, its cut tail included, is fsync'd).
   static absl::StatusOr<std::unique_ptr<DecisionLog>> Open(const std::string& dir,
                                                            const DecisionLogHeader& fresh,
                                                            uint32_t keep);
@@ -71,8 +75,11 @@ class DecisionLog {
   const std::deque<LoggedDecision>& replayed() const { return records_; }
   // The last round appended or replayed; 0 when none.
   uint64_t last_round() const { return records_.empty() ? 0 : records_.back().round_id; }
-  // Appends round `round_id` (greater than last_round()) and makes it durable. On an error the
-  // record may be partly written: the log refuses further appends (Open cuts such a tail).
+  // Appends round `round_id` (greater than last_round()) and makes it durable. Errors:
+  // InvalidArgument (round not increasing, payload too large): retrying cannot help;
+  // Unavailable (a write or sync failed): the record is not accepted, not in replayed(), and
+  // the next Append first rewrites the file with exactly the retained records (write, fsync,
+  // rename, directory fsync), so a retry may succeed once the disk recovers.
   absl::Status Append(uint64_t round_id, std::string_view payload);
 
   const std::string& path() const { return path_; }
@@ -83,17 +90,31 @@ class DecisionLog {
  private:
   DecisionLog() = default;
   absl::Status Compact();
+  // Replaces the file by header + records_ (write, fsync, rename, directory fsync) and appends
+  // to the new file from then on; broken_ stays set until the new name is durable.
+  absl::Status Rewrite();
 
   std::string dir_, path_;
   int fd_ = -1;
+  int lock_fd_ = -1;
   uint32_t keep_ = 1;
   DecisionLogHeader header_;
   std::deque<LoggedDecision> records_;
   uint64_t file_bytes_ = 0;
   uint64_t records_in_file_ = 0;
   uint64_t compactions_ = 0;
+  // The file may not hold exactly header_ + the records appended (a failed write or sync, or
+  // a rename whose directory entry is not durable): rewrite before the next append.
   bool broken_ = false;
 };
+
+// Test seams: the sync calls the log makes, so that tests can fail them as a disk does. Null:
+// the real call (fdatasync of the log, fsync of its directory). Not thread-safe; tests only.
+struct DecisionLogSyncHooks {
+  int (*fdatasync)(int fd) = nullptr;
+  int (*fsync_dir)(int fd) = nullptr;
+};
+void SetDecisionLogSyncHooksForTest(DecisionLogSyncHooks hooks);
 
 // The bytes of one record (what Append writes): exposed for tests that damage logs.
 std::string EncodeDecisionRecord(uint64_t round_id, std::string_view payload,

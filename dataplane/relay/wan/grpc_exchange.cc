@@ -902,11 +902,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     }
     if (std::find(names.begin(), names.end(), want) != names.end()) return grpc::Status::OK;
     auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    // Not logged per refusal (a misconfigured or hostile caller would flood the log): the
+    // counter (heddle_relay_wan_refused_total{reason="auth"}) and the caller's status say it.
     const std::string got = names.empty() ? "no name" : absl::StrJoin(names, ", ");
-    HEDDLE_LOG(kWarning,
-               "wan: region %u refused a call claiming region %u: its certificate names [%s], "
-               "region %u's certificate must name '%s' (wan.peers[].cert_name)",
-               opt_.region_id, region, got.c_str(), region, want.c_str());
     return grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,
         absl::StrFormat("the caller claims region %u but its certificate names [%s], not '%s' "
@@ -1865,15 +1863,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                   opt_.state_dir,
                   {.instance = instance_, .spec_digest = spec_digest_, .region_id = opt_.region_id},
                   opt_.keep_rounds));
-    const DecisionLogHeader& h = log_->header();
-    if (h.spec_digest != spec_digest_ || h.region_id != opt_.region_id) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "wan.state_dir: %s holds the decisions of region %u's coordinator for model spec %s; "
-          "this is region %u with spec %s: give each job and coordinator its own state_dir (or "
-          "move the old log away to start a new job)",
-          log_->path(), h.region_id, Hex64(h.spec_digest), opt_.region_id, Hex64(spec_digest_)));
-    }
-    instance_ = h.instance;
+    // Open refused another job's or region's log (before changing it) and another process
+    // holding this state_dir.
+    instance_ = log_->header().instance;
     uint64_t last = 0;
     for (const LoggedDecision& rec : log_->replayed()) {
       pb::Decision d;
@@ -1890,10 +1882,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                      rec.round_id, std::string(st.message()).c_str());
         }
       }
-      kept_[rec.round_id] = Kept{std::move(d), nullptr};
+      kept_[rec.round_id] = Kept{std::move(d), nullptr};  // at most keep_rounds: the log's
       last = rec.round_id;
     }
-    while (kept_.size() > opt_.keep_rounds) kept_.erase(kept_.begin());
     if (last == 0) {
       HEDDLE_LOG(kInfo, "wan: region %u: new decision log %s", opt_.region_id,
                  log_->path().c_str());
@@ -1922,32 +1913,43 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Makes round r's decision durable before any gateway can see it (PublishLocked makes it
-  // visible). A failed append is retried every second, with the log reopened (which cuts what
-  // the failed write left): no decision goes out unlogged. mu_ is released while writing (the
-  // round is frozen: deciding). False: stopping.
+  // visible). mu_ is released while writing (the round is frozen: deciding). A write or sync
+  // that failed (Unavailable) is retried every second: DecisionLog never accepts a record whose
+  // sync failed, and rewrites the retained records into a new file before the retry appends,
+  // so no decision goes out unlogged. Any other error (a decision too large to log) cannot
+  // be helped by retrying: the round is aborted here, never published, and this coordinator
+  // decides no further round (its followers see it as down) — restarting it resumes from the
+  // log. False: the decision is not to be published (stopping, or that failure).
   bool LogDecision(std::unique_lock<std::mutex>& l, uint64_t r, const pb::Decision& d) {
     const std::string bytes = d.SerializeAsString();
     for (;;) {
       l.unlock();
       absl::Status st = log_->Append(r, bytes);
-      if (!st.ok()) {
-        HEDDLE_LOG(kError,
-                   "wan: round %" PRIu64
-                   ": cannot log the decision, so it is not sent; retrying: %s",
-                   r, std::string(st.message()).c_str());
-      }
       l.lock();
       if (st.ok()) return true;
+      if (!absl::IsUnavailable(st)) {
+        HEDDLE_LOG(kError,
+                   "wan: round %" PRIu64
+                   ": cannot log the decision, so it is not sent; the round is aborted and this "
+                   "coordinator stops deciding (restart it to resume from its log): %s",
+                   r, std::string(st.message()).c_str());
+        ++stats_.rounds_aborted;
+        encoder_.Resolve(r, false);
+        queue_.Push(r, RoundOutcome{
+                           .kind = RoundOutcome::Kind::kAborted,
+                           .reason = absl::InternalError(absl::StrFormat(
+                               "round %u: the coordinator cannot log its decision, so it is not "
+                               "sent and the coordinator stops deciding: %s",
+                               r, st.message())),
+                       });
+        cv_.notify_all();
+        return false;
+      }
+      HEDDLE_LOG(kError,
+                 "wan: round %" PRIu64 ": cannot log the decision, so it is not sent; retrying: %s",
+                 r, std::string(st.message()).c_str());
       cv_.wait_for(l, std::chrono::seconds(1), [&] { return stopping_; });
       if (stopping_) return false;
-      l.unlock();
-      absl::StatusOr<std::unique_ptr<DecisionLog>> re =
-          DecisionLog::Open(opt_.state_dir, log_->header(), opt_.keep_rounds);
-      l.lock();
-      if (re.ok()) {
-        log_ = *std::move(re);
-        if (log_->last_round() >= r) return true;  // the write had completed after all
-      }
     }
   }
 

@@ -167,8 +167,11 @@ struct WanOptions {
 //                                   # / {name: auto, measured: true, recompile_every: 8}
 //     topology: wan-topology.yaml   # or inline: {ranks: ["1", "2", "3"], default: ..., links: ...}
 //     state_dir: /var/lib/heddle/wan   # coordinator: its decision log (a restart resumes)
-// Errors name the key (`wan.peers[1].address: ...`).
-absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan);
+// Errors name the key (`wan.peers[1].address: ...`). A relative token_file (job-wide or a
+// peer's) is read relative to `config_dir` (the config file's directory; empty: the working
+// directory); the other file names are returned as written, for the caller to resolve.
+absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan,
+                                              const std::string& config_dir = "");
 absl::Status ValidateWanOptions(const WanOptions& options);
 
 struct WanPeerStats {

@@ -615,6 +615,34 @@ class RawPeer {
     pb::FinishReply reply;
     return stub_->FinishRegion(&c, f, &reply);
   }
+  grpc::Status Wait(const Md& md, const pb::DecisionRequest& req) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    pb::DecisionReply reply;
+    return stub_->WaitDecision(&c, req, &reply);
+  }
+  grpc::Status Fetch(const Md& md, const pb::FetchRequest& req) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    auto r = stub_->FetchFrames(&c, req);
+    pb::FrameChunk ch;
+    while (r->Read(&ch)) {
+    }
+    return r->Finish();
+  }
+  grpc::Status Stream(const Md& md, const std::vector<pb::FrameChunk>& chunks) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    auto s = stub_->StreamFrames(&c);
+    for (const pb::FrameChunk& ch : chunks) {
+      if (!s->Write(ch)) break;
+    }
+    s->WritesDone();
+    pb::FrameAck ack;
+    while (s->Read(&ack)) {
+    }
+    return s->Finish();
+  }
 
  private:
   std::unique_ptr<pb::Peer::Stub> stub_;
@@ -1616,7 +1644,14 @@ TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
   EXPECT_EQ(m.ex(1).Stats().auth_failures, 1u);
   EXPECT_EQ(eu.Finish(as3, pb::RegionFinish()).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(eu.Push(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(m.ex(1).Stats().auth_failures, 3u);
+  EXPECT_EQ(eu.Stream(as3, {}).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  pb::DecisionRequest wait;
+  wait.set_round_id(1);
+  EXPECT_EQ(eu.Wait(as3, wait).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  pb::FetchRequest fetch;
+  fetch.set_round_id(1);
+  EXPECT_EQ(eu.Fetch(as3, fetch).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 6u);
   // A certificate with the name as its common name and no subject alternative names: the
   // common name counts.
   RawPeer cn3(m.ex(1).port(), creds("cn-3"), "1");
@@ -1628,7 +1663,7 @@ TEST(GrpcExchangeAuthTest, RegionIsBoundToItsCertificate) {
   st = other.Hello(as2, HelloFrom(m, 2, {1, 2, 3}, digest));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(st.error_message(), HasSubstr("names [heddle-peer], not '2'"));
-  EXPECT_EQ(m.ex(1).Stats().auth_failures, 5u);
+  EXPECT_EQ(m.ex(1).Stats().auth_failures, 8u);
   // The caller's side: a server whose certificate does not name the expected region fails the
   // TLS handshake (region 1's server, expected to be region 3).
   RawPeer wrong_server(m.ex(1).port(), creds("region-2"), "3");
@@ -1928,6 +1963,29 @@ TEST(GrpcExchangeTest, DecisionLogOfAnotherJobFailsAtStart) {
   EXPECT_THAT(ex.status().message(), HasSubstr("wan.state_dir"));
   EXPECT_THAT(ex.status().message(), HasSubstr("its own state_dir"));
   std::filesystem::remove_all(state);
+}
+
+TEST(WanOptionsTest, RelativeTokenFilesAreReadFromTheConfigDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrFormat("heddle_wan_token_dir_%d", getpid());
+  std::filesystem::create_directories(dir / "secrets");
+  { std::ofstream(dir / "secrets" / "job.token") << "tok-job\n"; }
+  { std::ofstream(dir / "secrets" / "peer3.token") << "tok-13\n"; }
+  const YAML::Node wan = YAML::Load(R"(
+region: 1
+listen: 0.0.0.0:7443
+token_file: secrets/job.token
+peers: [{region: 3, address: "gw3:7443", token_file: secrets/peer3.token}]
+)");
+  absl::StatusOr<WanOptions> o = WanOptionsFromYaml(wan, dir.string());
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->token, "tok-job");
+  EXPECT_EQ(o->peers[0].token, "tok-13");
+  // Not from the working directory (where secrets/ does not exist).
+  absl::StatusOr<WanOptions> cwd = WanOptionsFromYaml(wan);
+  ASSERT_FALSE(cwd.ok());
+  EXPECT_THAT(cwd.status().message(), HasSubstr("cannot read secrets/peer3.token"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(WanOptionsTest, FromYaml) {

@@ -134,8 +134,12 @@ absl::Status ScheduleFromNode(const YAML::Node& s, WanScheduleOptions& o) {
 }
 
 // A token file's content, surrounding whitespace stripped; empty or unreadable is an error.
-absl::StatusOr<std::string> ReadTokenFile(const YAML::Node& n, const std::string& key) {
+// A relative name is relative to `config_dir` (the config file's directory), like the TLS
+// files and state_dir, not to the working directory.
+absl::StatusOr<std::string> ReadTokenFile(const YAML::Node& n, const std::string& key,
+                                          const std::string& config_dir) {
   HEDDLE_ASSIGN_OR_RETURN(std::string path, Str(n, key));
+  if (!path.empty() && path[0] != '/' && !config_dir.empty()) path = config_dir + "/" + path;
   std::ifstream in(path);
   if (!in) return Bad(key, absl::StrFormat("cannot read %s", path));
   std::stringstream ss;
@@ -145,7 +149,7 @@ absl::StatusOr<std::string> ReadTokenFile(const YAML::Node& n, const std::string
   return token;
 }
 
-absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
+absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan, const std::string& config_dir) {
   if (!wan.IsMap()) return absl::InvalidArgumentError("wan: expected a mapping");
   HEDDLE_RETURN_IF_ERROR(UnknownKeys(
       wan, "wan.",
@@ -190,7 +194,8 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
         if (peer.token.empty()) return Bad(key + ".token", "empty");
       }
       if (p["token_file"]) {
-        HEDDLE_ASSIGN_OR_RETURN(peer.token, ReadTokenFile(p["token_file"], key + ".token_file"));
+        HEDDLE_ASSIGN_OR_RETURN(peer.token,
+                                ReadTokenFile(p["token_file"], key + ".token_file", config_dir));
       }
       o.peers.push_back(std::move(peer));
     }
@@ -227,7 +232,7 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
     HEDDLE_ASSIGN_OR_RETURN(o.token, Str(wan["token"], "token"));
   }
   if (wan["token_file"]) {
-    HEDDLE_ASSIGN_OR_RETURN(o.token, ReadTokenFile(wan["token_file"], "token_file"));
+    HEDDLE_ASSIGN_OR_RETURN(o.token, ReadTokenFile(wan["token_file"], "token_file", config_dir));
   }
   if (const YAML::Node t = wan["tls"]) {
     if (!t.IsMap()) return Bad("tls", "expected {cert, key, ca}");
@@ -302,9 +307,10 @@ absl::StatusOr<WanOptions> FromNode(const YAML::Node& wan) {
 
 }  // namespace
 
-absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan) {
+absl::StatusOr<WanOptions> WanOptionsFromYaml(const YAML::Node& wan,
+                                              const std::string& config_dir) {
   try {
-    return FromNode(wan);
+    return FromNode(wan, config_dir);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("wan: %s", e.what()));
   }
