@@ -104,6 +104,7 @@ int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info)
     case FakeKind::kIxgbe:
       info->max_rx_queues = info->max_tx_queues = fake::kIxgbeQueues;
       info->rx_desc_lim = fake::kIxgbeRxDescLim;
+      info->default_rxconf.rx_free_thresh = fake::kIxgbeRxFreeThresh;
       break;
     case FakeKind::kI40e:
       // The PF's queue pairs, then the VMDq pools' (counted in max_*_queues).
@@ -111,6 +112,7 @@ int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info)
       info->vmdq_queue_base = fake::kI40ePfQueues;
       info->vmdq_pool_base = fake::kI40eVmdqPoolBase;
       info->rx_desc_lim = fake::kI40eRxDescLim;
+      info->default_rxconf.rx_free_thresh = fake::kI40eRxFreeThresh;
       break;
     case FakeKind::kRefusesDcb:
       info->max_rx_queues = info->max_tx_queues = 64;
@@ -246,7 +248,9 @@ absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, u
                .is_vdev = true,
                .rx_queues = 2,
                .tx_queues = workers,
-               .rx_desc = 2048,  // 2 x 2048: ixgbe's 128 RX rings of 32, i40e's 64 of 64
+               // 2 x 4096: ixgbe's 128 RX rings of 64 (above its rx_free_thresh 32), i40e's 64
+               // of 128.
+               .rx_desc = 4096,
                .tx_desc = 256};
   p.tx_dcb = mode;
   p.dcb_tcs = tcs;

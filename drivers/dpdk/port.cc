@@ -237,8 +237,9 @@ absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf
   }
   // RSS spreads each TC's packets over all of the TC's RX queues, so all are polled; their rings
   // share what the port's rx_queues x rx_desc would hold (the pool fills every ring at start).
-  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd, PlanDcbRxDesc(n, driver_, plan, params_.rx_queues,
-                                                            params_.rx_desc, dinfo.rx_desc_lim));
+  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd,
+                          PlanDcbRxDesc(n, driver_, plan, params_.rx_queues, params_.rx_desc,
+                                        dinfo.rx_desc_lim, dinfo.default_rxconf.rx_free_thresh));
   HEDDLE_RETURN_IF_ERROR(SetUpQueues(dinfo, conf, plan.nb_rx_queues, rxd, plan.nb_tx_queues, pool));
   // ixgbe programs its TC count in dev_start: the layout is read from the started port.
   if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
