@@ -197,7 +197,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int kVdevs = 8;
+constexpr int kVdevs = 12;
 rte_mempool* g_pool = nullptr;
 
 // One EAL per process: net_null0..7, one per test, and a pool.
@@ -235,7 +235,7 @@ DcbTcs InOrder(uint8_t nb_tcs, int levels) {
 
 // A port on net_null<vdev> that answers as `kind`.
 absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, uint16_t workers,
-                              DcbTcs tcs) {
+                              DcbTcs tcs, uint16_t rx_desc = 4096) {
   const std::string dev = absl::StrCat("net_null", vdev);
   uint16_t pid = 0;
   if (rte_eth_dev_get_port_by_name(dev.c_str(), &pid) != 0) {
@@ -250,7 +250,7 @@ absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, u
                .tx_queues = workers,
                // 2 x 4096: ixgbe's 128 RX rings of 64 (above its rx_free_thresh 32), i40e's 64
                // of 128.
-               .rx_desc = 4096,
+               .rx_desc = rx_desc,
                .tx_desc = 256};
   p.tx_dcb = mode;
   p.dcb_tcs = tcs;
@@ -399,6 +399,33 @@ TEST(DcbPortTest, AutoStopsAStartedPortWhoseLayoutIsRefusedAndReconfiguresIt) {
   EXPECT_EQ(FakeFor(req->port_id())->calls.back(), "stop");
   req->StopAndClose();
   port->StopAndClose();
+}
+
+TEST(DcbPortTest, ATooSmallRxBudgetIsRefusedBeforeAnyDcbConfigure) {
+  // 2 x 1024 cannot fill ixgbe's 128 RX rings of 64: known from the dev_info before configure, so
+  // auto falls back without configuring DCB at all.
+  absl::StatusOr<Port> port =
+      FakePort(7, FakeKind::kIxgbe, PortParams::TxDcb::kPrefer, 2, InOrder(4, 4), 1024);
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_TRUE(port->Configure(g_pool).ok());
+  EXPECT_FALSE(port->dcb().has_value());
+  EXPECT_THAT(port->dcb_fallback(),
+              HasSubstr("port up7: driver net_ixgbe receives on 128 RX queues with DCB, of at "
+                        "least 64 descriptors each"));
+  const FakePmd& f = *FakeFor(port->port_id());
+  EXPECT_THAT(f.calls, ElementsAre("dcb_info", "configure 2/2 rx=RSS"));
+  port->StopAndClose();
+
+  // Required: fails naming the rx_desc needed, with no configure made.
+  absl::StatusOr<Port> req =
+      FakePort(8, FakeKind::kI40e, PortParams::TxDcb::kRequire, 2, InOrder(4, 4), 1024);
+  ASSERT_TRUE(req.ok());
+  absl::Status s = req->Configure(g_pool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("storm.egress dcb: port up8: driver net_i40e receives on 64 RX queues"));
+  EXPECT_THAT(FakeFor(req->port_id())->calls, ElementsAre("dcb_info"));
+  req->StopAndClose();
 }
 
 }  // namespace

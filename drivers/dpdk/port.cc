@@ -211,6 +211,16 @@ absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf
   caps.dcb_info_supported = rte_eth_dev_get_dcb_info(port_id_, &probe) != -ENOTSUP;
   HEDDLE_ASSIGN_OR_RETURN(DcbConfPlan plan,
                           PlanDcbConf(n, caps, params_.dcb_tcs, workers, params_.dcb_pfc));
+  // The queue counts and RX rings the device's dev_info allows, checked before the first DCB
+  // configure (which already changes i40e's TC map), so a refusal leaves the NIC as it was; both
+  // are checked again with the DCB-mode dev_info below.
+  {
+    DcbConfPlan pre = plan;
+    HEDDLE_RETURN_IF_ERROR(PlanDcbQueueCounts(n, CapsOf(info), workers, &pre));
+    HEDDLE_RETURN_IF_ERROR(PlanDcbRxDesc(n, driver_, pre, params_.rx_queues, params_.rx_desc,
+                                         info.rx_desc_lim, info.default_rxconf.rx_free_thresh)
+                               .status());
+  }
   rte_eth_conf conf = base;
   ApplyDcbConf(plan, rss_hf, &conf);
   auto configure = [&]() -> absl::Status {
