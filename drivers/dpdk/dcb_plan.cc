@@ -1,6 +1,7 @@
 #include "drivers/dpdk/dcb_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 #include "absl/strings/match.h"
@@ -9,6 +10,9 @@
 
 namespace heddle::dpdk {
 namespace {
+
+// ports[].rx_desc's range (a power of two).
+constexpr uint64_t kMinRxDesc = 64, kMaxRxDesc = 16384;
 
 constexpr const char* kFix = "; use storm.egress: software (or auto to fall back per port)";
 
@@ -139,13 +143,20 @@ absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::strin
   // The share, down to the step (so within the budget), but not below the smallest ring.
   const uint32_t rxd = std::clamp(total / nb / step * step, least, most);
   if (uint64_t{rxd} * nb > total) {
-    const uint64_t fit = (uint64_t{rxd} * nb + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, " receives on ", nb, " RX queues with DCB, of at least ", rxd,
-                     " descriptors each (a multiple of its rx_free_thresh ", rx_free_thresh,
-                     " above it; ", uint64_t{rxd} * nb, " mbufs filled at start); ports[", port,
-                     "].rx_queues x rx_desc allows ", total, ": raise rx_desc to ", fit,
-                     " (mempool.mbufs' minimum grows with it)", kFix));
+    // ports[].rx_desc is a power of two in 64..16384: the smallest that fits, or with 16384 the
+    // rx_queues that do.
+    const uint64_t need = uint64_t{rxd} * nb;
+    const uint64_t fit = (need + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
+    const uint64_t raise = std::bit_ceil(std::max<uint64_t>(fit, kMinRxDesc));
+    const std::string fix =
+        raise <= kMaxRxDesc ? absl::StrCat("raise rx_desc to ", raise)
+                            : absl::StrCat("raise rx_desc to ", kMaxRxDesc, " and rx_queues to ",
+                                           (need + kMaxRxDesc - 1) / kMaxRxDesc);
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, " receives on ", nb, " RX queues with DCB, of at least ", rxd,
+        " descriptors each (a multiple of its rx_free_thresh ", rx_free_thresh, " above it; ", need,
+        " mbufs filled at start); ports[", port, "].rx_queues x rx_desc allows ", total, ": ", fix,
+        " (mempool.mbufs' minimum grows with it)", kFix));
   }
   return static_cast<uint16_t>(rxd);
 }

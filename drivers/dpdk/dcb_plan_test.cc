@@ -251,8 +251,16 @@ TEST(DcbPlanTest, RxRingsShareTheRxQueuesTimesRxDescBudget) {
                 .find("port uplink0: driver net_ixgbe receives on 128 RX queues with DCB, of at "
                       "least 64 descriptors each (a multiple of its rx_free_thresh 32 above it; "
                       "8192 mbufs filled at start); ports[uplink0].rx_queues x rx_desc allows "
-                      "3000: raise rx_desc to 2731"),
+                      "3000: raise rx_desc to 4096 (mempool.mbufs"),
             std::string::npos)
+      << rxd.status();
+  // 8192 / 3 = 2731 is not a valid rx_desc: the next power of two is named.
+  EXPECT_TRUE(
+      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 4096, fake::kIxgbeRxDescLim, kThresh).ok());
+  // Past rx_desc's maximum of 16384, the rx_queues that fit with it are named too.
+  // (rx_free_thresh 128: rings of 256, 128 x 256 = 32768 mbufs.)
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 1, 1024, fake::kIxgbeRxDescLim, 128);
+  EXPECT_NE(Msg(rxd.status()).find("raise rx_desc to 16384 and rx_queues to 2"), std::string::npos)
       << rxd.status();
   // testpmd's DCB rx_free_thresh of 64: rings of 128, so 4 x 2048 no longer fits.
   rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 2048, fake::kIxgbeRxDescLim, 64);
