@@ -167,7 +167,8 @@ absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::stri
   const std::string where = absl::StrCat("port ", port, ": driver ", driver);
   if (info.nb_tcs != plan.nb_tcs) {
     // ixgbe answers 1 while the RX mode lacks RTE_ETH_MQ_RX_DCB_FLAG, and i40e too; both were
-    // given it, so the PMD did not turn DCB on.
+    // given it, so the PMD did not turn DCB on. (ixgbe answers 8 before its first start with the
+    // flag: the layout is read from the started port.)
     return absl::FailedPreconditionError(absl::StrCat(
         where, " reports ", int{info.nb_tcs}, " traffic classes after start with DCB configured ",
         "for ", int{plan.nb_tcs}, " (RX and TX): the PMD did not enable DCB", kFix));

@@ -1,7 +1,7 @@
 // The DCB planner against what ixgbe and i40e report (fake_dcb_pmd.h): the RX + TX DCB
 // configuration, queue counts from the DCB-mode dev_info (ixgbe's 128, i40e's PF queues before
 // its VMDq pools), the 4- and 8-TC layouts once started, what both answer without the RX DCB flag
-// (1 TC), too few queues, PFC on and off, and PMDs without DCB.
+// (1 TC) and ixgbe before start (8 TCs), too few queues, PFC on and off, and PMDs without DCB.
 #include "drivers/dpdk/dcb_plan.h"
 
 #include <string>
@@ -320,11 +320,11 @@ TEST(DcbPlanTest, RefusesABadLayout) {
 }
 
 TEST(DcbPlanTest, OneTcAnswersAreRefused) {
-  // What ixgbe and i40e answer without the RX DCB flag, and ixgbe before its first start: 1 TC.
+  // What ixgbe and i40e answer without the RX DCB flag: 1 TC.
   const DcbTcs tcs = InOrder(4, 4);
   absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), tcs, 1);
   ASSERT_TRUE(c.ok()) << c.status();
-  for (const rte_eth_dcb_info& info : {fake::IxgbeDcbInfo(false, 4), fake::IxgbeDcbInfo(true, 0),
+  for (const rte_eth_dcb_info& info : {fake::IxgbeDcbInfo(false, 4), fake::IxgbeDcbInfo(false, 0),
                                        fake::I40eDcbInfo(false, 4, 64)}) {
     absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, info, 1);
     EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -334,6 +334,14 @@ TEST(DcbPlanTest, OneTcAnswersAreRefused) {
               std::string::npos)
         << q.status();
   }
+  // ixgbe with the RX flag before its first start: ixgbe_dcb_init()'s 8 TCs with the 8-TC layout,
+  // not the 4 asked, so it is read from the started port only.
+  const rte_eth_dcb_info unstarted = fake::IxgbeDcbInfo(true, 0);
+  EXPECT_EQ(unstarted.nb_tcs, 8);
+  EXPECT_EQ(unstarted.tc_queue.tc_txq[0][4].base, 96);
+  EXPECT_NE(Msg(PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, unstarted, 1).status())
+                .find("reports 8 traffic classes after start with DCB configured for 4"),
+            std::string::npos);
   // 0 TCs, or 8 when 4 were asked, likewise.
   rte_eth_dcb_info none{};
   EXPECT_NE(Msg(PlanDcbQueues("uplink1", "net_i40e", *c, tcs, none, 1).status())

@@ -9,8 +9,9 @@
 //     rings of 32..4096 descriptors in steps of 8, default rx_free_thresh 32 (bulk-alloc and
 //     vector RX only with nb_desc a multiple of it above it).
 //     rte_eth_dev_get_dcb_info() reports nb_tcs = 1 and no queue layout unless rxmode.mq_mode
-//     carries RTE_ETH_MQ_RX_DCB_FLAG; the TC count it reports (num_tcs.pg_tcs) is programmed in
-//     dev_start, so before the first start after such a configure it still answers 1 TC here.
+//     carries RTE_ETH_MQ_RX_DCB_FLAG; with it, the TC count it reports (num_tcs.pg_tcs) is what
+//     dev_start programmed, and before the first start after such a configure it is
+//     ixgbe_dcb_init()'s 8, with the 8-TC layout, whatever was asked.
 //     With DCB on and started: TX 64/32/16/16 (4 TCs) or 32/32/16/16/8/8/8/8 (8 TCs) from queue
 //     0 on; RX 16 queues per TC at TC x 32 (4 TCs) or TC x 16 (8 TCs).
 //   i40e (i40e_ethdev.c): the PF's queues come first, VMDq pools after them (vmdq_queue_base;
@@ -30,13 +31,14 @@
 namespace heddle::dpdk::fake {
 
 // ixgbe_dev_get_dcb_info(): `rx_dcb` = the configured RX mode carries the DCB flag; `nb_tcs` =
-// what dev_start programmed (0 = not started since).
+// what dev_start programmed (0 = not started since: ixgbe_dcb_init()'s pg_tcs = 8).
 inline rte_eth_dcb_info IxgbeDcbInfo(bool rx_dcb, uint8_t nb_tcs) {
   rte_eth_dcb_info info{};
-  if (!rx_dcb || nb_tcs == 0) {
+  if (!rx_dcb) {
     info.nb_tcs = 1;
     return info;
   }
+  if (nb_tcs == 0) nb_tcs = 8;
   info.nb_tcs = nb_tcs;
   const uint16_t four[] = {64, 32, 16, 16};
   const uint16_t eight[] = {32, 32, 16, 16, 8, 8, 8, 8};
