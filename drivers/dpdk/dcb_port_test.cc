@@ -6,10 +6,12 @@
 // libdpdk-dev 22.11. So each fake is a real net_null port (real queues, real configure, start,
 // queue set-up and bursts) whose DCB-specific answers are interposed at the ethdev API: this
 // binary is linked with --wrap for rte_eth_dev_info_get, rte_eth_dev_configure,
-// rte_eth_dev_start, rte_eth_dev_stop and rte_eth_dev_get_dcb_info, and for a fake port the
-// wrapper answers as the PMD would (driver name, queue counts, refusals, the TC layout at the
-// moment the PMD has it) and forwards the rest to the real net_null. Port's code is unchanged and
-// makes its calls in its own order; every call is logged, so the tests check the order too.
+// rte_eth_dev_start, rte_eth_dev_stop, rte_eth_dev_get_dcb_info, rte_eth_rx_queue_setup and
+// rte_eth_tx_queue_setup, and for a fake port the wrapper answers as the PMD would (driver name,
+// queue counts, refusals, the TC layout at the moment the PMD has it) and forwards the rest to the
+// real net_null. Port's code is unchanged and makes its calls in its own order; every call but the
+// queue set-ups is logged, so the tests check the order too; the queue set-ups (queue id and
+// descriptors) are recorded per configure and as they were at start.
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
@@ -36,6 +38,11 @@ struct FakePmd {
   uint8_t conf_tcs = 0;     // dcb_rx_conf.nb_tcs configured
   uint16_t nb_rx = 0;       // RX queues configured
   uint8_t started_tcs = 0;  // ixgbe: the TC count dev_start programmed (0: not since configure)
+  uint16_t nb_tx = 0;       // TX queues configured
+  // Queue id -> nb_desc of the queues set up since the last configure, and as they were at the
+  // last start (with the counts configured then).
+  std::map<uint16_t, uint16_t> rx_setup, tx_setup, rx_at_start, tx_at_start;
+  uint16_t nb_rx_at_start = 0, nb_tx_at_start = 0;
   std::vector<std::string> calls;
 };
 
@@ -91,6 +98,28 @@ int __real_rte_eth_dev_configure(uint16_t port_id, uint16_t nb_rx_q, uint16_t nb
 int __real_rte_eth_dev_start(uint16_t port_id);
 int __real_rte_eth_dev_stop(uint16_t port_id);
 int __real_rte_eth_dev_get_dcb_info(uint16_t port_id, struct rte_eth_dcb_info* dcb_info);
+int __real_rte_eth_rx_queue_setup(uint16_t port_id, uint16_t rx_queue_id, uint16_t nb_rx_desc,
+                                  unsigned int socket_id, const struct rte_eth_rxconf* rx_conf,
+                                  struct rte_mempool* mb_pool);
+int __real_rte_eth_tx_queue_setup(uint16_t port_id, uint16_t tx_queue_id, uint16_t nb_tx_desc,
+                                  unsigned int socket_id, const struct rte_eth_txconf* tx_conf);
+
+int __wrap_rte_eth_rx_queue_setup(uint16_t port_id, uint16_t rx_queue_id, uint16_t nb_rx_desc,
+                                  unsigned int socket_id, const struct rte_eth_rxconf* rx_conf,
+                                  struct rte_mempool* mb_pool) {
+  const int rc =
+      __real_rte_eth_rx_queue_setup(port_id, rx_queue_id, nb_rx_desc, socket_id, rx_conf, mb_pool);
+  if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) f->rx_setup[rx_queue_id] = nb_rx_desc;
+  return rc;
+}
+
+int __wrap_rte_eth_tx_queue_setup(uint16_t port_id, uint16_t tx_queue_id, uint16_t nb_tx_desc,
+                                  unsigned int socket_id, const struct rte_eth_txconf* tx_conf) {
+  const int rc =
+      __real_rte_eth_tx_queue_setup(port_id, tx_queue_id, nb_tx_desc, socket_id, tx_conf);
+  if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) f->tx_setup[tx_queue_id] = nb_tx_desc;
+  return rc;
+}
 
 int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info) {
   const int rc = __real_rte_eth_dev_info_get(port_id, info);
@@ -152,7 +181,10 @@ int __wrap_rte_eth_dev_configure(uint16_t port_id, uint16_t nb_rx_q, uint16_t nb
     f->rx_dcb = rx_dcb;
     f->conf_tcs = rx_tcs;
     f->nb_rx = nb_rx_q;
+    f->nb_tx = nb_tx_q;
     f->started_tcs = 0;
+    f->rx_setup.clear();
+    f->tx_setup.clear();
   }
   return rc;
 }
@@ -161,6 +193,10 @@ int __wrap_rte_eth_dev_start(uint16_t port_id) {
   const int rc = __real_rte_eth_dev_start(port_id);
   if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) {
     f->calls.push_back("start");
+    f->rx_at_start = f->rx_setup;
+    f->tx_at_start = f->tx_setup;
+    f->nb_rx_at_start = f->nb_rx;
+    f->nb_tx_at_start = f->nb_tx;
     if (f->rx_dcb) f->started_tcs = f->conf_tcs;  // ixgbe_dcb_hw_configure() in dev_start
   }
   return rc;
@@ -257,6 +293,19 @@ absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, u
   return Port::Find(p);
 }
 
+// At the start: every configured queue (nb_rx RX, nb_tx TX) was set up, RX with `rxd`
+// descriptors each and TX with `txd`.
+void ExpectSetUpAtStart(const FakePmd& f, uint16_t nb_rx, uint16_t rxd, uint16_t nb_tx,
+                        uint16_t txd) {
+  EXPECT_EQ(f.nb_rx_at_start, nb_rx);
+  EXPECT_EQ(f.nb_tx_at_start, nb_tx);
+  std::map<uint16_t, uint16_t> rx, tx;
+  for (uint16_t q = 0; q < nb_rx; ++q) rx[q] = rxd;
+  for (uint16_t q = 0; q < nb_tx; ++q) tx[q] = txd;
+  EXPECT_EQ(f.rx_at_start, rx);
+  EXPECT_EQ(f.tx_at_start, tx);
+}
+
 // One packet out on `txq` and at least one in on `rxq`: the port forwards on those queues.
 void ExpectForwards(const Port& port, uint16_t txq, uint16_t rxq) {
   rte_mbuf* m = rte_pktmbuf_alloc(g_pool);
@@ -289,6 +338,9 @@ TEST(DcbPortTest, IxgbeLikeGetsItsTcsOnlyFromTheStartedPortWithRxDcb) {
   EXPECT_EQ(q.level_queue[0], (std::array<uint16_t, 8>{0, 64, 96, 112, 112, 112, 112, 112}));
   EXPECT_EQ(q.level_queue[1], (std::array<uint16_t, 8>{1, 65, 97, 113, 113, 113, 113, 113}));
   EXPECT_EQ(port->tx_queues_configured(), 128);
+  // All 128 queues set up before the start, RX rings of 64: 2 x 4096 over 128, a multiple of
+  // ixgbe's rx_free_thresh (32) above it.
+  ExpectSetUpAtStart(f, 128, 64, 128, 256);
   // RX: every TC's 16 queues (RSS spreads a TC over all of them), not the 2 of rx_queues.
   ASSERT_EQ(port->rx_queue_ids().size(), 64u);
   EXPECT_EQ(port->rx_queue_ids()[16], 32);
@@ -311,6 +363,7 @@ TEST(DcbPortTest, IxgbeLikeEightTcsFourWorkers) {
   EXPECT_EQ(port->dcb()->level_queue[3],
             (std::array<uint16_t, 8>{3, 35, 67, 83, 99, 107, 115, 123}));
   EXPECT_EQ(port->rx_queue_ids().size(), 128u);
+  ExpectSetUpAtStart(*FakeFor(port->port_id()), 128, 64, 128, 256);
   ASSERT_TRUE(port->Start().ok());
   ExpectForwards(*port, 123, 127);
   port->StopAndClose();
@@ -332,6 +385,8 @@ TEST(DcbPortTest, I40eLikeSplitsThePfQueuesItWasConfiguredWith) {
   EXPECT_EQ(port->dcb()->level_queue[2], (std::array<uint16_t, 8>{2, 18, 34, 50, 50, 50, 50, 50}));
   EXPECT_EQ(port->tx_queues_configured(), 64);
   EXPECT_EQ(port->rx_queue_ids().size(), 64u);
+  // The PF's 64 queue pairs set up before the start, RX rings of 2 x 4096 / 64 = 128.
+  ExpectSetUpAtStart(f, 64, 128, 64, 256);
   ASSERT_TRUE(port->Start().ok());
   ExpectForwards(*port, 50, 63);
   port->StopAndClose();
@@ -387,6 +442,8 @@ TEST(DcbPortTest, AutoStopsAStartedPortWhoseLayoutIsRefusedAndReconfiguresIt) {
   EXPECT_THAT(port->rx_queue_ids(), ElementsAre(0, 1));
   ASSERT_TRUE(port->Start().ok());
   EXPECT_EQ(std::count(f.calls.begin(), f.calls.end(), "start"), 2);
+  // The software configuration's own queues and rings at its start.
+  ExpectSetUpAtStart(f, 2, 4096, 9, 256);
   ExpectForwards(*port, 8, 0);
 
   // Required instead: the same refusal fails Configure() and leaves the port stopped.
