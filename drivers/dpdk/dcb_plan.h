@@ -100,8 +100,9 @@ void ApplyDcbConf(const DcbConfPlan& plan, uint64_t rss_hf, rte_eth_conf* conf);
 
 // With the dev_info read after the DCB configure: the queue counts to configure, every queue of
 // the PF (up to vmdq_queue_base when the PMD keeps VMDq pools after the PF's queues, else
-// max_*_queues; at most RTE_ETH_DCB_NUM_QUEUES), as testpmd does. Refuses fewer than workers x
-// TCs.
+// max_*_queues; at most RTE_ETH_DCB_NUM_QUEUES). Not as testpmd does, deliberately: with
+// vmdq_pool_base > 0 (i40e) testpmd configures nb_rxq = nb_txq = num_tcs, one queue per TC, too
+// few for one TX queue per worker in each TC. Refuses fewer than workers x TCs.
 absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, uint16_t workers,
                                 DcbConfPlan* plan);
 
