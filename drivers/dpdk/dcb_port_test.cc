@@ -39,6 +39,7 @@ struct FakePmd {
   uint16_t nb_rx = 0;       // RX queues configured
   uint8_t started_tcs = 0;  // ixgbe: the TC count dev_start programmed (0: not since configure)
   uint16_t nb_tx = 0;       // TX queues configured
+  int stop_rc = 0;          // != 0: rte_eth_dev_stop fails with it (the port stays started)
   // Queue id -> nb_desc of the queues set up since the last configure, and as they were at the
   // last start (with the counts configured then).
   std::map<uint16_t, uint16_t> rx_setup, tx_setup, rx_at_start, tx_at_start;
@@ -203,7 +204,10 @@ int __wrap_rte_eth_dev_start(uint16_t port_id) {
 }
 
 int __wrap_rte_eth_dev_stop(uint16_t port_id) {
-  if (FakePmd* f = FakeFor(port_id)) f->calls.push_back("stop");
+  if (FakePmd* f = FakeFor(port_id)) {
+    f->calls.push_back("stop");
+    if (f->stop_rc != 0) return f->stop_rc;
+  }
   return __real_rte_eth_dev_stop(port_id);
 }
 
@@ -483,6 +487,28 @@ TEST(DcbPortTest, ATooSmallRxBudgetIsRefusedBeforeAnyDcbConfigure) {
               HasSubstr("storm.egress dcb: port up8: driver net_i40e receives on 64 RX queues"));
   EXPECT_THAT(FakeFor(req->port_id())->calls, ElementsAre("dcb_info"));
   req->StopAndClose();
+}
+
+TEST(DcbPortTest, AFailedStopAfterARefusedLayoutIsReportedAndTheConfigureNotTried) {
+  // ixgbe's 8-TC layout refused for nine workers after start; then the stop fails.
+  absl::StatusOr<Port> port =
+      FakePort(9, FakeKind::kIxgbe, PortParams::TxDcb::kPrefer, 9, InOrder(8, 8));
+  ASSERT_TRUE(port.ok()) << port.status();
+  FakePmd& f = *FakeFor(port->port_id());
+  f.stop_rc = -EIO;
+  absl::Status s = port->Configure(g_pool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("port up9: rte_eth_dev_stop after the DCB set-up failed (port up9: driver "
+                        "net_ixgbe: TC 4 has 8 TX queue(s)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("): Input/output error"));
+  // No software configure of the still started port.
+  EXPECT_EQ(f.calls.back(), "stop");
+  EXPECT_FALSE(port->dcb().has_value());
+  // The port is still known as started: StopAndClose() stops it.
+  f.stop_rc = 0;
+  port->StopAndClose();
+  EXPECT_EQ(std::count(f.calls.begin(), f.calls.end(), "stop"), 2);
 }
 
 }  // namespace

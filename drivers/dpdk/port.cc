@@ -135,8 +135,11 @@ absl::Status Port::Configure(rte_mempool* pool) {
     // software configuration below replaces the DCB one.
     dcb_.reset();
     if (started_) {
+      // A port that did not stop stays started: configuring it again would fail (EBUSY).
       if (int rc = rte_eth_dev_stop(port_id_); rc != 0) {
-        HEDDLE_LOG(kWarning, "port %s: stop: %s", n.c_str(), rte_strerror(-rc));
+        return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_stop after the DCB ",
+                                                "set-up failed (", why.message(),
+                                                "): ", rte_strerror(-rc)));
       }
       started_ = false;
     }
