@@ -1,6 +1,8 @@
 #include "drivers/dpdk/dcb_plan.h"
 
 #include <algorithm>
+#include <bit>
+#include <numeric>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +10,9 @@
 
 namespace heddle::dpdk {
 namespace {
+
+// ports[].rx_desc's range (a power of two).
+constexpr uint64_t kMinRxDesc = 64, kMaxRxDesc = 16384;
 
 constexpr const char* kFix = "; use storm.egress: software (or auto to fall back per port)";
 
@@ -117,21 +122,41 @@ absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, ui
 
 absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::string& driver,
                                        const DcbConfPlan& plan, uint16_t rx_queues,
-                                       uint16_t rx_desc, const rte_eth_desc_lim& lim) {
+                                       uint16_t rx_desc, const rte_eth_desc_lim& lim,
+                                       uint16_t rx_free_thresh) {
+  const std::string where = absl::StrCat("port ", port, ": driver ", driver);
   const uint32_t total = uint32_t{rx_queues} * rx_desc;
   const uint32_t nb = std::max<uint16_t>(plan.nb_rx_queues, 1);
-  // The share, down to the PMD's step (so within the budget), but not below its minimum.
-  uint32_t rxd = total / nb;
-  if (lim.nb_align > 1) rxd = rxd / lim.nb_align * lim.nb_align;
-  rxd = std::max<uint32_t>({rxd, lim.nb_min, 1});
-  if (lim.nb_max != 0) rxd = std::min<uint32_t>(rxd, lim.nb_max);
+  // Ring sizes: multiples of the PMD's step and of rx_free_thresh, above rx_free_thresh, within
+  // the PMD's minimum and maximum.
+  const uint32_t step =
+      std::lcm(std::max<uint32_t>(lim.nb_align, 1), std::max<uint32_t>(rx_free_thresh, 1));
+  const uint32_t low = std::max<uint32_t>({lim.nb_min, uint32_t{rx_free_thresh} + 1, 1});
+  const uint32_t least = (low + step - 1) / step * step;
+  const uint32_t most = (lim.nb_max != 0 ? lim.nb_max : UINT16_MAX) / step * step;
+  if (least > most) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": no RX ring size is a multiple of its rx_free_thresh ",
+                     rx_free_thresh, " above it within its limits ", lim.nb_min, "..", lim.nb_max,
+                     " (step ", lim.nb_align, ")", kFix));
+  }
+  // The share, down to the step (so within the budget), but not below the smallest ring.
+  const uint32_t rxd = std::clamp(total / nb / step * step, least, most);
   if (uint64_t{rxd} * nb > total) {
-    const uint64_t fit = (uint64_t{rxd} * nb + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
+    // ports[].rx_desc is a power of two in 64..16384: the smallest that fits, or with 16384 the
+    // rx_queues that do.
+    const uint64_t need = uint64_t{rxd} * nb;
+    const uint64_t fit = (need + rx_queues - 1) / std::max<uint16_t>(rx_queues, 1);
+    const uint64_t raise = std::bit_ceil(std::max<uint64_t>(fit, kMinRxDesc));
+    const std::string fix =
+        raise <= kMaxRxDesc ? absl::StrCat("raise rx_desc to ", raise)
+                            : absl::StrCat("raise rx_desc to ", kMaxRxDesc, " and rx_queues to ",
+                                           (need + kMaxRxDesc - 1) / kMaxRxDesc);
     return absl::FailedPreconditionError(absl::StrCat(
-        "port ", port, ": driver ", driver, " receives on ", nb,
-        " RX queues with DCB, of at least ", rxd, " descriptors each (", uint64_t{rxd} * nb,
-        " mbufs filled at start); ports[", port, "].rx_queues x rx_desc allows ", total,
-        ": raise rx_desc to ", fit, " (mempool.mbufs' minimum grows with it)", kFix));
+        where, " receives on ", nb, " RX queues with DCB, of at least ", rxd,
+        " descriptors each (a multiple of its rx_free_thresh ", rx_free_thresh, " above it; ", need,
+        " mbufs filled at start); ports[", port, "].rx_queues x rx_desc allows ", total, ": ", fix,
+        " (mempool.mbufs' minimum grows with it)", kFix));
   }
   return static_cast<uint16_t>(rxd);
 }
@@ -142,7 +167,8 @@ absl::StatusOr<DcbQueues> PlanDcbQueues(const std::string& port, const std::stri
   const std::string where = absl::StrCat("port ", port, ": driver ", driver);
   if (info.nb_tcs != plan.nb_tcs) {
     // ixgbe answers 1 while the RX mode lacks RTE_ETH_MQ_RX_DCB_FLAG, and i40e too; both were
-    // given it, so the PMD did not turn DCB on.
+    // given it, so the PMD did not turn DCB on. (ixgbe answers 8 before its first start with the
+    // flag: the layout is read from the started port.)
     return absl::FailedPreconditionError(absl::StrCat(
         where, " reports ", int{info.nb_tcs}, " traffic classes after start with DCB configured ",
         "for ", int{plan.nb_tcs}, " (RX and TX): the PMD did not enable DCB", kFix));

@@ -17,10 +17,10 @@
 //   rte_eth_dev_info_get(port, &info);         // re-read: the counts with DCB on
 //   HEDDLE_RETURN_IF_ERROR(PlanDcbQueueCounts(name, CapsOf(info), workers, &c));
 //   rte_eth_dev_configure(...);                // again, when the counts changed
-//   HEDDLE_ASSIGN_OR_RETURN(uint16_t rxd, PlanDcbRxDesc(...));  // then set up every queue
-//   rte_eth_dev_start(port);
-//   rte_eth_dev_get_dcb_info(port, &dinfo);    // the PMD's TC layout, only now final
-//   HEDDLE_ASSIGN_OR_RETURN(DcbQueues q, PlanDcbQueues(name, driver, c, tcs, dinfo, workers));
+//   HEDDLE_ASSIGN_OR_RETURN(uint16_t rxd, PlanDcbRxDesc(..., rx_free_thresh));  // set up every
+//   queue rte_eth_dev_start(port); rte_eth_dev_get_dcb_info(port, &dinfo);    // the PMD's TC
+//   layout, only now final HEDDLE_ASSIGN_OR_RETURN(DcbQueues q, PlanDcbQueues(name, driver, c, tcs,
+//   dinfo, workers));
 //   // q.level_queue[w][level]: worker w's TX queue for that level; q.rx_queues: RX queues to poll
 //
 // Each step is a pure function of what the device reports, so every refusal (no DCB in the PMD,
@@ -100,18 +100,22 @@ void ApplyDcbConf(const DcbConfPlan& plan, uint64_t rss_hf, rte_eth_conf* conf);
 
 // With the dev_info read after the DCB configure: the queue counts to configure, every queue of
 // the PF (up to vmdq_queue_base when the PMD keeps VMDq pools after the PF's queues, else
-// max_*_queues; at most RTE_ETH_DCB_NUM_QUEUES), as testpmd does. Refuses fewer than workers x
-// TCs.
+// max_*_queues; at most RTE_ETH_DCB_NUM_QUEUES). Not as testpmd does, deliberately: with
+// vmdq_pool_base > 0 (i40e) testpmd configures nb_rxq = nb_txq = num_tcs, one queue per TC, too
+// few for one TX queue per worker in each TC. Refuses fewer than workers x TCs.
 absl::Status PlanDcbQueueCounts(const std::string& port, const DcbCaps& caps, uint16_t workers,
                                 DcbConfPlan* plan);
 
 // RX descriptors per queue on a DCB port: its nb_rx_queues rings share what the port's
 // rx_queues x rx_desc would hold (the pool fills every RX ring at start, and mempool.mbufs' minimum
-// counts rx_queues x rx_desc), within the PMD's limits. Refuses when even the PMD's smallest rings
-// need more, naming the rx_desc that fits.
+// counts rx_queues x rx_desc), within the PMD's limits. Each ring is a multiple of the PMD's
+// rx_free_thresh (dev_info.default_rxconf) strictly above it: ixgbe's bulk-alloc and vector RX
+// need rx_free_thresh < nb_desc and nb_desc % rx_free_thresh == 0, else it turns vector RX off for
+// the whole port. Refuses when even the smallest such rings need more, naming the rx_desc needed.
 absl::StatusOr<uint16_t> PlanDcbRxDesc(const std::string& port, const std::string& driver,
                                        const DcbConfPlan& plan, uint16_t rx_queues,
-                                       uint16_t rx_desc, const rte_eth_desc_lim& lim);
+                                       uint16_t rx_desc, const rte_eth_desc_lim& lim,
+                                       uint16_t rx_free_thresh);
 
 // Worker w's queue for TC t is tc_txq[0][t].base + w. Refuses a PMD that reports another TC
 // count than asked, a TC with fewer TX queues than workers or queues past nb_tx_queues, and a TC

@@ -1,7 +1,7 @@
 // The DCB planner against what ixgbe and i40e report (fake_dcb_pmd.h): the RX + TX DCB
 // configuration, queue counts from the DCB-mode dev_info (ixgbe's 128, i40e's PF queues before
 // its VMDq pools), the 4- and 8-TC layouts once started, what both answer without the RX DCB flag
-// (1 TC), too few queues, PFC on and off, and PMDs without DCB.
+// (1 TC) and ixgbe before start (8 TCs), too few queues, PFC on and off, and PMDs without DCB.
 #include "drivers/dpdk/dcb_plan.h"
 
 #include <string>
@@ -229,32 +229,65 @@ TEST(DcbPlanTest, QueuesPastTheConfiguredCountAreRefused) {
 TEST(DcbPlanTest, RxRingsShareTheRxQueuesTimesRxDescBudget) {
   absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), InOrder(4, 4), 2);
   ASSERT_TRUE(c.ok());
-  // 4 x 1024 over ixgbe's 128 RX queues: 32 each, its minimum.
+  constexpr uint16_t kThresh = fake::kIxgbeRxFreeThresh;
+  // 4 x 2048 over ixgbe's 128 RX queues: 64 each, the smallest multiple of rx_free_thresh (32)
+  // above it.
   absl::StatusOr<uint16_t> rxd =
-      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim);
+      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 2048, fake::kIxgbeRxDescLim, kThresh);
   ASSERT_TRUE(rxd.ok()) << rxd.status();
-  EXPECT_EQ(*rxd, 32);
-  // 3 x 1000 / 128 = 23: below the minimum, 32 x 128 = 4096 mbufs do not fit in 3000.
-  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 1000, fake::kIxgbeRxDescLim);
+  EXPECT_EQ(*rxd, 64);
+  // 4 x 3200 / 128 = 100: down to a multiple of 32 (not only of ixgbe's step of 8).
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 3200, fake::kIxgbeRxDescLim, kThresh);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 96);
+  // 4 x 1024 / 128 = 32: ixgbe's minimum, but not above rx_free_thresh (vector RX off): refused
+  // rather than shrunk.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim, kThresh);
+  EXPECT_EQ(rxd.status().code(), absl::StatusCode::kFailedPrecondition);
+  // 3 x 1000 / 128 = 23: 64 x 128 = 8192 mbufs do not fit in 3000.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 1000, fake::kIxgbeRxDescLim, kThresh);
   EXPECT_EQ(rxd.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(Msg(rxd.status())
                 .find("port uplink0: driver net_ixgbe receives on 128 RX queues with DCB, of at "
-                      "least 32 descriptors each (4096 mbufs filled at start); ports[uplink0]."
-                      "rx_queues x rx_desc allows 3000: raise rx_desc to 1366"),
+                      "least 64 descriptors each (a multiple of its rx_free_thresh 32 above it; "
+                      "8192 mbufs filled at start); ports[uplink0].rx_queues x rx_desc allows "
+                      "3000: raise rx_desc to 4096 (mempool.mbufs"),
             std::string::npos)
       << rxd.status();
+  // 8192 / 3 = 2731 is not a valid rx_desc: the next power of two is named.
+  EXPECT_TRUE(
+      PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 3, 4096, fake::kIxgbeRxDescLim, kThresh).ok());
+  // Past rx_desc's maximum of 16384, the rx_queues that fit with it are named too.
+  // (rx_free_thresh 128: rings of 256, 128 x 256 = 32768 mbufs.)
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 1, 1024, fake::kIxgbeRxDescLim, 128);
+  EXPECT_NE(Msg(rxd.status()).find("raise rx_desc to 16384 and rx_queues to 2"), std::string::npos)
+      << rxd.status();
+  // testpmd's DCB rx_free_thresh of 64: rings of 128, so 4 x 2048 no longer fits.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 2048, fake::kIxgbeRxDescLim, 64);
+  EXPECT_FALSE(rxd.ok());
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 4096, fake::kIxgbeRxDescLim, 64);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 128);
   // i40e's 64 rings of at least 64: 4000 is too little; 4196 / 64 = 65, down to its step of 32
   // and up to its minimum: 64.
   absl::StatusOr<DcbConfPlan> i = Plan(I40e(), InOrder(4, 4), 2);
   ASSERT_TRUE(i.ok());
-  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4000, fake::kI40eRxDescLim);
+  constexpr uint16_t kI40eThresh = fake::kI40eRxFreeThresh;
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4000, fake::kI40eRxDescLim, kI40eThresh);
   EXPECT_FALSE(rxd.ok());
-  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4096 + 100, fake::kI40eRxDescLim);
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 1, 4096 + 100, fake::kI40eRxDescLim, kI40eThresh);
   ASSERT_TRUE(rxd.ok()) << rxd.status();
   EXPECT_EQ(*rxd, 64);
-  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 2, 4096, fake::kI40eRxDescLim);
+  rxd = PlanDcbRxDesc("uplink0", "net_i40e", *i, 2, 4096, fake::kI40eRxDescLim, kI40eThresh);
   ASSERT_TRUE(rxd.ok());
   EXPECT_EQ(*rxd, 128);
+  // A PMD without rx_free_thresh (0) only has its own limits.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim, 0);
+  ASSERT_TRUE(rxd.ok()) << rxd.status();
+  EXPECT_EQ(*rxd, 32);
+  // No multiple of rx_free_thresh above it within the PMD's maximum.
+  rxd = PlanDcbRxDesc("uplink0", "net_ixgbe", *c, 4, 1024, fake::kIxgbeRxDescLim, 4096);
+  EXPECT_EQ(rxd.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(DcbPlanTest, PmdsWithoutDcb) {
@@ -287,11 +320,11 @@ TEST(DcbPlanTest, RefusesABadLayout) {
 }
 
 TEST(DcbPlanTest, OneTcAnswersAreRefused) {
-  // What ixgbe and i40e answer without the RX DCB flag, and ixgbe before its first start: 1 TC.
+  // What ixgbe and i40e answer without the RX DCB flag: 1 TC.
   const DcbTcs tcs = InOrder(4, 4);
   absl::StatusOr<DcbConfPlan> c = Plan(Ixgbe(), tcs, 1);
   ASSERT_TRUE(c.ok()) << c.status();
-  for (const rte_eth_dcb_info& info : {fake::IxgbeDcbInfo(false, 4), fake::IxgbeDcbInfo(true, 0),
+  for (const rte_eth_dcb_info& info : {fake::IxgbeDcbInfo(false, 4), fake::IxgbeDcbInfo(false, 0),
                                        fake::I40eDcbInfo(false, 4, 64)}) {
     absl::StatusOr<DcbQueues> q = PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, info, 1);
     EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -301,6 +334,14 @@ TEST(DcbPlanTest, OneTcAnswersAreRefused) {
               std::string::npos)
         << q.status();
   }
+  // ixgbe with the RX flag before its first start: ixgbe_dcb_init()'s 8 TCs with the 8-TC layout,
+  // not the 4 asked, so it is read from the started port only.
+  const rte_eth_dcb_info unstarted = fake::IxgbeDcbInfo(true, 0);
+  EXPECT_EQ(unstarted.nb_tcs, 8);
+  EXPECT_EQ(unstarted.tc_queue.tc_txq[0][4].base, 96);
+  EXPECT_NE(Msg(PlanDcbQueues("uplink0", "net_ixgbe", *c, tcs, unstarted, 1).status())
+                .find("reports 8 traffic classes after start with DCB configured for 4"),
+            std::string::npos);
   // 0 TCs, or 8 when 4 were asked, likewise.
   rte_eth_dcb_info none{};
   EXPECT_NE(Msg(PlanDcbQueues("uplink1", "net_i40e", *c, tcs, none, 1).status())

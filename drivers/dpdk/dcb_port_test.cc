@@ -6,10 +6,12 @@
 // libdpdk-dev 22.11. So each fake is a real net_null port (real queues, real configure, start,
 // queue set-up and bursts) whose DCB-specific answers are interposed at the ethdev API: this
 // binary is linked with --wrap for rte_eth_dev_info_get, rte_eth_dev_configure,
-// rte_eth_dev_start, rte_eth_dev_stop and rte_eth_dev_get_dcb_info, and for a fake port the
-// wrapper answers as the PMD would (driver name, queue counts, refusals, the TC layout at the
-// moment the PMD has it) and forwards the rest to the real net_null. Port's code is unchanged and
-// makes its calls in its own order; every call is logged, so the tests check the order too.
+// rte_eth_dev_start, rte_eth_dev_stop, rte_eth_dev_get_dcb_info, rte_eth_rx_queue_setup and
+// rte_eth_tx_queue_setup, and for a fake port the wrapper answers as the PMD would (driver name,
+// queue counts, refusals, the TC layout at the moment the PMD has it) and forwards the rest to the
+// real net_null. Port's code is unchanged and makes its calls in its own order; every call but the
+// queue set-ups is logged, so the tests check the order too; the queue set-ups (queue id and
+// descriptors) are recorded per configure and as they were at start.
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
@@ -36,6 +38,12 @@ struct FakePmd {
   uint8_t conf_tcs = 0;     // dcb_rx_conf.nb_tcs configured
   uint16_t nb_rx = 0;       // RX queues configured
   uint8_t started_tcs = 0;  // ixgbe: the TC count dev_start programmed (0: not since configure)
+  uint16_t nb_tx = 0;       // TX queues configured
+  int stop_rc = 0;          // != 0: rte_eth_dev_stop fails with it (the port stays started)
+  // Queue id -> nb_desc of the queues set up since the last configure, and as they were at the
+  // last start (with the counts configured then).
+  std::map<uint16_t, uint16_t> rx_setup, tx_setup, rx_at_start, tx_at_start;
+  uint16_t nb_rx_at_start = 0, nb_tx_at_start = 0;
   std::vector<std::string> calls;
 };
 
@@ -91,6 +99,28 @@ int __real_rte_eth_dev_configure(uint16_t port_id, uint16_t nb_rx_q, uint16_t nb
 int __real_rte_eth_dev_start(uint16_t port_id);
 int __real_rte_eth_dev_stop(uint16_t port_id);
 int __real_rte_eth_dev_get_dcb_info(uint16_t port_id, struct rte_eth_dcb_info* dcb_info);
+int __real_rte_eth_rx_queue_setup(uint16_t port_id, uint16_t rx_queue_id, uint16_t nb_rx_desc,
+                                  unsigned int socket_id, const struct rte_eth_rxconf* rx_conf,
+                                  struct rte_mempool* mb_pool);
+int __real_rte_eth_tx_queue_setup(uint16_t port_id, uint16_t tx_queue_id, uint16_t nb_tx_desc,
+                                  unsigned int socket_id, const struct rte_eth_txconf* tx_conf);
+
+int __wrap_rte_eth_rx_queue_setup(uint16_t port_id, uint16_t rx_queue_id, uint16_t nb_rx_desc,
+                                  unsigned int socket_id, const struct rte_eth_rxconf* rx_conf,
+                                  struct rte_mempool* mb_pool) {
+  const int rc =
+      __real_rte_eth_rx_queue_setup(port_id, rx_queue_id, nb_rx_desc, socket_id, rx_conf, mb_pool);
+  if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) f->rx_setup[rx_queue_id] = nb_rx_desc;
+  return rc;
+}
+
+int __wrap_rte_eth_tx_queue_setup(uint16_t port_id, uint16_t tx_queue_id, uint16_t nb_tx_desc,
+                                  unsigned int socket_id, const struct rte_eth_txconf* tx_conf) {
+  const int rc =
+      __real_rte_eth_tx_queue_setup(port_id, tx_queue_id, nb_tx_desc, socket_id, tx_conf);
+  if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) f->tx_setup[tx_queue_id] = nb_tx_desc;
+  return rc;
+}
 
 int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info) {
   const int rc = __real_rte_eth_dev_info_get(port_id, info);
@@ -104,6 +134,7 @@ int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info)
     case FakeKind::kIxgbe:
       info->max_rx_queues = info->max_tx_queues = fake::kIxgbeQueues;
       info->rx_desc_lim = fake::kIxgbeRxDescLim;
+      info->default_rxconf.rx_free_thresh = fake::kIxgbeRxFreeThresh;
       break;
     case FakeKind::kI40e:
       // The PF's queue pairs, then the VMDq pools' (counted in max_*_queues).
@@ -111,6 +142,7 @@ int __wrap_rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* info)
       info->vmdq_queue_base = fake::kI40ePfQueues;
       info->vmdq_pool_base = fake::kI40eVmdqPoolBase;
       info->rx_desc_lim = fake::kI40eRxDescLim;
+      info->default_rxconf.rx_free_thresh = fake::kI40eRxFreeThresh;
       break;
     case FakeKind::kRefusesDcb:
       info->max_rx_queues = info->max_tx_queues = 64;
@@ -150,7 +182,10 @@ int __wrap_rte_eth_dev_configure(uint16_t port_id, uint16_t nb_rx_q, uint16_t nb
     f->rx_dcb = rx_dcb;
     f->conf_tcs = rx_tcs;
     f->nb_rx = nb_rx_q;
+    f->nb_tx = nb_tx_q;
     f->started_tcs = 0;
+    f->rx_setup.clear();
+    f->tx_setup.clear();
   }
   return rc;
 }
@@ -159,13 +194,20 @@ int __wrap_rte_eth_dev_start(uint16_t port_id) {
   const int rc = __real_rte_eth_dev_start(port_id);
   if (FakePmd* f = FakeFor(port_id); f != nullptr && rc == 0) {
     f->calls.push_back("start");
+    f->rx_at_start = f->rx_setup;
+    f->tx_at_start = f->tx_setup;
+    f->nb_rx_at_start = f->nb_rx;
+    f->nb_tx_at_start = f->nb_tx;
     if (f->rx_dcb) f->started_tcs = f->conf_tcs;  // ixgbe_dcb_hw_configure() in dev_start
   }
   return rc;
 }
 
 int __wrap_rte_eth_dev_stop(uint16_t port_id) {
-  if (FakePmd* f = FakeFor(port_id)) f->calls.push_back("stop");
+  if (FakePmd* f = FakeFor(port_id)) {
+    f->calls.push_back("stop");
+    if (f->stop_rc != 0) return f->stop_rc;
+  }
   return __real_rte_eth_dev_stop(port_id);
 }
 
@@ -195,7 +237,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int kVdevs = 8;
+constexpr int kVdevs = 12;
 rte_mempool* g_pool = nullptr;
 
 // One EAL per process: net_null0..7, one per test, and a pool.
@@ -233,7 +275,7 @@ DcbTcs InOrder(uint8_t nb_tcs, int levels) {
 
 // A port on net_null<vdev> that answers as `kind`.
 absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, uint16_t workers,
-                              DcbTcs tcs) {
+                              DcbTcs tcs, uint16_t rx_desc = 4096) {
   const std::string dev = absl::StrCat("net_null", vdev);
   uint16_t pid = 0;
   if (rte_eth_dev_get_port_by_name(dev.c_str(), &pid) != 0) {
@@ -246,11 +288,26 @@ absl::StatusOr<Port> FakePort(int vdev, FakeKind kind, PortParams::TxDcb mode, u
                .is_vdev = true,
                .rx_queues = 2,
                .tx_queues = workers,
-               .rx_desc = 2048,  // 2 x 2048: ixgbe's 128 RX rings of 32, i40e's 64 of 64
+               // 2 x 4096: ixgbe's 128 RX rings of 64 (above its rx_free_thresh 32), i40e's 64
+               // of 128.
+               .rx_desc = rx_desc,
                .tx_desc = 256};
   p.tx_dcb = mode;
   p.dcb_tcs = tcs;
   return Port::Find(p);
+}
+
+// At the start: every configured queue (nb_rx RX, nb_tx TX) was set up, RX with `rxd`
+// descriptors each and TX with `txd`.
+void ExpectSetUpAtStart(const FakePmd& f, uint16_t nb_rx, uint16_t rxd, uint16_t nb_tx,
+                        uint16_t txd) {
+  EXPECT_EQ(f.nb_rx_at_start, nb_rx);
+  EXPECT_EQ(f.nb_tx_at_start, nb_tx);
+  std::map<uint16_t, uint16_t> rx, tx;
+  for (uint16_t q = 0; q < nb_rx; ++q) rx[q] = rxd;
+  for (uint16_t q = 0; q < nb_tx; ++q) tx[q] = txd;
+  EXPECT_EQ(f.rx_at_start, rx);
+  EXPECT_EQ(f.tx_at_start, tx);
 }
 
 // One packet out on `txq` and at least one in on `rxq`: the port forwards on those queues.
@@ -285,6 +342,9 @@ TEST(DcbPortTest, IxgbeLikeGetsItsTcsOnlyFromTheStartedPortWithRxDcb) {
   EXPECT_EQ(q.level_queue[0], (std::array<uint16_t, 8>{0, 64, 96, 112, 112, 112, 112, 112}));
   EXPECT_EQ(q.level_queue[1], (std::array<uint16_t, 8>{1, 65, 97, 113, 113, 113, 113, 113}));
   EXPECT_EQ(port->tx_queues_configured(), 128);
+  // All 128 queues set up before the start, RX rings of 64: 2 x 4096 over 128, a multiple of
+  // ixgbe's rx_free_thresh (32) above it.
+  ExpectSetUpAtStart(f, 128, 64, 128, 256);
   // RX: every TC's 16 queues (RSS spreads a TC over all of them), not the 2 of rx_queues.
   ASSERT_EQ(port->rx_queue_ids().size(), 64u);
   EXPECT_EQ(port->rx_queue_ids()[16], 32);
@@ -307,6 +367,7 @@ TEST(DcbPortTest, IxgbeLikeEightTcsFourWorkers) {
   EXPECT_EQ(port->dcb()->level_queue[3],
             (std::array<uint16_t, 8>{3, 35, 67, 83, 99, 107, 115, 123}));
   EXPECT_EQ(port->rx_queue_ids().size(), 128u);
+  ExpectSetUpAtStart(*FakeFor(port->port_id()), 128, 64, 128, 256);
   ASSERT_TRUE(port->Start().ok());
   ExpectForwards(*port, 123, 127);
   port->StopAndClose();
@@ -328,6 +389,8 @@ TEST(DcbPortTest, I40eLikeSplitsThePfQueuesItWasConfiguredWith) {
   EXPECT_EQ(port->dcb()->level_queue[2], (std::array<uint16_t, 8>{2, 18, 34, 50, 50, 50, 50, 50}));
   EXPECT_EQ(port->tx_queues_configured(), 64);
   EXPECT_EQ(port->rx_queue_ids().size(), 64u);
+  // The PF's 64 queue pairs set up before the start, RX rings of 2 x 4096 / 64 = 128.
+  ExpectSetUpAtStart(f, 64, 128, 64, 256);
   ASSERT_TRUE(port->Start().ok());
   ExpectForwards(*port, 50, 63);
   port->StopAndClose();
@@ -383,6 +446,8 @@ TEST(DcbPortTest, AutoStopsAStartedPortWhoseLayoutIsRefusedAndReconfiguresIt) {
   EXPECT_THAT(port->rx_queue_ids(), ElementsAre(0, 1));
   ASSERT_TRUE(port->Start().ok());
   EXPECT_EQ(std::count(f.calls.begin(), f.calls.end(), "start"), 2);
+  // The software configuration's own queues and rings at its start.
+  ExpectSetUpAtStart(f, 2, 4096, 9, 256);
   ExpectForwards(*port, 8, 0);
 
   // Required instead: the same refusal fails Configure() and leaves the port stopped.
@@ -395,6 +460,55 @@ TEST(DcbPortTest, AutoStopsAStartedPortWhoseLayoutIsRefusedAndReconfiguresIt) {
   EXPECT_EQ(FakeFor(req->port_id())->calls.back(), "stop");
   req->StopAndClose();
   port->StopAndClose();
+}
+
+TEST(DcbPortTest, ATooSmallRxBudgetIsRefusedBeforeAnyDcbConfigure) {
+  // 2 x 1024 cannot fill ixgbe's 128 RX rings of 64: known from the dev_info before configure, so
+  // auto falls back without configuring DCB at all.
+  absl::StatusOr<Port> port =
+      FakePort(7, FakeKind::kIxgbe, PortParams::TxDcb::kPrefer, 2, InOrder(4, 4), 1024);
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_TRUE(port->Configure(g_pool).ok());
+  EXPECT_FALSE(port->dcb().has_value());
+  EXPECT_THAT(port->dcb_fallback(),
+              HasSubstr("port up7: driver net_ixgbe receives on 128 RX queues with DCB, of at "
+                        "least 64 descriptors each"));
+  const FakePmd& f = *FakeFor(port->port_id());
+  EXPECT_THAT(f.calls, ElementsAre("dcb_info", "configure 2/2 rx=RSS"));
+  port->StopAndClose();
+
+  // Required: fails naming the rx_desc needed, with no configure made.
+  absl::StatusOr<Port> req =
+      FakePort(8, FakeKind::kI40e, PortParams::TxDcb::kRequire, 2, InOrder(4, 4), 1024);
+  ASSERT_TRUE(req.ok());
+  absl::Status s = req->Configure(g_pool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("storm.egress dcb: port up8: driver net_i40e receives on 64 RX queues"));
+  EXPECT_THAT(FakeFor(req->port_id())->calls, ElementsAre("dcb_info"));
+  req->StopAndClose();
+}
+
+TEST(DcbPortTest, AFailedStopAfterARefusedLayoutIsReportedAndTheConfigureNotTried) {
+  // ixgbe's 8-TC layout refused for nine workers after start; then the stop fails.
+  absl::StatusOr<Port> port =
+      FakePort(9, FakeKind::kIxgbe, PortParams::TxDcb::kPrefer, 9, InOrder(8, 8));
+  ASSERT_TRUE(port.ok()) << port.status();
+  FakePmd& f = *FakeFor(port->port_id());
+  f.stop_rc = -EIO;
+  absl::Status s = port->Configure(g_pool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("port up9: rte_eth_dev_stop after the DCB set-up failed (port up9: driver "
+                        "net_ixgbe: TC 4 has 8 TX queue(s)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("): Input/output error"));
+  // No software configure of the still started port.
+  EXPECT_EQ(f.calls.back(), "stop");
+  EXPECT_FALSE(port->dcb().has_value());
+  // The port is still known as started: StopAndClose() stops it.
+  f.stop_rc = 0;
+  port->StopAndClose();
+  EXPECT_EQ(std::count(f.calls.begin(), f.calls.end(), "stop"), 2);
 }
 
 }  // namespace

@@ -135,8 +135,11 @@ absl::Status Port::Configure(rte_mempool* pool) {
     // software configuration below replaces the DCB one.
     dcb_.reset();
     if (started_) {
+      // A port that did not stop stays started: configuring it again would fail (EBUSY).
       if (int rc = rte_eth_dev_stop(port_id_); rc != 0) {
-        HEDDLE_LOG(kWarning, "port %s: stop: %s", n.c_str(), rte_strerror(-rc));
+        return absl::InternalError(absl::StrCat("port ", n, ": rte_eth_dev_stop after the DCB ",
+                                                "set-up failed (", why.message(),
+                                                "): ", rte_strerror(-rc)));
       }
       started_ = false;
     }
@@ -211,6 +214,16 @@ absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf
   caps.dcb_info_supported = rte_eth_dev_get_dcb_info(port_id_, &probe) != -ENOTSUP;
   HEDDLE_ASSIGN_OR_RETURN(DcbConfPlan plan,
                           PlanDcbConf(n, caps, params_.dcb_tcs, workers, params_.dcb_pfc));
+  // The queue counts and RX rings the device's dev_info allows, checked before the first DCB
+  // configure (which already changes i40e's TC map), so a refusal leaves the NIC as it was; both
+  // are checked again with the DCB-mode dev_info below.
+  {
+    DcbConfPlan pre = plan;
+    HEDDLE_RETURN_IF_ERROR(PlanDcbQueueCounts(n, CapsOf(info), workers, &pre));
+    HEDDLE_RETURN_IF_ERROR(PlanDcbRxDesc(n, driver_, pre, params_.rx_queues, params_.rx_desc,
+                                         info.rx_desc_lim, info.default_rxconf.rx_free_thresh)
+                               .status());
+  }
   rte_eth_conf conf = base;
   ApplyDcbConf(plan, rss_hf, &conf);
   auto configure = [&]() -> absl::Status {
@@ -237,8 +250,9 @@ absl::Status Port::ConfigureDcb(const rte_eth_dev_info& info, const rte_eth_conf
   }
   // RSS spreads each TC's packets over all of the TC's RX queues, so all are polled; their rings
   // share what the port's rx_queues x rx_desc would hold (the pool fills every ring at start).
-  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd, PlanDcbRxDesc(n, driver_, plan, params_.rx_queues,
-                                                            params_.rx_desc, dinfo.rx_desc_lim));
+  HEDDLE_ASSIGN_OR_RETURN(const uint16_t rxd,
+                          PlanDcbRxDesc(n, driver_, plan, params_.rx_queues, params_.rx_desc,
+                                        dinfo.rx_desc_lim, dinfo.default_rxconf.rx_free_thresh));
   HEDDLE_RETURN_IF_ERROR(SetUpQueues(dinfo, conf, plan.nb_rx_queues, rxd, plan.nb_tx_queues, pool));
   // ixgbe programs its TC count in dev_start: the layout is read from the started port.
   if (int rc = rte_eth_dev_start(port_id_); rc != 0) {

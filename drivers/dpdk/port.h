@@ -12,7 +12,8 @@
 // it; it records each worker's TX queue per STORM level (dcb()) and the RX queues to poll, all of
 // every TC's (rx_queue_ids()). When the device cannot, Configure() stops the port again and fails
 // naming the port and why (kRequire), or configures it as without DCB and records why (kPrefer).
-// Start() then starts what is not started yet.
+// Start() then starts what is not started yet. A DCB port is thus started inside Configure(): its
+// statistics count from then, not from Start().
 #pragma once
 
 #include <cstdint>
@@ -66,7 +67,9 @@ class Port {
   // Finds the probed port. Not found → an error that names the devargs and the likely cause.
   static absl::StatusOr<Port> Find(const PortParams& p);
 
-  // Configures queues, RSS, MTU; sets up RX queues from `pool`. With DCB on, also starts the port.
+  // Configures queues, RSS, MTU; sets up RX queues from `pool`. With DCB on, also starts the port
+  // (its TC layout exists only once started): it may receive from then on, and its counters
+  // (Stats()) count from Configure(), not from Start().
   absl::Status Configure(rte_mempool* pool);
   absl::Status Start();
   // Stops (if started) and closes. Idempotent.
