@@ -1912,8 +1912,8 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return absl::OkStatus();
   }
 
-  // Makes round r's decision durable before any gateway can see it (PublishLocked makes it
-  // visible). mu_ is released while writing (the round is frozen: deciding). A write or sync
+  // Makes round r's decision durable before any gateway can see it (DecideLoop announces it
+  // right after: announced_, then PublishLocked). mu_ is released while writing (the round is frozen: deciding). A write or sync
   // that failed (Unavailable) is retried every second: DecisionLog never accepts a record whose
   // sync failed, and rewrites the retained records into a new file before the retry appends,
   // so no decision goes out unlogged. Any other error (a decision too large to log) cannot
