@@ -144,16 +144,17 @@ QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction
 // as w ^ (w >> 32) — side by side and multiplied by one odd constant. Deterministic
 // across runs and builds, unlike absl::Hash, whose seed changes per process. The table takes its
 // left bucket from bits 0..23, its right one from 24..47 and its tag from 48..63 (QpTable).
-// CRC-32C detects every change of fewer than 8 bits in messages this short, so keys that differ
-// in a few address or QPN bits (adjacent hosts, sequential QPNs) never share the low register
-// and spread over left buckets evenly; the multiply spreads keys that share a left bucket over
-// their right buckets and tags; two IPv4 address pairs of one QPN never collide (the registers
-// together are injective on the 64 address bits: the Castagnoli polynomial has the factor x + 1,
-// so a CRC keeps its input's parity, and two registers over the same words in another order
-// would lose one bit; the high register's words are therefore folded first). qp_table_test.cc
-// checks these properties; a CRC is linear and does not avalanche, and the table does not need it
-// to. When both addresses are IPv4 (mapped) only their 4-byte forms are hashed: the per-packet
-// HashPacket() reads them straight from the IPv4 header without building a key.
+// CRC-32C detects every change of a few bits in messages this short (up to 6 of an IPv4 key's
+// 89, checked), so keys that differ in a few address or QPN bits (adjacent hosts, sequential
+// QPNs) never share the low register and spread over left buckets evenly; the multiply spreads keys
+// that share a left bucket over their right buckets and tags; two IPv4 address pairs of one QPN
+// never collide (the registers together are injective on the 64 address bits: the Castagnoli
+// polynomial has the factor x + 1, so a CRC keeps its input's parity, and two registers over the
+// same words in another order would lose one bit; the high register's words are therefore folded
+// first). qp_table_test.cc checks these properties; a CRC is linear and does not avalanche, and the
+// table does not need it to. When both addresses are IPv4 (mapped) only their 4-byte forms are
+// hashed: the per-packet HashPacket() reads them straight from the IPv4 header without building a
+// key.
 uint64_t HashKey(const QpKey& key);
 
 namespace hash_internal {

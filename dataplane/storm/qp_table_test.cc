@@ -178,9 +178,9 @@ TEST(HashKeyTest, CrcIsCastagnoliAndTheInstructionAgreesWithThePortableForm) {
 
 TEST(HashKeyTest, KeysAFewBitsApartNeverShareTheLowRegister) {
   // Every IPv4 key within 3 bits of a base (source, destination, QPN, direction: 89 bits) — any
-  // two are at most 6 bits apart, under CRC-32C's Hamming distance of 8 — has its own low
-  // register, so its own bits 0..31 of the hash: adjacent hosts and sequential QPNs never share
-  // a left bucket pattern by construction.
+  // two are at most 6 bits apart — has its own low register, so its own bits 0..31 of the hash
+  // (a bijection of it): keys that differ in a few bits, like adjacent hosts and sequential
+  // QPNs, are told apart by the low register alone.
   const uint32_t src = 0x0100000a, dst = 0x0201000a, qd = 0x000123;
   auto flip = [&](uint32_t& s, uint32_t& d, uint32_t& q, int bit) {
     if (bit < 32) {
