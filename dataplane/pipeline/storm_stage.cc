@@ -412,6 +412,10 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     std::memcpy(dscp, L.dscp.data(), sizeof(dscp));
     const std::array<uint32_t, storm::kMaxLevels - 1> cutoffs = L.cutoffs;
     uint32_t one_packet = 0;  // one-packet requests, added to the tracker's counters at the end
+    // The last one-packet request's remaining bytes and their level against the cutoffs: a burst
+    // of small messages mostly repeats a size (never ~0: R is at most 2^32).
+    uint64_t memo_remaining = ~uint64_t{0};
+    uint8_t memo_unboosted = 0;
     // The previous RoCE packet's QP (hash 0: none; HashKey is never 0) and entry.
     uint64_t prev_hash = 0;
     uint32_t prev_qpn_dir = 0;
@@ -462,7 +466,11 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
                    tracker_.TryOnePacket(
                        *e, d, kind, unknown_size,
                        [&](uint64_t r) {
-                         return std::min(storm::UnboostedLevel(cutoffs, top, r), ceiling);
+                         if (r != memo_remaining) [[unlikely]] {
+                           memo_remaining = r;
+                           memo_unboosted = storm::UnboostedLevel(cutoffs, top, r);
+                         }
+                         return std::min(memo_unboosted, ceiling);
                        },
                        &level, &size_sample)) {
           ++one_packet;  // a whole message: a new request, its level for good
@@ -487,90 +495,90 @@ uint16_t StormTagStage::Process(WorkerContext& ctx, Burst& b) {
     ++lean_bursts_;
     lean_one_packet_ += one_packet;
   } else {
-  for (uint16_t j = 0; j < n_roce; ++j) {
-    const uint16_t i = n_roce == b.n ? j : idx[j];
-    const pkt::PacketDesc& d = b.desc[i];
-    uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
-    uint8_t level;
-    if (d.roce_class == pkt::RoceClass::kCnp) [[unlikely]] {
-      // Congestion notifications are not PSN-ordered: never capped behind the QP's data, so the
-      // sender's rate control hears of congestion at once.
-      level = L.control_level;
-      prev_entry = nullptr;
-    } else {
-      const uint32_t qpn_dir =
-          (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
-      storm::InsertResult ir;
-      storm::QpEntry* e;
-      if (prev_entry != nullptr && hash_[j] == hash_[j - 1] && prev_entry->qpn_dir == qpn_dir) {
-        // The previous packet's QP: its entry holds that packet (egress_queued > 0), so nothing
-        // evicted it since, and its last_seen is now_ms already.
-        e = prev_entry;
-        ir = storm::InsertResult::kFound;
+    for (uint16_t j = 0; j < n_roce; ++j) {
+      const uint16_t i = n_roce == b.n ? j : idx[j];
+      const pkt::PacketDesc& d = b.desc[i];
+      uint8_t* frame = rte_pktmbuf_mtod(b.pkts[i], uint8_t*);
+      uint8_t level;
+      if (d.roce_class == pkt::RoceClass::kCnp) [[unlikely]] {
+        // Congestion notifications are not PSN-ordered: never capped behind the QP's data, so the
+        // sender's rate control hears of congestion at once.
+        level = L.control_level;
+        prev_entry = nullptr;
       } else {
-        e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
-        if (e != nullptr) recent_[hash_[j] & (kRecentSlots - 1)] = {hash_[j], table_.SlotOf(e)};
-      }
-      prev_entry = e;
-      if (e != nullptr) [[likely]] {
-        if (ir != storm::InsertResult::kFound) [[unlikely]] {
-          uint32_t ip4 = 0;
-          if (d.l3 == pkt::L3::kIpv4) std::memcpy(&ip4, frame + d.l3_off + 16, 4);
-          e->dst_ip4 = ip4;
-        }
-        const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
-        if (t.size_sample) hist_->Add(t.size_sample);
-        uint64_t backlog = 0;
-        switch (o_.backlog_source) {
-          case storm::BacklogSource::kEgressQueue:
-            // The QP's packets still queued from earlier bursts (not this burst's own packets,
-            // which leave with it unless the port pushes back).
-            if (egress_idle) break;
-            if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
-              e->burst_mark = burst_no_;
-              marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
-              e->queued_at_mark =
-                  static_cast<uint16_t>(std::min<uint32_t>(e->egress_queued, 0xffff));
-            }
-            backlog = uint64_t{e->queued_at_mark} * o_.mtu;
-            break;
-          case storm::BacklogSource::kHostShim:
-            backlog = HostBacklog(*e, frame, d, t, host, !per_message);
-            break;
-          default:
-            break;
-        }
-        // In-order guard: a QP's packet never takes a higher level than its packets still held
-        // in heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
-        // excepted).
-        uint8_t ceiling = storm::InOrderCeiling(*e, per_message, top_level);
-        if (fabric_guard) {
-          ceiling = std::min(ceiling, storm::FabricCeiling(*e, t, join_.fabric_guarded));  // §6.5
-        }
-        if (IsHostResponse(d.roce_class)) [[unlikely]] {
-          // The host answers as the QP's responder: READ responses, ACKs, atomic ACKs (§6.6).
-          level = TagHostResponse(*e, d, hash_[j], qpn_dir, backlog, ceiling, L, now_ms,
-                                  per_message && host != nullptr);
+        const uint32_t qpn_dir =
+            (d.dest_qp & storm::kQpnMask) | static_cast<uint32_t>(storm::Direction::kRequest) << 24;
+        storm::InsertResult ir;
+        storm::QpEntry* e;
+        if (prev_entry != nullptr && hash_[j] == hash_[j - 1] && prev_entry->qpn_dir == qpn_dir) {
+          // The previous packet's QP: its entry holds that packet (egress_queued > 0), so nothing
+          // evicted it since, and its last_seen is now_ms already.
+          e = prev_entry;
+          ir = storm::InsertResult::kFound;
         } else {
-          level = storm::TagPacketTop(L, top_level, e, d, t, backlog, o_.mtu, ceiling);
-          e->held_level = level;
+          e = table_.FindOrInsertHashed(hash_[j], qpn_dir, now_ms, &ir, hint[j]);
+          if (e != nullptr) recent_[hash_[j] & (kRecentSlots - 1)] = {hash_[j], table_.SlotOf(e)};
         }
-        ++e->egress_queued;
-        b.held[i] = &e->egress_queued;
-      } else {
-        // The table refused the QP: all its packets share the default level, control classes
-        // included, or a READ request would overtake the QP's queued data (no guard without an
-        // entry). A control class may still go lower.
-        level = storm::IsControlClass(d.roce_class) ? std::min(L.control_level, default_level)
-                                                    : default_level;
+        prev_entry = e;
+        if (e != nullptr) [[likely]] {
+          if (ir != storm::InsertResult::kFound) [[unlikely]] {
+            uint32_t ip4 = 0;
+            if (d.l3 == pkt::L3::kIpv4) std::memcpy(&ip4, frame + d.l3_off + 16, 4);
+            e->dst_ip4 = ip4;
+          }
+          const storm::TrackResult t = tracker_.OnRequestPacket(*e, d);
+          if (t.size_sample) hist_->Add(t.size_sample);
+          uint64_t backlog = 0;
+          switch (o_.backlog_source) {
+            case storm::BacklogSource::kEgressQueue:
+              // The QP's packets still queued from earlier bursts (not this burst's own packets,
+              // which leave with it unless the port pushes back).
+              if (egress_idle) break;
+              if (e->burst_mark != burst_no_ || ir != storm::InsertResult::kFound) {
+                e->burst_mark = burst_no_;
+                marked_[n_marked++] = e;  // not evictable before the burst ends: egress_queued > 0
+                e->queued_at_mark =
+                    static_cast<uint16_t>(std::min<uint32_t>(e->egress_queued, 0xffff));
+              }
+              backlog = uint64_t{e->queued_at_mark} * o_.mtu;
+              break;
+            case storm::BacklogSource::kHostShim:
+              backlog = HostBacklog(*e, frame, d, t, host, !per_message);
+              break;
+            default:
+              break;
+          }
+          // In-order guard: a QP's packet never takes a higher level than its packets still held
+          // in heddled, so strict priority never reorders a QP (reordering-tolerant per-packet mode
+          // excepted).
+          uint8_t ceiling = storm::InOrderCeiling(*e, per_message, top_level);
+          if (fabric_guard) {
+            ceiling = std::min(ceiling, storm::FabricCeiling(*e, t, join_.fabric_guarded));  // §6.5
+          }
+          if (IsHostResponse(d.roce_class)) [[unlikely]] {
+            // The host answers as the QP's responder: READ responses, ACKs, atomic ACKs (§6.6).
+            level = TagHostResponse(*e, d, hash_[j], qpn_dir, backlog, ceiling, L, now_ms,
+                                    per_message && host != nullptr);
+          } else {
+            level = storm::TagPacketTop(L, top_level, e, d, t, backlog, o_.mtu, ceiling);
+            e->held_level = level;
+          }
+          ++e->egress_queued;
+          b.held[i] = &e->egress_queued;
+        } else {
+          // The table refused the QP: all its packets share the default level, control classes
+          // included, or a READ request would overtake the QP's queued data (no guard without an
+          // entry). A control class may still go lower.
+          level = storm::IsControlClass(d.roce_class) ? std::min(L.control_level, default_level)
+                                                      : default_level;
+        }
       }
+      b.level[i] = level;
+      storm::SetDscp(frame, d, L.dscp[level]);
+      if (any_pcp && L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
+      ++level_packets[level];
+      level_bytes[level] += b.pkts[i]->pkt_len;
     }
-    b.level[i] = level;
-    storm::SetDscp(frame, d, L.dscp[level]);
-    if (any_pcp && L.pcp[level] >= 0) storm::SetPcp(frame, d, L.pcp[level]);
-    ++level_packets[level];
-    level_bytes[level] += b.pkts[i]->pkt_len;
-  }
   }
   LcoreStats& stats = ctx.stats();
   for (int l = 0; l < storm::kMaxLevels; ++l) {

@@ -12,13 +12,8 @@
 namespace heddle::storm {
 namespace {
 
-using hash_internal::Finish;
-using hash_internal::kPrime1;
-using hash_internal::kPrime2;
-using hash_internal::kPrime3;
-using hash_internal::Mum;
-constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ull;
-constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ull;
+using hash_internal::Crc32cU32;
+using hash_internal::Crc32cU64;
 
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
@@ -42,15 +37,17 @@ uint64_t HashKey(const QpKey& key) {
     return hash_internal::HashV4(Load32(key.src_ip.data() + 12), Load32(key.dst_ip.data() + 12),
                                  QpTable::QpnDir(key));
   }
-  // Fixed-size input (36 bytes): two independent folded multiplies over the four address words
-  // (they run in parallel), one more with qpn|direction, then the avalanche. The constants are
-  // xxHash64's primes; byte order is the host's (the hash never leaves the host).
-  const uint64_t a =
-      Mum(Load64(key.src_ip.data()) ^ kPrime1, Load64(key.src_ip.data() + 8) ^ kPrime2);
-  const uint64_t b =
-      Mum(Load64(key.dst_ip.data()) ^ kPrime3, Load64(key.dst_ip.data() + 8) ^ kPrime4);
-  return Finish(
-      Mum(a ^ b ^ kPrime5, (static_cast<uint64_t>(QpTable::QpnDir(key)) << 32 | 36) ^ kPrime1));
+  // Fixed-size input (36 bytes): the four address words and qpn|direction into each register,
+  // in the orders of HashV4().
+  const uint64_t s0 = Load64(key.src_ip.data()), s1 = Load64(key.src_ip.data() + 8);
+  const uint64_t d0 = Load64(key.dst_ip.data()), d1 = Load64(key.dst_ip.data() + 8);
+  const uint32_t qd = QpTable::QpnDir(key);
+  uint32_t lo = hash_internal::kSeedA;
+  for (uint64_t w : {s0, s1, d0, d1}) lo = Crc32cU64(lo, w);
+  lo = Crc32cU32(lo, qd);
+  uint32_t hi = Crc32cU32(hash_internal::kSeedB, qd);
+  for (uint64_t w : {s0, s1, d0, d1}) hi = Crc32cU64(hi, w ^ (w >> 32));
+  return hash_internal::Combine(lo, hi);
 }
 
 QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction direction) {

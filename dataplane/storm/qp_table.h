@@ -47,6 +47,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include "dataplane/pkt/parse.h"
 
@@ -79,14 +82,14 @@ enum EntryFlag : uint8_t {
 // receives the QP's responses, always through StoreAckedPsn()/LoadAckedPsn() (relaxed atomics on a
 // naturally aligned 4-byte word, so the struct stays trivially copyable).
 struct alignas(64) QpEntry {
-  uint64_t key_hash;   // 0 = empty slot
-  uint32_t qpn_dir;    // QPN (24 bits) | direction << 24
-  uint32_t last_seen;  // coarse time, ms ticks (wraps; compared by difference)
-  uint8_t kind;        // RequestKind of the current request
-  uint8_t level;       // level recorded for the current request
-  uint8_t flags;       // EntryFlag bits
-  uint8_t held_level;  // level of the newest packet tagged: the in-order guard's cap while
-                       // egress_queued > 0, the fabric guard's while packets are unacknowledged
+  uint64_t key_hash;       // 0 = empty slot
+  uint32_t qpn_dir;        // QPN (24 bits) | direction << 24
+  uint32_t last_seen;      // coarse time, ms ticks (wraps; compared by difference)
+  uint8_t kind;            // RequestKind of the current request
+  uint8_t level;           // level recorded for the current request
+  uint8_t flags;           // EntryFlag bits
+  uint8_t held_level;      // level of the newest packet tagged: the in-order guard's cap while
+                           // egress_queued > 0, the fabric guard's while packets are unacknowledged
   uint32_t size;           // request size S in bytes (meaningful if kEntrySizeKnown)
   uint32_t sent;           // payload bytes of the current request seen so far
   uint32_t first_psn;      // PSN of the current request's first packet
@@ -134,35 +137,73 @@ struct QpKey {
 // `desc` must come from pkt::Parse() of `frame` with l3 != kNone.
 QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction direction);
 
-// 64-bit hash of the key, never 0. A fixed mix — wyhash-style folded 128-bit multiplies over the
-// address words and qpn|direction, then xxHash64's avalanche — deterministic across runs and
-// builds, unlike absl::Hash, whose seed changes per process. When both addresses are IPv4 (mapped)
-// only their 4-byte forms are mixed: one multiply, and the per-packet HashPacket() reads them
-// straight from the IPv4 header without building a key.
+// 64-bit hash of the key, never 0: two CRC-32C registers (the SSE4.2 `crc32` instruction where
+// the build has it, as DPDK's rte_hash hashes its keys; bytewise elsewhere, with the same values)
+// over the key's words, each from its own fixed seed and in its own word order — low: seed A,
+// the address words, then qpn|direction; high: seed B, qpn|direction, then each address word w
+// as w ^ (w >> 32) — side by side and multiplied by one odd constant. Deterministic
+// across runs and builds, unlike absl::Hash, whose seed changes per process. The table takes its
+// left bucket from bits 0..23, its right one from 24..47 and its tag from 48..63 (QpTable).
+// CRC-32C detects every change of a few bits in messages this short (up to 6 of an IPv4 key's
+// 89, checked), so keys that differ in a few address or QPN bits (adjacent hosts, sequential
+// QPNs) never share the low register and spread over left buckets evenly; the multiply spreads keys
+// that share a left bucket over their right buckets and tags; two IPv4 address pairs of one QPN
+// never collide (the registers together are injective on the 64 address bits: the Castagnoli
+// polynomial has the factor x + 1, so a CRC keeps its input's parity, and two registers over the
+// same words in another order would lose one bit; the high register's words are therefore folded
+// first). qp_table_test.cc checks these properties; a CRC is linear and does not avalanche, and the
+// table does not need it to. When both addresses are IPv4 (mapped) only their 4-byte forms are
+// hashed: the per-packet HashPacket() reads them straight from the IPv4 header without building a
+// key.
 uint64_t HashKey(const QpKey& key);
 
 namespace hash_internal {
-inline constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
-inline constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;
-inline constexpr uint64_t kPrime3 = 0x165667B19E3779F9ull;
-// 64x64 -> 128-bit multiply folded to 64 bits (wyhash's "mum"): one multiply mixes every input
-// bit into the middle of the product, and the fold brings the high half back down.
-inline uint64_t Mum(uint64_t a, uint64_t b) {
-  const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
-  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+inline constexpr uint32_t kSeedA = 0x9E3779B9u;
+inline constexpr uint32_t kSeedB = 0x85EBCA77u;
+inline constexpr uint32_t kCrc32cPoly = 0x82F63B78u;  // reflected Castagnoli polynomial
+
+// The SSE4.2 instructions' semantics (reflected CRC-32C, no pre- or post-inversion, the value's
+// bytes in little-endian order), bytewise; constexpr, for builds without SSE4.2 and for tests.
+constexpr uint32_t SoftCrc32cU8(uint32_t crc, uint8_t v) {
+  crc ^= v;
+  for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (kCrc32cPoly & (0u - (crc & 1)));
+  return crc;
 }
-// xxHash64's avalanche; 0 maps to 1 (0 marks an empty slot).
-inline uint64_t Finish(uint64_t h) {
-  h ^= h >> 33;
-  h *= kPrime2;
-  h ^= h >> 29;
-  h *= kPrime3;
-  h ^= h >> 32;
+constexpr uint32_t SoftCrc32cU32(uint32_t crc, uint32_t v) {
+  for (int k = 0; k < 4; ++k) crc = SoftCrc32cU8(crc, static_cast<uint8_t>(v >> (8 * k)));
+  return crc;
+}
+constexpr uint32_t SoftCrc32cU64(uint32_t crc, uint64_t v) {
+  return SoftCrc32cU32(SoftCrc32cU32(crc, static_cast<uint32_t>(v)),
+                       static_cast<uint32_t>(v >> 32));
+}
+inline uint32_t Crc32cU32(uint32_t crc, uint32_t v) {
+#if defined(__SSE4_2__)
+  return _mm_crc32_u32(crc, v);
+#else
+  return SoftCrc32cU32(crc, v);
+#endif
+}
+inline uint32_t Crc32cU64(uint32_t crc, uint64_t v) {
+#if defined(__SSE4_2__) && defined(__x86_64__)
+  return static_cast<uint32_t>(_mm_crc32_u64(crc, v));
+#else
+  return SoftCrc32cU64(crc, v);
+#endif
+}
+// The two registers side by side, times an odd constant (a bijection: no two keys that the
+// registers tell apart collide; bits 0..23 are a bijection of the low register's, bits 24..63
+// mix both registers), never 0 (0 marks an empty slot).
+inline constexpr uint64_t kMix = 0x9E3779B97F4A7C15ull;
+inline uint64_t Combine(uint32_t lo, uint32_t hi) {
+  const uint64_t h = (uint64_t{hi} << 32 | lo) * kMix;
   return h == 0 ? 1 : h;
 }
 // src and dst are the addresses' 4 bytes as in memory (network order, loaded as host words).
 inline uint64_t HashV4(uint32_t src, uint32_t dst, uint32_t qpn_dir) {
-  return Finish(Mum((uint64_t{src} << 32 | dst) ^ kPrime1, (uint64_t{qpn_dir} << 32 | 8) ^ kPrime2));
+  const uint64_t addrs = uint64_t{src} << 32 | dst;
+  return Combine(Crc32cU32(Crc32cU64(kSeedA, addrs), qpn_dir),
+                 Crc32cU64(Crc32cU32(kSeedB, qpn_dir), addrs ^ (addrs >> 32)));
 }
 }  // namespace hash_internal
 
@@ -246,7 +287,8 @@ class QpTable {
   //
   //   for (i = 0; i < n; ++i) { hash[i] = HashPacket(...); table.Prefetch(hash[i]); }
   //   for (i = 0; i < n; ++i) hint[i] = table.Probe(hash[i]);
-  //   for (i = 0; i < n; ++i) e = table.FindOrInsertHashed(hash[i], qpn_dir[i], now_ms, &r, hint[i]);
+  //   for (i = 0; i < n; ++i) e = table.FindOrInsertHashed(hash[i], qpn_dir[i], now_ms, &r,
+  //   hint[i]);
   //
   // Prefetch() starts loading the key's two tag lines. Probe() reads them (in cache by then),
   // prefetches the entry line whose tag matches and returns that slot (kNoSlot: no tag matches,
@@ -275,9 +317,9 @@ class QpTable {
                                 : right * kBucketEntries + (std::countr_zero(mr) & 31);
     const bool found = (ml | mr) != 0;
     // No match (a new QP, which the insert only writes): the right tag line, already cached.
-    __builtin_prefetch(found ? static_cast<const void*>(&entries_[slot])
-                             : static_cast<const void*>(Tags(right)),
-                       1, 3);
+    __builtin_prefetch(
+        found ? static_cast<const void*>(&entries_[slot]) : static_cast<const void*>(Tags(right)),
+        1, 3);
     return found ? static_cast<uint32_t>(slot) : kNoSlot;
   }
 
@@ -358,8 +400,8 @@ class QpTable {
   uint32_t slot_mask_;   // the slots of a bucket that exist (fewer than 32 in a tiny table)
   uint32_t idle_ms_;
   size_t live_ = 0;
-  std::unique_ptr<QpEntry[], Free> entries_;    // 2 MiB aligned, huge pages advised
-  std::unique_ptr<uint16_t[], Free> tags_;     // kBucketEntries per bucket, line aligned
+  std::unique_ptr<QpEntry[], Free> entries_;  // 2 MiB aligned, huge pages advised
+  std::unique_ptr<uint16_t[], Free> tags_;    // kBucketEntries per bucket, line aligned
   // Per bucket, when not 0: no entry of the bucket can be idle before this time (ms), learnt when
   // an insert found both buckets full and nothing idle. It stays a lower bound as entries are
   // seen or replaced (last_seen only grows); the sweep clears it as it passes, so that it never

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "dataplane/pkt/builder.h"
@@ -112,7 +113,7 @@ TEST(KeyFromPacketTest, CopiesIpv6Addresses) {
 TEST(HashKeyTest, DeterministicAndSensitiveToEveryField) {
   // A fixed value: the hash must not depend on the process (absl::Hash does).
   EXPECT_EQ(HashKey(Key(1)), HashKey(Key(1)));
-  EXPECT_EQ(HashKey(Key(0x123456)), 0x5192c26e70356d66ull);
+  EXPECT_EQ(HashKey(Key(0x123456)), 0x4e60087d5309e659ull);
   std::set<uint64_t> seen;
   seen.insert(HashKey(Key(1)));
   seen.insert(HashKey(Key(2)));
@@ -125,27 +126,146 @@ TEST(HashKeyTest, DeterministicAndSensitiveToEveryField) {
   for (uint32_t q = 0; q < 1000; ++q) EXPECT_NE(HashKey(Key(q)), 0u);
 }
 
-TEST(HashKeyTest, EveryInputBitAvalanches) {
-  // Flipping any one key bit flips about half the hash bits (32 of 64), averaged over keys.
-  const QpKey base = Key(0x123456);
-  for (int bit = 0; bit < 8 * 36; ++bit) {
-    double flipped = 0;
-    for (uint32_t q = 0; q < 64; ++q) {
-      QpKey a = base;
-      a.dest_qpn = q * 0x10101;
-      QpKey b = a;
-      if (bit < 128) {
-        b.src_ip[bit / 8] ^= 1 << (bit % 8);
-      } else if (bit < 256) {
-        b.dst_ip[(bit - 128) / 8] ^= 1 << (bit % 8);
-      } else if (bit < 280) {
-        b.dest_qpn ^= 1u << (bit - 256);
-      } else {
-        b.direction = Direction::kResponse;
-      }
-      flipped += std::popcount(HashKey(a) ^ HashKey(b));
+// The hash's registers (hi << 32 | lo) back from a hash: the multiply by the odd kMix undone.
+uint64_t Registers(uint64_t hash) {
+  uint64_t inv = hash_internal::kMix;  // Newton's iteration for the inverse mod 2^64
+  for (int k = 0; k < 5; ++k) inv *= 2 - hash_internal::kMix * inv;
+  return hash * inv;
+}
+
+// Rank over GF(2) of a set of 64-bit vectors.
+int Rank(std::vector<uint64_t> rows) {
+  int r = 0;
+  for (int bit = 63; bit >= 0; --bit) {
+    auto p = std::find_if(rows.begin() + r, rows.end(), [bit](uint64_t v) { return v >> bit & 1; });
+    if (p == rows.end()) continue;
+    std::iter_swap(rows.begin() + r, p);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i != static_cast<size_t>(r) && (rows[i] >> bit & 1)) rows[i] ^= rows[r];
     }
-    EXPECT_NEAR(flipped / 64, 32.0, 3.0) << "bit " << bit;
+    ++r;
+  }
+  return r;
+}
+
+// An IPv4 key with its 89 bits given: source and destination words as in memory, qpn|direction.
+uint64_t HashV4Bits(uint32_t src, uint32_t dst, uint32_t qpn_dir) {
+  QpKey k;
+  k.direction = static_cast<Direction>(qpn_dir >> 24 & 1);
+  k.dest_qpn = qpn_dir & kQpnMask;
+  k.src_ip[10] = k.src_ip[11] = k.dst_ip[10] = k.dst_ip[11] = 0xff;
+  std::memcpy(k.src_ip.data() + 12, &src, 4);
+  std::memcpy(k.dst_ip.data() + 12, &dst, 4);
+  return HashKey(k);
+}
+
+TEST(HashKeyTest, CrcIsCastagnoliAndTheInstructionAgreesWithThePortableForm) {
+  // The standard check value of CRC-32C: "123456789" with the register and result inverted.
+  uint32_t crc = ~0u;
+  for (char c : std::string("123456789")) {
+    crc = hash_internal::SoftCrc32cU8(crc, static_cast<uint8_t>(c));
+  }
+  EXPECT_EQ(~crc, 0xE3069283u);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 10000; ++i) {
+    const auto c = static_cast<uint32_t>(rng());
+    const uint64_t v = rng();
+    EXPECT_EQ(hash_internal::Crc32cU32(c, static_cast<uint32_t>(v)),
+              hash_internal::SoftCrc32cU32(c, static_cast<uint32_t>(v)));
+    EXPECT_EQ(hash_internal::Crc32cU64(c, v), hash_internal::SoftCrc32cU64(c, v));
+  }
+}
+
+TEST(HashKeyTest, KeysAFewBitsApartNeverShareTheLowRegister) {
+  // Every IPv4 key within 3 bits of a base (source, destination, QPN, direction: 89 bits) — any
+  // two are at most 6 bits apart — has its own low register, so its own bits 0..31 of the hash
+  // (a bijection of it): keys that differ in a few bits, like adjacent hosts and sequential
+  // QPNs, are told apart by the low register alone.
+  const uint32_t src = 0x0100000a, dst = 0x0201000a, qd = 0x000123;
+  auto flip = [&](uint32_t& s, uint32_t& d, uint32_t& q, int bit) {
+    if (bit < 32) {
+      s ^= 1u << bit;
+    } else if (bit < 64) {
+      d ^= 1u << (bit - 32);
+    } else {
+      q ^= 1u << (bit - 64);  // 24 QPN bits, then the direction (bit 24)
+    }
+  };
+  auto hash_with = [&](std::initializer_list<int> bits) {
+    uint32_t s = src, d = dst, q = qd;
+    for (int bit : bits) flip(s, d, q, bit);
+    return static_cast<uint32_t>(HashV4Bits(s, d, q));
+  };
+  std::vector<uint32_t> low = {hash_with({})};
+  for (int a = 0; a < 89; ++a) {
+    low.push_back(hash_with({a}));
+    for (int b = a + 1; b < 89; ++b) {
+      low.push_back(hash_with({a, b}));
+      for (int c = b + 1; c < 89; ++c) low.push_back(hash_with({a, b, c}));
+    }
+  }
+  std::sort(low.begin(), low.end());
+  EXPECT_GT(low.size(), 100000u);
+  EXPECT_EQ(std::adjacent_find(low.begin(), low.end()), low.end());
+}
+
+TEST(HashKeyTest, Ipv4AddressPairsOfOneQpnNeverCollide) {
+  // The registers are linear in the key bits: flipping address bit i flips a fixed pattern. If
+  // the 64 patterns are independent (rank 64), no two of the 2^64 address pairs of one QPN and
+  // direction share a hash.
+  for (uint32_t qd : {0x000001u, 0x1abcdefu}) {
+    const uint64_t base = Registers(HashV4Bits(0, 0, qd));
+    std::vector<uint64_t> patterns;
+    for (int bit = 0; bit < 64; ++bit) {
+      const uint32_t s = bit < 32 ? 1u << bit : 0, d = bit < 32 ? 0 : 1u << (bit - 32);
+      patterns.push_back(Registers(HashV4Bits(s, d, qd)) ^ base);
+    }
+    EXPECT_EQ(Rank(patterns), 64) << qd;
+  }
+}
+
+// Counts of keys per bucket of a table's left and right halves, and per (left, tag) pair.
+struct Spread {
+  explicit Spread(const QpTable& t) : left(t.capacity() / 64), right(t.capacity() / 64) {}
+  void Add(const QpTable& t, uint64_t h) {
+    ++left[QpTablePeer::Left(t, h)];
+    ++right[QpTablePeer::Right(t, h) - left.size()];
+    pairs.insert(QpTablePeer::Left(t, h) << 24 | QpTablePeer::Right(t, h));
+    tags.insert(QpTablePeer::Left(t, h) << 16 | QpTablePeer::Tag(h));
+    ++keys;
+  }
+  std::vector<int> left, right;
+  std::set<uint64_t> pairs, tags;
+  size_t keys = 0;
+};
+
+TEST(HashKeyTest, SequentialQpnsAndAdjacentHostsSpreadOverBothBucketsAndTags) {
+  // What the two-choice table needs of the hash (docs/storm.md §6.2), for the keys a host really
+  // has — runs of QPNs to runs of peers — here 16 peers x 1024 QPNs and 128 x 128, four keys per
+  // bucket of each half on average: both halves evenly filled (no bucket above 16 of its 32
+  // entries, few empty), the right bucket independent of the left one (keys that share a left
+  // bucket almost never share the right one too) and tags that tell a bucket's keys apart.
+  QpTable t({.capacity = 1 << 18, .idle_ms = 1000});  // 2 x 4096 buckets
+  for (const auto [peers, qpns] : {std::pair{16u, 1024u}, std::pair{128u, 128u}}) {
+    Spread s(t);
+    for (uint32_t p = 0; p < peers; ++p) {
+      for (uint32_t q = 0; q < qpns; ++q) {
+        QpKey k = Key(0x100 + q);
+        k.dst_ip[14] = static_cast<uint8_t>(p >> 8);
+        k.dst_ip[15] = static_cast<uint8_t>(p);
+        s.Add(t, HashKey(k));
+      }
+    }
+    ASSERT_EQ(s.keys, 16384u);
+    for (const std::vector<int>* half : {&s.left, &s.right}) {
+      EXPECT_LE(*std::max_element(half->begin(), half->end()), 16) << peers;
+      // A uniform hash leaves e^-4 (1.8 %, ~75) of the buckets empty.
+      EXPECT_LT(std::count(half->begin(), half->end(), 0), 150) << peers;
+    }
+    // 4 keys per left bucket over 4096 right buckets: ~6 pairs shared at random.
+    EXPECT_GT(s.pairs.size(), s.keys - 40) << peers;
+    // 4 keys per left bucket and 2^16 tags: a shared tag is rare.
+    EXPECT_GT(s.tags.size(), s.keys - 10) << peers;
   }
 }
 
@@ -588,10 +708,17 @@ TEST(QpTableTest, PrefetchAndProbeNeverChangeAResult) {
     std::vector<uint32_t> hint;
     for (const QpKey& k : burst) hint.push_back(b.Probe(HashKey(k)));
     switch (rng() % 4) {
-      case 0: std::shuffle(hint.begin(), hint.end(), rng); break;
-      case 1: std::fill(hint.begin(), hint.end(), QpTable::kNoSlot); break;
-      case 2: for (uint32_t& h : hint) h = static_cast<uint32_t>(rng() % 2048); break;  // even out of range
-      default: break;
+      case 0:
+        std::shuffle(hint.begin(), hint.end(), rng);
+        break;
+      case 1:
+        std::fill(hint.begin(), hint.end(), QpTable::kNoSlot);
+        break;
+      case 2:
+        for (uint32_t& h : hint) h = static_cast<uint32_t>(rng() % 2048);
+        break;  // even out of range
+      default:
+        break;
     }
     for (size_t i = 0; i < burst.size(); ++i) {
       const QpKey& k = burst[i];
