@@ -162,6 +162,28 @@ TEST_F(PinTest, UnknownSizeCrossingThresholdStaysPinnedToItsEnd) {
   EXPECT_EQ(sel_->counter(LbCounter::kPinnedFlows), 2u);
 }
 
+// A pinned one-packet message leaves the flow's size, bytes and threshold as the message before
+// it left them (nothing reads them before the next message sets them): after a long SEND, a
+// one-packet SEND and a threshold change, the next SEND of unknown size counts as a fresh
+// message under the new threshold.
+TEST_F(PinTest, OnePacketMessageLeavesNothingStaleForTheNextMessage) {
+  Make({.balancer = BalancerKind::kRps, .threshold_bytes = kT});
+  const auto first = Run(Message(Hosts(1, 2), false, 10, 0, 300'000));
+  ASSERT_EQ(first.size(), 293u);
+  const uint64_t over = sel_->counter(LbCounter::kPinnedBytesOverThreshold);
+  EXPECT_EQ(over, 300'000u - kT);
+  const auto one = Run(Message(Hosts(1, 2), false, 10, 293, 100));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].verdict, Verdict::kPinned);
+  EXPECT_EQ(sel_->counter(LbCounter::kCrossedThreshold), 1u);
+  EXPECT_EQ(sel_->counter(LbCounter::kPinnedBytesOverThreshold), over);
+  sel_->SetThresholdBytes(16 * 1024);
+  const auto next = Run(Message(Hosts(1, 2), false, 10, 294, 50'000));
+  EXPECT_TRUE(All(next, Verdict::kPinned));
+  EXPECT_EQ(sel_->counter(LbCounter::kCrossedThreshold), 2u);
+  EXPECT_EQ(sel_->counter(LbCounter::kPinnedBytesOverThreshold), over + 50'000u - 16 * 1024);
+}
+
 // Opt-in for reordering-tolerant stacks: the rest of a message of unknown size is sprayed once it
 // passes the threshold; a message of known size is not affected.
 TEST_F(PinTest, SprayRestReleasesUnknownSizeMessagesAtTheThreshold) {
