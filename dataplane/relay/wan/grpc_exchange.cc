@@ -1913,10 +1913,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Makes round r's decision durable before any gateway can see it (DecideLoop announces it
-  // right after: announced_, then PublishLocked). mu_ is released while writing (the round is frozen: deciding). A write or sync
-  // that failed (Unavailable) is retried every second: DecisionLog never accepts a record whose
-  // sync failed, and rewrites the retained records into a new file before the retry appends,
-  // so no decision goes out unlogged. Any other error (a decision too large to log) cannot
+  // right after: announced_, then PublishLocked). mu_ is released while writing (the round is
+  // frozen: deciding). A write or sync that failed (Unavailable) is retried every second:
+  // DecisionLog never accepts a record whose sync failed, and rewrites the retained records
+  // into a new file before the retry appends, so no decision goes out unlogged. Any other error (a decision too large to log) cannot
   // be helped by retrying: the round is aborted here, never published, and this coordinator
   // decides no further round (its followers see it as down) — restarting it resumes from the
   // log. False: the decision is not to be published (stopping, or that failure).
