@@ -730,9 +730,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::vector<FramePtr> patched;
     // By slice: a copy of the frame made as it arrived, waiting for the summary's totals (which
     // then take a header and a trailer write, no copy); and whether a copy is being made (mu_
-    // released meanwhile).
+    // released meanwhile); and whether the copy was taken by Assemble() (not to be made again).
     std::vector<std::shared_ptr<std::vector<uint8_t>>> staged;
     std::vector<bool> patching;
+    std::vector<bool> taken;
   };
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
@@ -2068,16 +2069,18 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Whether slice `slice` of a region can be copied now: its frame is here, not copied nor
-  // being copied, the region not concluded nor without tokens. mu_ held.
+  // being copied nor taken by Assemble(), the region not concluded nor without tokens. mu_ held.
   bool StageableLocked(RegionRound& rr, uint32_t slice) {
     if (rr.prepared || rr.patch_failed || (rr.finished && rr.summary.tokens() == 0)) return false;
     if (rr.patched.empty()) {
       rr.patched.resize(nslices_);
       rr.staged.resize(nslices_);
       rr.patching.resize(nslices_);
+      rr.taken.resize(nslices_);
     }
     return slice < rr.frames.size() && rr.frames[slice] != nullptr &&
-           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice];
+           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice] &&
+           !rr.taken[slice];
   }
 
   // Copies one frame (StageableLocked), mu_ held and released while copying (the slot marked
@@ -2462,6 +2465,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                 x.frames[s] != nullptr) {
               std::shared_ptr<std::vector<uint8_t>> copy = std::move(x.staged[s]);
               x.staged[s] = nullptr;
+              x.taken[s] = true;  // not copied again by the preparers
               if (wan_internal::WriteValidFrameTotals(*x.frames[s], *copy, part.tokens,
                                                       wan_internal::RegionInnerSteps(part.tau_eff))
                       .ok()) {
