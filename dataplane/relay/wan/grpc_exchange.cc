@@ -50,6 +50,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -1822,34 +1823,72 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         };
         cv_.wait(l, [&] { return stopping_ || prepared(); });
         if (stopping_) return;
+        std::vector<FramePtr> provisional;  // a stored frame never changes
         for (const RegionPart& p : g->parts) {
           const RegionRound& rr = rs.regions[p.region_id];
           for (uint32_t s = 0; s < nslices_; ++s) {
-            FramePtr f = s < rr.patched.size() ? rr.patched[s] : nullptr;
-            if (f == nullptr) {  // not expected: the preparer checked what Decide() did
-              absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
-                  *rr.frames[s], p.tokens, wan_internal::RegionInnerSteps(p.tau_eff));
-              if (x.ok()) f = *std::move(x);
-            }
-            g->frames.push_back(std::move(f));
+            g->frames.push_back(s < rr.patched.size() ? rr.patched[s] : nullptr);
+            provisional.push_back(s < rr.frames.size() ? rr.frames[s] : nullptr);
           }
         }
         // The frames the decision's digest was computed for (both from the same provisional
-        // frames and totals, FrameCrcTest): a difference would be a bug, and is not published
-        // here.
-        bool whole = true;
-        for (const FramePtr& f : g->frames) whole = whole && f != nullptr;
-        if (!whole || wan_internal::GlobalDigestOfValidFrames(*g) != g->digest) {
+        // frames and totals, FrameCrcTest). The decision is out (followers publish it): it is
+        // published here too, never aborted. A slot the preparer left empty, or frames that
+        // do not match, are rebuilt from the provisional frames (mu_ released: whole copies).
+        if (!FramesMatch(*g)) {
           ++stats_.digest_mismatches;
-          abort = absl::InternalError(
-              absl::StrFormat("round %u: the final frames do not match the decision's digest %s", r,
-                              Hex64(g->digest)));
-          HEDDLE_LOG(kError, "wan: %s", std::string(abort.message()).c_str());
-          g = nullptr;
+          HEDDLE_LOG(kWarning,
+                     "wan: round %" PRIu64
+                     ": the prepared final frames do not match the decision's digest %s; "
+                     "rebuilding them",
+                     r, Hex64(g->digest).c_str());
+          l.unlock();
+          RebuildFinalFrames(*g, provisional, /*all=*/FramesWhole(*g));
+          l.lock();
         }
       }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
+  }
+
+  static bool FramesWhole(const GlobalAggregate& g) {
+    for (const FramePtr& f : g.frames) {
+      if (f == nullptr) return false;
+    }
+    return true;
+  }
+  static bool FramesMatch(const GlobalAggregate& g) {
+    return FramesWhole(g) && wan_internal::GlobalDigestOfValidFrames(g) == g.digest;
+  }
+
+  // Coordinator, mu_ not held: the final frames of an announced decision, rebuilt from the
+  // provisional frames with the decision's totals (the empty slots; every slot when `all`, or
+  // when rebuilding the empty ones is not enough). Frames that still do not match the digest the
+  // followers publish would make this gateway diverge from them: an invariant broken, the
+  // process stops.
+  void RebuildFinalFrames(GlobalAggregate& g, const std::vector<FramePtr>& provisional, bool all) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t p = 0; p < g.parts.size(); ++p) {
+        const RegionPart& part = g.parts[p];
+        for (uint32_t s = 0; s < g.slices; ++s) {
+          const size_t i = p * g.slices + s;
+          if (!all && g.frames[i] != nullptr) continue;
+          g.frames[i] = nullptr;
+          if (provisional[i] == nullptr) continue;
+          absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
+              *provisional[i], part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
+          if (x.ok()) g.frames[i] = *std::move(x);
+        }
+      }
+      if (FramesMatch(g)) return;
+      all = true;
+    }
+    HEDDLE_LOG(kError,
+               "wan: region %u: invariant violated: the final frames rebuilt from the provisional "
+               "ones do not match the announced decision's digest %s (the followers publish it); "
+               "stopping the process rather than diverge",
+               opt_.region_id, Hex64(g.digest).c_str());
+    std::abort();
   }
 
   // ---- the decision log (coordinator with wan.state_dir) ----
