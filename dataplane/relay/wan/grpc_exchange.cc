@@ -7,12 +7,12 @@
 // SubmitSlice() never holds the encoder's while taking mu_. Each peer link has its own mutex
 // for its address, handshake state and send queues.
 //
-// Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on published_cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open
-// and write their stripe's queue into it (a reader thread per call retires acknowledged frames),
-// and one more sends this region's summaries; each (re)handshakes the link when it is down,
-// with exponential backoff. The link's mutex may be taken before mu_, never after. The
-// coordinator runs a decider thread; every other gateway a follower thread that long-polls the
+// Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision and
+// FetchFrames wait on published_cv_). Per peer, streams_per_peer sender threads each keep one
+// StreamFrames call open and write their stripe's queue into it (a reader thread per call retires
+// acknowledged frames), and one more sends this region's summaries; each (re)handshakes the link
+// when it is down, with exponential backoff. The link's mutex may be taken before mu_, never after.
+// The coordinator runs a decider thread; every other gateway a follower thread that long-polls the
 // coordinator; every gateway two preparer threads (PrepareLoop) that copy this region's frames
 // (a received frame is copied by the thread that received it; a region's summary writes its
 // totals into the copies, StageSlot/FinalizeLocked), check each ready region against its
@@ -665,6 +665,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       // A follower may ask between the decision going out and its publication here.
       while (!stopping_ && announced_.contains(req->round_id()) && !ctx->IsCancelled()) {
         published_cv_.wait_for(l, std::chrono::milliseconds(200));
+      }
+      // Stopping before the round's publication here: not final (the follower tries again, or
+      // another source), unlike NOT_FOUND (which it takes as the round lost).
+      if (stopping_ || announced_.contains(req->round_id())) {
+        return grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrFormat("round %u: not published here yet, or this coordinator is "
+                            "stopping: try again",
+                            req->round_id()));
       }
       auto it = kept_.find(req->round_id());
       if (it != kept_.end() && it->second.aggregate == nullptr && !it->second.decision.aborted()) {
@@ -2654,8 +2663,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  // Only the coordinator's WaitDecision handlers wait on it, for a publication (or Stop): the
-  // frames and summaries that wake cv_ many times a round do not wake them.
+  // Only the coordinator's WaitDecision and FetchFrames handlers wait on it, for a decision
+  // announced or published (or Stop): the frames and summaries that wake cv_ many times a round
+  // do not wake them.
   std::condition_variable published_cv_;
   bool stopping_ = false;
   bool stopped_ = false;
