@@ -632,7 +632,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       published_cv_.wait_until(l,
                                absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
     }
-    reply->set_published_through(published_through_);
+    // A round announced is as good as published for this answer: a follower that published it
+    // from the announcement and polls the next one must not see this coordinator behind it
+    // (its own publication waits on the final frames, or never comes when it stops meanwhile).
+    reply->set_published_through(announced_.empty()
+                                     ? published_through_
+                                     : std::max(published_through_, announced_.rbegin()->first));
     reply->set_oldest_kept(OldestServableLocked());
     reply->set_instance(instance_);
     if (auto a = announced_.find(r); r > published_through_ && a != announced_.end()) {
@@ -1822,6 +1827,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       announced_[r] = d;
       rs.decided_at = absl::Now();
       published_cv_.notify_all();
+      if (opt_.after_announce_for_testing) {
+        l.unlock();
+        opt_.after_announce_for_testing(r);
+        l.lock();
+        if (stopping_) return;
+      }
       if (g != nullptr) {
         // The final frames: the preparer's patched copies (it concludes every ready region).
         auto prepared = [&] {
