@@ -1339,6 +1339,9 @@ TEST(GrpcExchangeTest, FollowersPollingAheadOfTheCoordinatorsOwnPublicationKeepI
   Mesh m(TestSpec());
   m.StartAll([&](WanOptions& o) {
     o.decision_poll = absl::Milliseconds(50);
+    // A follower waits for the frames still coming rather than fetch them from the coordinator
+    // (which answers only once it has published, held back here).
+    o.fetch_grace = absl::Seconds(600);
     if (o.region_id == 1) o.after_announce_for_testing = gate->Hook(gate);
   });
   ReleaseOnExit release{gate};
