@@ -7,12 +7,12 @@
 // SubmitSlice() never holds the encoder's while taking mu_. Each peer link has its own mutex
 // for its address, handshake state and send queues.
 //
-// Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision waits
-// on published_cv_). Per peer, streams_per_peer sender threads each keep one StreamFrames call open
-// and write their stripe's queue into it (a reader thread per call retires acknowledged frames),
-// and one more sends this region's summaries; each (re)handshakes the link when it is down,
-// with exponential backoff. The link's mutex may be taken before mu_, never after. The
-// coordinator runs a decider thread; every other gateway a follower thread that long-polls the
+// Threads. gRPC's server threads run the handlers (they take mu_ briefly; WaitDecision and
+// FetchFrames wait on published_cv_). Per peer, streams_per_peer sender threads each keep one
+// StreamFrames call open and write their stripe's queue into it (a reader thread per call retires
+// acknowledged frames), and one more sends this region's summaries; each (re)handshakes the link
+// when it is down, with exponential backoff. The link's mutex may be taken before mu_, never after.
+// The coordinator runs a decider thread; every other gateway a follower thread that long-polls the
 // coordinator; every gateway two preparer threads (PrepareLoop) that copy this region's frames
 // (a received frame is copied by the thread that received it; a region's summary writes its
 // totals into the copies, StageSlot/FinalizeLocked), check each ready region against its
@@ -50,6 +50,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -631,7 +632,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       published_cv_.wait_until(l,
                                absl::ToChronoTime(std::min(until, now + absl::Milliseconds(200))));
     }
-    reply->set_published_through(published_through_);
+    // A round announced is as good as published for this answer: a follower that published it
+    // from the announcement and polls the next one must not see this coordinator behind it
+    // (its own publication waits on the final frames, or never comes when it stops meanwhile).
+    reply->set_published_through(announced_.empty()
+                                     ? published_through_
+                                     : std::max(published_through_, announced_.rbegin()->first));
     reply->set_oldest_kept(OldestServableLocked());
     reply->set_instance(instance_);
     if (auto a = announced_.find(r); r > published_through_ && a != announced_.end()) {
@@ -664,6 +670,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       // A follower may ask between the decision going out and its publication here.
       while (!stopping_ && announced_.contains(req->round_id()) && !ctx->IsCancelled()) {
         published_cv_.wait_for(l, std::chrono::milliseconds(200));
+      }
+      // Stopping before the round's publication here: not final (the follower tries again, or
+      // another source), unlike NOT_FOUND (which it takes as the round lost).
+      if (stopping_ || announced_.contains(req->round_id())) {
+        return grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrFormat("round %u: not published here yet, or this coordinator is "
+                            "stopping: try again",
+                            req->round_id()));
       }
       auto it = kept_.find(req->round_id());
       if (it != kept_.end() && it->second.aggregate == nullptr && !it->second.decision.aborted()) {
@@ -730,9 +745,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::vector<FramePtr> patched;
     // By slice: a copy of the frame made as it arrived, waiting for the summary's totals (which
     // then take a header and a trailer write, no copy); and whether a copy is being made (mu_
-    // released meanwhile).
+    // released meanwhile); and whether the copy was taken by Assemble() (not to be made again).
     std::vector<std::shared_ptr<std::vector<uint8_t>>> staged;
     std::vector<bool> patching;
+    std::vector<bool> taken;
   };
   struct RoundState {
     std::map<uint32_t, RegionRound> regions;
@@ -1809,6 +1825,12 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       announced_[r] = d;
       rs.decided_at = absl::Now();
       published_cv_.notify_all();
+      if (opt_.after_announce_for_testing) {
+        l.unlock();
+        opt_.after_announce_for_testing(r);
+        l.lock();
+        if (stopping_) return;
+      }
       if (g != nullptr) {
         // The final frames: the preparer's patched copies (it concludes every ready region).
         auto prepared = [&] {
@@ -1819,34 +1841,72 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         };
         cv_.wait(l, [&] { return stopping_ || prepared(); });
         if (stopping_) return;
+        std::vector<FramePtr> provisional;  // a stored frame never changes
         for (const RegionPart& p : g->parts) {
           const RegionRound& rr = rs.regions[p.region_id];
           for (uint32_t s = 0; s < nslices_; ++s) {
-            FramePtr f = s < rr.patched.size() ? rr.patched[s] : nullptr;
-            if (f == nullptr) {  // not expected: the preparer checked what Decide() did
-              absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
-                  *rr.frames[s], p.tokens, wan_internal::RegionInnerSteps(p.tau_eff));
-              if (x.ok()) f = *std::move(x);
-            }
-            g->frames.push_back(std::move(f));
+            g->frames.push_back(s < rr.patched.size() ? rr.patched[s] : nullptr);
+            provisional.push_back(s < rr.frames.size() ? rr.frames[s] : nullptr);
           }
         }
         // The frames the decision's digest was computed for (both from the same provisional
-        // frames and totals, FrameCrcTest): a difference would be a bug, and is not published
-        // here.
-        bool whole = true;
-        for (const FramePtr& f : g->frames) whole = whole && f != nullptr;
-        if (!whole || wan_internal::GlobalDigestOfValidFrames(*g) != g->digest) {
+        // frames and totals, FrameCrcTest). The decision is out (followers publish it): it is
+        // published here too, never aborted. A slot the preparer left empty, or frames that
+        // do not match, are rebuilt from the provisional frames (mu_ released: whole copies).
+        if (!FramesMatch(*g)) {
           ++stats_.digest_mismatches;
-          abort = absl::InternalError(
-              absl::StrFormat("round %u: the final frames do not match the decision's digest %s", r,
-                              Hex64(g->digest)));
-          HEDDLE_LOG(kError, "wan: %s", std::string(abort.message()).c_str());
-          g = nullptr;
+          HEDDLE_LOG(kWarning,
+                     "wan: round %" PRIu64
+                     ": the prepared final frames do not match the decision's digest %s; "
+                     "rebuilding them",
+                     r, Hex64(g->digest).c_str());
+          l.unlock();
+          RebuildFinalFrames(*g, provisional, /*all=*/FramesWhole(*g));
+          l.lock();
         }
       }
       PublishLocked(r, std::move(d), std::move(g), abort);
     }
+  }
+
+  static bool FramesWhole(const GlobalAggregate& g) {
+    for (const FramePtr& f : g.frames) {
+      if (f == nullptr) return false;
+    }
+    return true;
+  }
+  static bool FramesMatch(const GlobalAggregate& g) {
+    return FramesWhole(g) && wan_internal::GlobalDigestOfValidFrames(g) == g.digest;
+  }
+
+  // Coordinator, mu_ not held: the final frames of an announced decision, rebuilt from the
+  // provisional frames with the decision's totals (the empty slots; every slot when `all`, or
+  // when rebuilding the empty ones is not enough). Frames that still do not match the digest the
+  // followers publish would make this gateway diverge from them: an invariant broken, the
+  // process stops.
+  void RebuildFinalFrames(GlobalAggregate& g, const std::vector<FramePtr>& provisional, bool all) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t p = 0; p < g.parts.size(); ++p) {
+        const RegionPart& part = g.parts[p];
+        for (uint32_t s = 0; s < g.slices; ++s) {
+          const size_t i = p * g.slices + s;
+          if (!all && g.frames[i] != nullptr) continue;
+          g.frames[i] = nullptr;
+          if (provisional[i] == nullptr) continue;
+          absl::StatusOr<FramePtr> x = wan_internal::PatchValidFrameTotals(
+              *provisional[i], part.tokens, wan_internal::RegionInnerSteps(part.tau_eff));
+          if (x.ok()) g.frames[i] = *std::move(x);
+        }
+      }
+      if (FramesMatch(g)) return;
+      all = true;
+    }
+    HEDDLE_LOG(kError,
+               "wan: region %u: invariant violated: the final frames rebuilt from the provisional "
+               "ones do not match the announced decision's digest %s (the followers publish it); "
+               "stopping the process rather than diverge",
+               opt_.region_id, Hex64(g.digest).c_str());
+    std::abort();
   }
 
   // ---- the decision log (coordinator with wan.state_dir) ----
@@ -2070,16 +2130,18 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   }
 
   // Whether slice `slice` of a region can be copied now: its frame is here, not copied nor
-  // being copied, the region not concluded nor without tokens. mu_ held.
+  // being copied nor taken by Assemble(), the region not concluded nor without tokens. mu_ held.
   bool StageableLocked(RegionRound& rr, uint32_t slice) {
     if (rr.prepared || rr.patch_failed || (rr.finished && rr.summary.tokens() == 0)) return false;
     if (rr.patched.empty()) {
       rr.patched.resize(nslices_);
       rr.staged.resize(nslices_);
       rr.patching.resize(nslices_);
+      rr.taken.resize(nslices_);
     }
     return slice < rr.frames.size() && rr.frames[slice] != nullptr &&
-           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice];
+           rr.patched[slice] == nullptr && rr.staged[slice] == nullptr && !rr.patching[slice] &&
+           !rr.taken[slice];
   }
 
   // Copies one frame (StageableLocked), mu_ held and released while copying (the slot marked
@@ -2464,6 +2526,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
                 x.frames[s] != nullptr) {
               std::shared_ptr<std::vector<uint8_t>> copy = std::move(x.staged[s]);
               x.staged[s] = nullptr;
+              x.taken[s] = true;  // not copied again by the preparers
               if (wan_internal::WriteValidFrameTotals(*x.frames[s], *copy, part.tokens,
                                                       wan_internal::RegionInnerSteps(part.tau_eff))
                       .ok()) {
@@ -2613,8 +2676,9 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  // Only the coordinator's WaitDecision handlers wait on it, for a publication (or Stop): the
-  // frames and summaries that wake cv_ many times a round do not wake them.
+  // Only the coordinator's WaitDecision and FetchFrames handlers wait on it, for a decision
+  // announced or published (or Stop): the frames and summaries that wake cv_ many times a round
+  // do not wake them.
   std::condition_variable published_cv_;
   bool stopping_ = false;
   bool stopped_ = false;

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -142,6 +143,9 @@ struct WanOptions {
   // (same process identity, next round). Empty: a restarted coordinator is refused by the
   // followers and the job restarts from a checkpoint. Ignored on the other gateways.
   std::string state_dir;
+  // Tests only: the coordinator's decider thread calls it (no lock held) right after a round's
+  // decision is announced, before this gateway's own publication of it (which waits for it).
+  std::function<void(uint64_t round)> after_announce_for_testing;
 };
 
 // The relay config's `wan:` block:

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -642,6 +643,15 @@ class RawPeer {
     while (s->Read(&ack)) {
     }
     return s->Finish();
+  }
+  // A poll that answers at once (wait_ms 0).
+  grpc::Status Poll(const Md& md, uint64_t round, pb::DecisionReply* reply) {
+    grpc::ClientContext c;
+    Prepare(c, md);
+    pb::DecisionRequest req;
+    req.set_round_id(round);
+    req.set_wait_ms(0);
+    return stub_->WaitDecision(&c, req, reply);
   }
 
  private:
@@ -1308,6 +1318,123 @@ TEST(GrpcExchangeTest, FrameThatDiffersFromTheSummaryAfterEarlyPatchesLeavesTheR
 
 // The handshake's reply is checked too: a peer answering with another exchange schedule's digest
 // is not linked to (counted), one answering with this gateway's is.
+// Holds the coordinator's own publication of one round once its decision is out
+// (WanOptions::after_announce_for_testing) until released. Shared with the hook, which may run
+// until the coordinator stops.
+class AnnounceGate {
+ public:
+  explicit AnnounceGate(uint64_t round) : round_(round) {}
+  std::function<void(uint64_t)> Hook(std::shared_ptr<AnnounceGate> self) {
+    return [self](uint64_t r) {
+      std::unique_lock<std::mutex> l(self->mu_);
+      if (r != self->round_) return;
+      self->announced_ = true;
+      self->cv_.notify_all();
+      self->cv_.wait(l, [&] { return self->released_; });
+    };
+  }
+  void WaitAnnounced() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return announced_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> l(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  const uint64_t round_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool announced_ = false;
+  bool released_ = false;
+};
+
+// Releases the gate before the gateways stop (declared after the Mesh), also on a failed
+// assertion.
+struct ReleaseOnExit {
+  std::shared_ptr<AnnounceGate> gate;
+  ~ReleaseOnExit() { gate->Release(); }
+};
+
+// The coordinator's own publication of round 1 is held back after its decision went out: the
+// followers publish round 1 from the announcement and poll round 2, and the coordinator answers
+// those polls as one at round 1, not behind them (which they would take as a coordinator that
+// lost decisions, for good).
+TEST(GrpcExchangeTest, FollowersPollingAheadOfTheCoordinatorsOwnPublicationKeepItsDecisions) {
+  auto gate = std::make_shared<AnnounceGate>(1);
+  Mesh m(TestSpec());
+  m.StartAll([&](WanOptions& o) {
+    o.decision_poll = absl::Milliseconds(50);
+    // A follower waits for the frames still coming rather than fetch them from the coordinator
+    // (which answers only once it has published, held back here).
+    o.fetch_grace = absl::Seconds(600);
+    if (o.region_id == 1) o.after_announce_for_testing = gate->Hook(gate);
+  });
+  ReleaseOnExit release{gate};
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  gate->WaitAnnounced();
+  for (uint32_t gw : {2u, 3u}) {
+    RoundOutcome o = m.outcomes(gw).Wait(1);
+    ASSERT_EQ(o.kind, RoundOutcome::Kind::kPublished) << o.reason;
+  }
+  EXPECT_FALSE(m.outcomes(1).Has(1));  // still held back
+  RawPeer peer(m.ex(1).port());
+  pb::DecisionReply reply;
+  ASSERT_TRUE(peer.Poll({.spec = Hex(SpecDigest(m.spec()))}, 2, &reply).ok());
+  EXPECT_EQ(reply.state(), pb::DecisionReply::PENDING);
+  EXPECT_EQ(reply.published_through(), 1u);
+  // The followers' own polls of round 2 (50 ms each) are answered meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (uint32_t gw : {2u, 3u}) ASSERT_EQ(m.ex(gw).Stats().coordinator_restarts, 0u) << gw;
+  gate->Release();
+  ExpectSameEverywhere(m, 1, {1, 2, 3});  // every gateway at round 1 before round 2 starts
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 2);
+  ExpectSameEverywhere(m, 2, {1, 2, 3});
+  for (uint32_t gw : {2u, 3u}) EXPECT_EQ(m.ex(gw).Stats().coordinator_restarts, 0u) << gw;
+}
+
+// Gateways 2 and 3 are not linked: each lacks the other's frames and fetches them from the
+// coordinator, whose own publication of round 1 is held back after its decision went out. The
+// followers take the decision from the announcement, ask for the frames in the announced
+// window (answered once the coordinator has published) and publish the same bits.
+TEST(GrpcExchangeTest, FollowerLackingARegionsFramesFetchesThemInTheAnnouncedWindow) {
+  auto gate = std::make_shared<AnnounceGate>(1);
+  Mesh m(TestSpec());
+  for (uint32_t region : {1u, 2u, 3u}) {
+    WanOptions o = m.Options(region);
+    o.fetch_grace = absl::Milliseconds(10);
+    if (region == 1) o.after_announce_for_testing = gate->Hook(gate);
+    m.Start(region, o);
+  }
+  for (uint32_t region : {2u, 3u}) {
+    ASSERT_TRUE(m.ex(1).SetPeerAddress(region, m.Address(region)).ok());
+    ASSERT_TRUE(m.ex(region).SetPeerAddress(1, m.Address(1)).ok());
+  }
+  ReleaseOnExit release{gate};
+  const size_t nslices = Slices(m.spec()).size();
+  Reference ref(m.spec());
+  std::map<uint32_t, std::vector<FramePtr>> frames;
+  for (uint32_t region : {1u, 2u, 3u}) frames[region] = ref.Feed(region, 1, true);
+  for (uint32_t region : {1u, 2u, 3u}) SubmitRegion(m.ex(region), m.spec(), region, 1);
+  gate->WaitAnnounced();
+  // The followers' fetches reach the coordinator meanwhile; without the other follower's
+  // frames neither can publish before the coordinator does.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(m.outcomes(2).Has(1));
+  EXPECT_FALSE(m.outcomes(3).Has(1));
+  gate->Release();
+  GlobalAggregate want = ref.Aggregate(1, frames);
+  ExpectSameEverywhere(m, 1, {1, 2, 3}, &want);
+  for (uint32_t gw : {2u, 3u}) {
+    const WanStats s = m.ex(gw).Stats();
+    EXPECT_GE(s.frames_fetched, nslices) << gw;
+    EXPECT_EQ(s.rounds_lost, 0u) << gw;
+    EXPECT_EQ(s.digest_mismatches, 0u) << gw;
+  }
+}
+
 TEST(GrpcExchangeScheduleTest, HelloReplyWithAnotherScheduleDigestIsRefused) {
   class FakeCoordinator final : public pb::Peer::Service {
    public:
