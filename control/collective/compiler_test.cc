@@ -619,6 +619,12 @@ TEST(Compiler, LinkCheckAbandonsLosingPieceCountsEarly) {
     EXPECT_LT(c.committed, total / 2) << "P=" << c.pieces;
   }
   EXPECT_GE(abandoned, 2);
+  // And what it abandons could not have won: the same schedule as the exhaustive search's.
+  CompileOptions x;
+  x.exhaustive_piece_search = true;
+  absl::StatusOr<Schedule> exhaustive = Compile(*in, t, x);
+  ASSERT_TRUE(exhaustive.ok()) << exhaustive.status();
+  EXPECT_TRUE(*s == *exhaustive);
 }
 
 // Every builtin, for every kind it has a form for, on 2..16 and 64 ranks: the compiled schedule

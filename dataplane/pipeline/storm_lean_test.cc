@@ -221,7 +221,10 @@ TEST_P(StormLeanTest, LeanPathEqualsGeneralPath) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
   storm::LevelConfig levels;
   levels.levels = 2 + seed % 7;  // 2..8
-  for (int l = 0; l + 1 < levels.levels; ++l) levels.cutoffs[l] = 1024u << (3 * l);
+  // With a few one-packet sizes (0, 60, 900 B), cutoffs below the MTU put them on different
+  // levels, so the per-burst memo of the last size's level is exercised across levels.
+  const uint32_t first_cutoff = profile.few_sizes ? 32u : 1024u;
+  for (int l = 0; l + 1 < levels.levels; ++l) levels.cutoffs[l] = first_cutoff << (3 * l);
   levels.control_level = static_cast<uint8_t>(levels.levels - 1);
   // Unknown-size SENDs: the lowest level, or a size somewhere among the cutoffs.
   levels.unknown_size = seed % 3 == 0 ? storm::kUnknownSizeLowest : 512u << (seed % 12);
@@ -251,7 +254,9 @@ TEST_P(StormLeanTest, LeanPathEqualsGeneralPath) {
     // the old K must be capped to the new one.
     if (burst % 100 == 50) {
       levels.levels = 1 + static_cast<int>(rng() % 8);
-      for (int l = 0; l + 1 < levels.levels; ++l) levels.cutoffs[l] = 2048u << (2 * l);
+      for (int l = 0; l + 1 < levels.levels; ++l) {
+        levels.cutoffs[l] = (profile.few_sizes ? 64u : 2048u) << (2 * l);
+      }
       levels.control_level = static_cast<uint8_t>(rng() % levels.levels);
       levels.unknown_size = rng() % 2 ? storm::kUnknownSizeLowest : 1 + rng() % (4u << 20);
       for (Side* side : {&lean, &general}) {

@@ -146,9 +146,11 @@ QpKey KeyFromPacket(const uint8_t* frame, const pkt::PacketDesc& desc, Direction
 // left bucket from bits 0..23, its right one from 24..47 and its tag from 48..63 (QpTable).
 // CRC-32C detects every change of a few bits in messages this short (up to 6 of an IPv4 key's
 // 89, checked), so keys that differ in a few address or QPN bits (adjacent hosts, sequential
-// QPNs) never share the low register and spread over left buckets evenly; the multiply spreads keys
-// that share a left bucket over their right buckets and tags; two IPv4 address pairs of one QPN
-// never collide (the registers together are injective on the 64 address bits: the Castagnoli
+// QPNs) never share the low register; they spread evenly over left buckets because a CRC is
+// linear, so an aligned run of keys maps affinely onto the bucket bits (the Spread test checks
+// it — distinct registers alone would say nothing about 12-odd bucket bits); the multiply spreads
+// keys that share a left bucket over their right buckets and tags; two IPv4 address pairs of one
+// QPN never collide (the registers together are injective on the 64 address bits: the Castagnoli
 // polynomial has the factor x + 1, so a CRC keeps its input's parity, and two registers over the
 // same words in another order would lose one bit; the high register's words are therefore folded
 // first). qp_table_test.cc checks these properties; a CRC is linear and does not avalanche, and the
