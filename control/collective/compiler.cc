@@ -4,19 +4,24 @@
 #include "control/collective/compiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
 #include <queue>
+#include <system_error>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "control/collective/topology_io.h"
 
@@ -376,8 +381,12 @@ class Scheduler {
   // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
   // see LowerBound()).
   // With `trace`, every commit is appended to it, for Emit().
+  // With `shared_give_up` (the threaded piece search), the time to give up at may also move
+  // down while the candidate is scheduled: it is read after every commit, and every check
+  // below uses the lowest value seen (a stale, larger one only rules out less).
   absl::StatusOr<std::optional<Schedule>> Run(double give_up_at = kInf,
-                                              std::vector<Step>* trace = nullptr) {
+                                              std::vector<Step>* trace = nullptr,
+                                              const std::atomic<double>* shared_give_up = nullptr) {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
     const size_t mp = size_t{m_count} * pieces_;
     if (trace) {
@@ -387,11 +396,17 @@ class Scheduler {
     Reset();
     // A bound reaching give_up_at·(1 + kBoundSlack) is certain to be ≥ give_up_at in the
     // scheduler's own arithmetic too.
-    const double hopeless = give_up_at * (1 + kBoundSlack);
+    if (shared_give_up != nullptr) {
+      give_up_at = std::min(give_up_at, shared_give_up->load(std::memory_order_relaxed));
+    }
+    double hopeless = give_up_at * (1 + kBoundSlack);
     lower_bound_ = 0;
     const uint64_t commits_before = commits_;
     committed_ = 0;
-    if (give_up_at != kInf || options_.debug != nullptr) lower_bound_ = LowerBound();
+    // The link check (LinksHopeless) counts down per link on every commit, so it runs on every
+    // commit whenever it may be needed: also when the shared time is still infinite.
+    const bool check_links = give_up_at != kInf || shared_give_up != nullptr;
+    if (check_links || options_.debug != nullptr) lower_bound_ = LowerBound();
     if (give_up_at != kInf && lower_bound_ >= hopeless) {
       outcome_ = PieceCandidate::Outcome::kRuledOut;
       return std::nullopt;
@@ -452,11 +467,20 @@ class Scheduler {
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
+      if (shared_give_up != nullptr) {
+        // Relaxed: the value only moves down and any value read is a valid time to give up at.
+        const double g = shared_give_up->load(std::memory_order_relaxed);
+        if (g < give_up_at) {
+          give_up_at = g;
+          hopeless = g * (1 + kBoundSlack);
+          if (lower_bound_ >= hopeless) return std::nullopt;
+        }
+      }
       if (makespan_ >= give_up_at) return std::nullopt;
       const uint32_t p = cur_[m]++;
       // What still has to follow this piece (0 unless LowerBound() ran).
       if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
-      if (give_up_at != kInf && LinksHopeless(m, pieces_ - 1 - p, hopeless)) return std::nullopt;
+      if (check_links && LinksHopeless(m, pieces_ - 1 - p, hopeless)) return std::nullopt;
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -1165,6 +1189,166 @@ class Scheduler {
   uint64_t commits_ = 0;
 };
 
+// ---- The piece search on several threads --------------------------------------------------------
+//
+// The serial search (Compile()) tries the candidate piece counts c_0 = 1, c_1 = 2, … in order.
+// Candidate k is kept iff its makespan M_k < B_k = 0.98 × the makespan of the last kept
+// candidate before it (B_0 = ∞), and the search stops after two candidates in a row that are not
+// kept. Scheduling a candidate with a time to give up at G ≥ B_k decides the same: abandoned
+// means M_k ≥ G ≥ B_k (not kept), scheduled to completion gives M_k exactly. So the candidates
+// can be scheduled at the same time, each with a G_k that is only ever ≥ B_k, and decided
+// afterwards, in candidate order, by the serial rule on the exact B_k:
+//
+//   - Workers take candidates in order (next_) and schedule them without ops, recording their
+//     commits, as the serial search does.
+//   - Whenever one ends, Resolve() (under mu_) decides every candidate from resolved_ on whose
+//     predecessors are all decided and that has ended itself, exactly as the serial loop would,
+//     and then lowers the G_k of the undecided ones: with B the exact time to beat after the
+//     decided prefix (0.98 × the best kept so far), B_k ≤ B for every later k (the best only
+//     falls); and for every candidate j < k that was scheduled to completion, B_k ≤ M_j (if j is
+//     kept, B_k ≤ 0.98 M_j; if not, M_j ≥ B_j ≥ B_k). So G_k = min(B, min_{resolved_ ≤ j < k} M_j)
+//     is safe. Once the serial search would stop, every later candidate gets G = −∞ (cancelled)
+//     and no new one is started.
+//   - A scheduler reads its G_k (an atomic that only moves down; written under mu_, read
+//     relaxed: a stale value is larger, which only rules out less) after every commit.
+//
+// Which candidates are kept, the winner and its commits are therefore those of the serial
+// search, whatever the threads' timing; what may differ is how far a losing candidate got
+// before it was given up (CompileDebug's outcome and committed). The winner's schedule is
+// emitted afterwards, on the calling thread, from its recorded commits.
+class ThreadedPieceSearch {
+ public:
+  ThreadedPieceSearch(const Intent& intent, const Topology& t, const Dag& dag,
+                      const CompileOptions& o, const std::vector<uint32_t>& pieces)
+      : intent_(intent), t_(t), dag_(dag), options_(o), candidates_(pieces.size()) {
+    for (size_t k = 0; k < pieces.size(); ++k) candidates_[k].pieces = pieces[k];
+    limit_ = pieces.size();
+  }
+
+  // Runs the search on `threads` threads (the calling one included). The winner's piece count
+  // and commits, or the error the serial search would have returned.
+  absl::Status Run(uint32_t threads) {
+    std::vector<std::thread> workers;
+    for (uint32_t i = 1; i < threads; ++i) {
+      try {
+        workers.emplace_back([this] { Work(); });
+      } catch (const std::system_error&) {
+        break;  // no more threads: the ones running (at least this one) do the rest
+      }
+    }
+    Work();
+    for (std::thread& w : workers) w.join();
+    absl::MutexLock l(&mu_);
+    if (options_.debug != nullptr) {
+      for (size_t k = 0; k < limit_; ++k)
+        options_.debug->candidates.push_back(candidates_[k].record);
+    }
+    return status_;
+  }
+
+  uint32_t best_pieces() const { return best_ == kNone ? 0 : candidates_[best_].pieces; }
+  const std::vector<Scheduler::Step>& best_trace() const { return candidates_[best_].trace; }
+
+ private:
+  struct Candidate {
+    uint32_t pieces = 0;
+    // G_k, the time to give up at: only moves down. Its own cache line: schedulers read it
+    // after every commit while Resolve() writes the others'.
+    alignas(64) std::atomic<double> give_up{kInf};
+    bool done = false;
+    absl::Status status;
+    bool scheduled = false;  // to completion: record.makespan is its makespan
+    PieceCandidate record;
+    std::vector<Scheduler::Step> trace;
+  };
+
+  void Work() {
+    for (;;) {
+      size_t k;
+      {
+        absl::MutexLock l(&mu_);
+        if (next_ >= limit_) return;
+        k = next_++;
+      }
+      Candidate& c = candidates_[k];
+      Scheduler scheduler(intent_, t_, dag_, c.pieces, options_, /*emit=*/false);
+      std::vector<Scheduler::Step> trace;
+      absl::StatusOr<std::optional<Schedule>> s = scheduler.Run(kInf, &trace, &c.give_up);
+      absl::MutexLock l(&mu_);
+      c.done = true;
+      c.status = s.status();
+      c.scheduled = s.ok() && s->has_value();
+      c.record = PieceCandidate{c.pieces,
+                                scheduler.lower_bound(),
+                                kInf,
+                                c.scheduled ? (*s)->predicted_s : kInf,
+                                scheduler.outcome(),
+                                scheduler.committed()};
+      if (c.scheduled) c.trace = std::move(trace);
+      Resolve();
+    }
+  }
+
+  // Decides, in candidate order, every candidate whose predecessors are decided and that has
+  // ended; then lowers the undecided candidates' times to give up at (see above).
+  void Resolve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bool stop = false;
+    while (resolved_ < limit_ && candidates_[resolved_].done) {
+      Candidate& c = candidates_[resolved_];
+      const double must_beat = best_ != kNone ? best_s_ * (1 - kMinPieceGain) : kInf;
+      c.record.must_beat = must_beat;
+      ++resolved_;
+      if (!c.status.ok()) {
+        status_ = c.status;
+        stop = true;
+        break;
+      }
+      if (c.scheduled && c.record.makespan < must_beat) {
+        if (best_ != kNone) candidates_[best_].trace = {};
+        best_ = static_cast<uint32_t>(resolved_ - 1);
+        best_s_ = c.record.makespan;
+        worse_ = 0;
+      } else {
+        c.trace = {};
+        if (++worse_ == 2) {
+          stop = true;
+          break;
+        }
+      }
+    }
+    if (stop) limit_ = resolved_;
+    double g = best_ != kNone ? best_s_ * (1 - kMinPieceGain) : kInf;
+    if (options_.exhaustive_piece_search) g = kInf;
+    for (size_t k = resolved_; k < candidates_.size(); ++k) {
+      Candidate& c = candidates_[k];
+      const double want = k >= limit_ ? -kInf : g;
+      // Only this function writes give_up, under mu_; the schedulers only read it.
+      if (want < c.give_up.load(std::memory_order_relaxed)) {
+        c.give_up.store(want, std::memory_order_relaxed);
+      }
+      if (c.done && c.scheduled && !options_.exhaustive_piece_search) {
+        g = std::min(g, c.record.makespan);
+      }
+    }
+  }
+
+  const Intent& intent_;
+  const Topology& t_;
+  const Dag& dag_;
+  const CompileOptions& options_;
+  // Never resized (its elements hold atomics); each element's fields other than give_up are
+  // written by the worker that schedules it, under mu_, and read under mu_.
+  std::vector<Candidate> candidates_;
+  absl::Mutex mu_;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;      // the next candidate to start
+  size_t limit_ ABSL_GUARDED_BY(mu_) = 0;     // candidates the serial search would try (so far)
+  size_t resolved_ ABSL_GUARDED_BY(mu_) = 0;  // candidates decided, in order
+  uint32_t best_ ABSL_GUARDED_BY(mu_) = kNone;
+  double best_s_ ABSL_GUARDED_BY(mu_) = kInf;
+  int worse_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
 // ---- The replay (PredictTime) ------------------------------------------------------------------
 
 absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slot_bytes,
@@ -1384,6 +1568,11 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   if (!(options.per_op_overhead_s >= 0) || !std::isfinite(options.per_op_overhead_s)) {
     return absl::InvalidArgumentError("compile: per_op_overhead_s must be finite and ≥ 0");
   }
+  if (options.threads > kMaxCompileThreads) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compile: threads %u is more than %u; use 0 (one per hardware thread) or fewer",
+        options.threads, kMaxCompileThreads));
+  }
   const uint64_t moves = std::max<uint64_t>(intent.moves.size(), 1);
   if (moves * std::max(options.pieces, 1u) > kMaxMovePieces) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -1420,12 +1609,29 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   // Powers of two up to max_pieces (and the slot size, and the move-piece budget). A piece count
   // is kept only if it beats the best so far by kMinPieceGain: more pieces mean more ops for the
   // executor, and the model's α is often 0. Stop after two that are not kept.
+  std::vector<uint32_t> candidates;
+  uint64_t work = 0;  // move-pieces of every candidate
+  for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
+    if (p > 1 && moves * p > kAutoMovePieces) break;
+    candidates.push_back(p);
+    work += moves * p;
+  }
+  uint32_t threads = options.threads;
+  if (threads == 0) {
+    threads = work >= kThreadedSearchWork ? std::max(1u, std::thread::hardware_concurrency()) : 1;
+  }
+  threads = std::min<uint32_t>(threads, static_cast<uint32_t>(candidates.size()));
+  if (threads > 1) {
+    ThreadedPieceSearch search(intent, topology, dag, options, candidates);
+    HEDDLE_RETURN_IF_ERROR(search.Run(threads));
+    Scheduler scheduler(intent, topology, dag, search.best_pieces(), options, /*emit=*/true);
+    return scheduler.Emit(search.best_trace());
+  }
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
   std::vector<Scheduler::Step> trace, best_trace;
-  for (uint32_t p = 1; p <= options.max_pieces && p <= options.slot_bytes; p *= 2) {
-    if (p > 1 && moves * p > kAutoMovePieces) break;
+  for (uint32_t p : candidates) {
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
     HEDDLE_ASSIGN_OR_RETURN(

@@ -72,6 +72,12 @@ struct CompileOptions {
   // early, by lower bounds, those that cannot be kept. The result is the same either way (the
   // tests compare them); this is the slow reference.
   bool exhaustive_piece_search = false;
+  // With pieces = 0: how many threads schedule candidate piece counts at the same time. 0 = one
+  // per hardware thread when the candidates add up to kThreadedSearchWork move-pieces or more,
+  // else 1; 1 = the serial search on the calling thread; never more than there are candidates.
+  // The chosen piece count and the schedule are those of the serial search (byte for byte);
+  // only CompileDebug's record of how far a losing candidate got may differ.
+  uint32_t threads = 0;
   CompileDebug* debug = nullptr;  // not owned; see CompileDebug
 };
 
@@ -80,6 +86,10 @@ inline constexpr uint32_t kMaxCompilePieces = 1024;
 inline constexpr uint64_t kMaxMovePieces = uint64_t{1} << 22;  // ~8M ops, ~1 GB
 // When the compiler picks the piece count it keeps moves × pieces under this many.
 inline constexpr uint64_t kAutoMovePieces = uint64_t{1} << 20;
+// CompileOptions::threads = 0 searches on several threads from this many move-pieces (summed
+// over the candidate piece counts) on: below it a thread costs more than it saves.
+inline constexpr uint64_t kThreadedSearchWork = uint64_t{1} << 16;
+inline constexpr uint32_t kMaxCompileThreads = 256;
 
 // Errors: InvalidArgument for a bad intent (moves naming ranks or slots outside the collective, a
 // move from a rank to itself), a topology of another rank count, an invalid topology or options,

@@ -5,7 +5,9 @@
 //   build/control/collective/collective_compiler_benchmark --benchmark_filter=Wan
 //
 // BM_Compile: one Compile() of a builtin all-reduce / all-gather on a full mesh of N ranks (1
-// Gbit/s, 1 ms), with the compiler picking the piece count (pieces:0) or a fixed one.
+// Gbit/s, 1 ms), with the compiler picking the piece count (pieces:0) or a fixed one; with the
+// piece count searched, on 1 thread (the serial search) or 2 (threads:N, CompileOptions::threads).
+// Times are wall-clock (real) time: CPU time would count the calling thread only.
 // BM_Wan: Synthesize() on R regions (10 Gbit/s, 30 ms between every pair; asym:1 makes the link
 // between regions 0 and 2 four times slower), 64 MiB slots. Its counters are predicted seconds
 // (synth_s, ring_s, direct_s: ring and direct in identity order compiled without relays, as a
@@ -40,7 +42,8 @@ Intent Builtin(const char* name, Kind kind, uint32_t n) {
   return *in;
 }
 
-// args: algorithm index, ranks, kind (0 all-reduce, 1 all-gather), pieces (0 = searched).
+// args: algorithm index, ranks, kind (0 all-reduce, 1 all-gather), pieces (0 = searched),
+// threads of the piece search.
 void BM_Compile(benchmark::State& state) {
   const char* name = kAlgorithms[state.range(0)];
   const uint32_t n = static_cast<uint32_t>(state.range(1));
@@ -49,6 +52,7 @@ void BM_Compile(benchmark::State& state) {
   Topology t = testing::Mesh(n, kGbit, 0.001);
   CompileOptions o;
   o.pieces = static_cast<uint32_t>(state.range(3));
+  o.threads = static_cast<uint32_t>(state.range(4));
   uint64_t ops = 0;
   uint32_t pieces = 0;
   for (auto _ : state) {
@@ -74,15 +78,16 @@ void CompileArgs(benchmark::internal::Benchmark* b) {
                .ok()) {
         continue;
       }
-      b->Args({alg, 64, kind, 0});
-      b->Args({alg, 64, kind, 1});
-      b->Args({alg, 512, kind, 1});
+      b->Args({alg, 64, kind, 0, 1});
+      b->Args({alg, 64, kind, 0, 2});
+      b->Args({alg, 64, kind, 1, 1});
+      b->Args({alg, 512, kind, 1, 1});
     }
   }
 }
 BENCHMARK(BM_Compile)
     ->Apply(CompileArgs)
-    ->ArgNames({"alg", "ranks", "gather", "pieces"})
+    ->ArgNames({"alg", "ranks", "gather", "pieces", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

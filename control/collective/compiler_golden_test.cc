@@ -70,9 +70,10 @@ std::vector<Case> Topologies(uint32_t n) {
   return out;
 }
 
-// "name kind n topology" → "pieces predicted ops hash". With `curves`, every case is compiled with
-// the exhaustive piece search and its candidates' makespans are written there.
-std::map<std::string, std::string> Compute(std::ofstream* curves = nullptr) {
+// "name kind n topology" → "pieces predicted ops hash", with the piece search on `threads`
+// threads. With `curves`, every case is compiled with the exhaustive piece search and its
+// candidates' makespans are written there.
+std::map<std::string, std::string> Compute(std::ofstream* curves = nullptr, uint32_t threads = 1) {
   std::map<std::string, std::string> lines;
   std::vector<uint32_t> sizes;
   for (uint32_t n = 2; n <= 16; ++n) sizes.push_back(n);
@@ -90,6 +91,7 @@ std::map<std::string, std::string> Compute(std::ofstream* curves = nullptr) {
           if (!in.ok()) continue;
           CompileOptions o;
           o.per_op_overhead_s = c.alpha;
+          o.threads = threads;
           CompileDebug debug;
           if (curves != nullptr) {
             o.exhaustive_piece_search = true;
@@ -117,6 +119,21 @@ std::map<std::string, std::string> Compute(std::ofstream* curves = nullptr) {
   return lines;
 }
 
+// testdata/compiler_golden.txt as "name kind n topology" → "pieces predicted ops hash".
+std::map<std::string, std::string> Golden() {
+  std::ifstream f(HEDDLE_COMPILER_GOLDEN);
+  EXPECT_TRUE(f.good()) << HEDDLE_COMPILER_GOLDEN;
+  std::map<std::string, std::string> golden;
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t bar = line.find(" | ");
+    EXPECT_NE(bar, std::string::npos) << line;
+    if (bar == std::string::npos) continue;
+    golden[line.substr(0, bar)] = line.substr(bar + 3);
+  }
+  return golden;
+}
+
 TEST(CompilerGolden, SchedulesAndPredictionsAreUnchanged) {
   if (const char* out = std::getenv("HEDDLE_WRITE_PIECE_CURVES")) {
     std::ofstream f(out);
@@ -133,15 +150,8 @@ TEST(CompilerGolden, SchedulesAndPredictionsAreUnchanged) {
     ASSERT_TRUE(f.good()) << out;
     GTEST_SKIP() << "wrote " << out;
   }
-  std::ifstream f(HEDDLE_COMPILER_GOLDEN);
-  ASSERT_TRUE(f.good()) << HEDDLE_COMPILER_GOLDEN;
-  std::map<std::string, std::string> golden;
-  for (std::string line; std::getline(f, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t bar = line.find(" | ");
-    ASSERT_NE(bar, std::string::npos) << line;
-    golden[line.substr(0, bar)] = line.substr(bar + 3);
-  }
+  const std::map<std::string, std::string> golden = Golden();
+  ASSERT_FALSE(golden.empty());
   EXPECT_EQ(golden.size(), now.size());
   for (const auto& [key, want] : golden) {
     auto it = now.find(key);
@@ -155,6 +165,28 @@ TEST(CompilerGolden, SchedulesAndPredictionsAreUnchanged) {
     std::istringstream(it->second) >> np >> nt;
     EXPECT_LE(nt, wt) << key << ": predicted time got worse";
     EXPECT_EQ(it->second, want) << key << ": the schedule changed";
+  }
+}
+
+// The piece search on 2 and 3 threads chooses what the serial one chooses: every golden schedule
+// byte for byte (the serial search is the one pinned above).
+TEST(CompilerGolden, ThreadedPieceSearchGivesTheGoldenSchedules) {
+  if (std::getenv("HEDDLE_WRITE_PIECE_CURVES") || std::getenv("HEDDLE_WRITE_GOLDEN")) {
+    GTEST_SKIP() << "writing files";
+  }
+  const std::map<std::string, std::string> golden = Golden();
+  ASSERT_FALSE(golden.empty());
+  for (const uint32_t threads : {2u, 3u}) {
+    const std::map<std::string, std::string> now = Compute(nullptr, threads);
+    EXPECT_EQ(now.size(), golden.size()) << threads << " threads";
+    for (const auto& [key, want] : golden) {
+      auto it = now.find(key);
+      if (it == now.end()) {
+        ADD_FAILURE() << key << ": not compiled on " << threads << " threads";
+        continue;
+      }
+      EXPECT_EQ(it->second, want) << key << ": another schedule on " << threads << " threads";
+    }
   }
 }
 

@@ -299,6 +299,14 @@ TEST(Compiler, RejectsBadInput) {
                                        Line(3, kGbit, 0), no_relay);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("no path from 'r0' to 'r2'"));
+  // The threaded piece search reports the same error.
+  no_relay.threads = 2;
+  absl::StatusOr<Schedule> threaded = Compile(
+      Intent{"x", {Kind::kBroadcast, 3, 1, 0}, {Copy(0, 0, 2)}}, Line(3, kGbit, 0), no_relay);
+  EXPECT_EQ(threaded.status(), s.status());
+  CompileOptions threads;
+  threads.threads = kMaxCompileThreads + 1;
+  EXPECT_THAT(err(testing::RingAllGather(3), threads), HasSubstr("threads 257 is more than 256"));
 }
 
 TEST(Compiler, EmptyIntentIsAnEmptySchedule) {
@@ -423,11 +431,13 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
         absl::StrCat("trial ", trial, ": ", in.name, " ", KindName(in.collective.kind), " n=", n);
     CompileDebug debug;
     o.debug = &debug;
+    o.threads = 1;
     absl::StatusOr<Schedule> pruned = Compile(in, t, o);
     for (const PieceCandidate& c : debug.candidates) {
       pruned_away += c.outcome != PieceCandidate::Outcome::kScheduled;
     }
-    o.debug = nullptr;
+    CompileDebug all;
+    o.debug = &all;
     o.exhaustive_piece_search = true;
     absl::StatusOr<Schedule> exhaustive = Compile(in, t, o);
     ASSERT_EQ(pruned.status(), exhaustive.status()) << what;
@@ -436,6 +446,39 @@ TEST(Compiler, PrunedPieceSearchEqualsTheExhaustiveOne) {
     EXPECT_EQ(pruned->pieces, exhaustive->pieces) << what;
     EXPECT_EQ(pruned->predicted_s, exhaustive->predicted_s) << what;
     EXPECT_TRUE(*pruned == *exhaustive) << what;
+    ASSERT_EQ(all.candidates.size(), debug.candidates.size()) << what;
+    // The same search on 2 and 3 threads (pruned, and exhaustive): the same schedule, and the
+    // same candidates, each with the time to beat the serial search gave it; one scheduled to
+    // completion has the exhaustive makespan, one given up could not have been kept.
+    for (const uint32_t threads : {2u, 3u}) {
+      for (const bool exhaustive_search : {false, true}) {
+        const std::string how = absl::StrCat(what, ", threads ", threads,
+                                             exhaustive_search ? ", exhaustive" : ", pruned");
+        CompileDebug td;
+        o.debug = &td;
+        o.threads = threads;
+        o.exhaustive_piece_search = exhaustive_search;
+        absl::StatusOr<Schedule> threaded = Compile(in, t, o);
+        ASSERT_TRUE(threaded.ok()) << how << ": " << threaded.status();
+        EXPECT_TRUE(*threaded == *exhaustive) << how;
+        ASSERT_EQ(td.candidates.size(), debug.candidates.size()) << how;
+        for (size_t i = 0; i < td.candidates.size(); ++i) {
+          const PieceCandidate& c = td.candidates[i];
+          EXPECT_EQ(c.pieces, debug.candidates[i].pieces) << how;
+          EXPECT_EQ(c.must_beat, debug.candidates[i].must_beat) << how << " P=" << c.pieces;
+          EXPECT_EQ(c.lower_bound, debug.candidates[i].lower_bound) << how << " P=" << c.pieces;
+          if (c.outcome == PieceCandidate::Outcome::kScheduled) {
+            EXPECT_EQ(c.makespan, all.candidates[i].makespan) << how << " P=" << c.pieces;
+          } else {
+            EXPECT_FALSE(exhaustive_search) << how << " P=" << c.pieces;
+            EXPECT_GE(all.candidates[i].makespan, c.must_beat) << how << " P=" << c.pieces;
+          }
+        }
+      }
+    }
+    o.debug = nullptr;
+    o.threads = 1;
+    o.exhaustive_piece_search = false;
     // Compile() computes every op's times as it emits them, without replaying the schedule:
     // they must be the replay's, so retiming on the same topology changes nothing.
     Schedule retimed = *pruned;
@@ -545,6 +588,7 @@ TEST(Compiler, PieceSearchLowerBoundsHoldAndPrune) {
     CompileOptions o;
     o.per_op_overhead_s = std::vector<double>{0, 1e-6, 1e-4}[below(3)];
     o.slot_bytes = std::vector<uint64_t>{kMiB, 64 * kMiB}[below(2)];
+    o.threads = 1;  // the serial search (the counts below are its own)
     CompileDebug debug;
     o.debug = &debug;
     o.exhaustive_piece_search = true;
@@ -604,6 +648,7 @@ TEST(Compiler, LinkCheckAbandonsLosingPieceCountsEarly) {
   ASSERT_TRUE(in.ok()) << in.status();
   const Topology t = Mesh(64, kGbit, 0.001);
   CompileOptions o;
+  o.threads = 1;  // the serial search: how far each loser gets does not depend on timing
   CompileDebug debug;
   o.debug = &debug;
   absl::StatusOr<Schedule> s = Compile(*in, t, o);

@@ -285,6 +285,9 @@ struct CompileArgs {
   bool json = false;
   bool piece_search = false;  // print every candidate piece count the search tried
   bool exhaustive = false;    // schedule every candidate to completion (the slow reference)
+  // Threads of the piece search (CompileOptions::threads); -1 = not given: 0 (automatic), or 1
+  // with --piece-search, whose report of how far each loser got is then the same every run.
+  int threads = -1;
 };
 
 // One line per candidate of the piece search: its lower bound, what it had to beat, and its
@@ -390,6 +393,7 @@ int Compile_(const CompileArgs& a, std::ostream& out, std::ostream& err) {
   co.slot_bytes = a.slot_bytes;
   co.pieces = a.pieces;
   co.exhaustive_piece_search = a.exhaustive;
+  co.threads = a.threads >= 0 ? static_cast<uint32_t>(a.threads) : (a.piece_search ? 1 : 0);
   collective::CompileDebug debug;
   if (a.piece_search) co.debug = &debug;
   absl::StatusOr<Schedule> s = collective::Compile(*intent, *t, co);
@@ -728,6 +732,11 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
                     "print every piece count tried: lower bound, time to beat, makespan");
   compile->add_flag("--exhaustive", ca.exhaustive,
                     "schedule every candidate piece count to completion (same result, slower)");
+  compile
+      ->add_option("--threads", ca.threads,
+                   "threads of the piece search (same schedule as 1; default: one per hardware "
+                   "thread for a large search, 1 with --piece-search)")
+      ->check(CLI::Range(0, static_cast<int>(collective::kMaxCompileThreads)));
 
   std::string verify_path;
   bool verify_json = false;

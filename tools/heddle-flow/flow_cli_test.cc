@@ -5,10 +5,12 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "control/collective/internal/test_schedules.h"
 #include "control/collective/schedule_io.h"
 #include "control/collective/verifier.h"
@@ -128,6 +130,34 @@ TEST_F(FlowCli, CompileIsDeterministic) {
                    "--collective", "alltoall", "--chunks", "2", "-j"});
   ASSERT_EQ(k.code, cli::kExitOk) << k.err;
   EXPECT_THAT(k.out, HasSubstr("\"chunks_per_rank\": 2"));
+}
+
+// --threads N schedules the candidate piece counts on N threads: the schedule file is the serial
+// search's, byte for byte.
+TEST_F(FlowCli, CompileOnSeveralThreadsWritesTheSameScheduleFile) {
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  for (const char* builtin : {"halving-doubling", "tree"}) {
+    std::vector<std::string> files;
+    for (const char* threads : {"1", "2", "3"}) {
+      const std::string out = Path(absl::StrCat(builtin, "-", threads, ".json"));
+      Result r = Flow({"compile", "--topology", kData + "/wan4.yaml", "--builtin", builtin,
+                       "--collective", "allreduce", "--threads", threads, "-o", out});
+      ASSERT_EQ(r.code, cli::kExitOk) << builtin << " " << threads << ": " << r.err;
+      files.push_back(read(out));
+      ASSERT_FALSE(files.back().empty()) << out;
+    }
+    EXPECT_EQ(files[1], files[0]) << builtin;
+    EXPECT_EQ(files[2], files[0]) << builtin;
+  }
+  Result r = Flow(
+      {"compile", "--topology", kData + "/wan4.yaml", "--builtin", "ring", "--threads", "257"});
+  EXPECT_EQ(r.code, cli::kExitBadInput);
+  EXPECT_THAT(r.err, HasSubstr("--threads"));
 }
 
 TEST_F(FlowCli, CompileRejectsBadIntentsAndOptions) {
