@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <system_error>
@@ -17,11 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "control/collective/topology_io.h"
 
@@ -1238,7 +1237,7 @@ class ThreadedPieceSearch {
     }
     Work();
     for (std::thread& w : workers) w.join();
-    absl::MutexLock l(&mu_);
+    std::lock_guard<std::mutex> l(mu_);
     if (options_.debug != nullptr) {
       for (size_t k = 0; k < limit_; ++k)
         options_.debug->candidates.push_back(candidates_[k].record);
@@ -1266,7 +1265,7 @@ class ThreadedPieceSearch {
     for (;;) {
       size_t k;
       {
-        absl::MutexLock l(&mu_);
+        std::lock_guard<std::mutex> l(mu_);
         if (next_ >= limit_) return;
         k = next_++;
       }
@@ -1274,7 +1273,7 @@ class ThreadedPieceSearch {
       Scheduler scheduler(intent_, t_, dag_, c.pieces, options_, /*emit=*/false);
       std::vector<Scheduler::Step> trace;
       absl::StatusOr<std::optional<Schedule>> s = scheduler.Run(kInf, &trace, &c.give_up);
-      absl::MutexLock l(&mu_);
+      std::lock_guard<std::mutex> l(mu_);
       c.done = true;
       c.status = s.status();
       c.scheduled = s.ok() && s->has_value();
@@ -1291,7 +1290,7 @@ class ThreadedPieceSearch {
 
   // Decides, in candidate order, every candidate whose predecessors are decided and that has
   // ended; then lowers the undecided candidates' times to give up at (see above).
-  void Resolve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void Resolve() {  // mu_ held
     bool stop = false;
     while (resolved_ < limit_ && candidates_[resolved_].done) {
       Candidate& c = candidates_[resolved_];
@@ -1339,14 +1338,16 @@ class ThreadedPieceSearch {
   // Never resized (its elements hold atomics); each element's fields other than give_up are
   // written by the worker that schedules it, under mu_, and read under mu_.
   std::vector<Candidate> candidates_;
-  absl::Mutex mu_;
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;      // the next candidate to start
-  size_t limit_ ABSL_GUARDED_BY(mu_) = 0;     // candidates the serial search would try (so far)
-  size_t resolved_ ABSL_GUARDED_BY(mu_) = 0;  // candidates decided, in order
-  uint32_t best_ ABSL_GUARDED_BY(mu_) = kNone;
-  double best_s_ ABSL_GUARDED_BY(mu_) = kInf;
-  int worse_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  // A std::mutex rather than absl::Mutex: ThreadSanitizer sees its locks (pthread), also when
+  // Abseil is not built with it. It guards everything below.
+  std::mutex mu_;
+  size_t next_ = 0;      // the next candidate to start
+  size_t limit_ = 0;     // candidates the serial search would try (so far)
+  size_t resolved_ = 0;  // candidates decided, in order
+  uint32_t best_ = kNone;
+  double best_s_ = kInf;
+  int worse_ = 0;
+  absl::Status status_;
 };
 
 // ---- The replay (PredictTime) ------------------------------------------------------------------
