@@ -453,8 +453,7 @@ class Scheduler {
         if (c < heap_.size() && heap_[c] < now) {
           // Another piece now finishes earlier: re-key this one in place (the same entries as
           // popping and pushing it, so the same order leaving the heap: keys are distinct).
-          heap_[0] = now;
-          SiftDown(0);
+          ReplaceTop(now);
           continue;
         }
         HeapPop();
@@ -1084,6 +1083,21 @@ class Scheduler {
     HeapPlace(i, last);
     SiftUp(i);
     return top;
+  }
+  // The root (not a group's entry) becomes `e`, no earlier than it was: as HeapPop() and
+  // HeapPush(e), the hole goes down the smaller children to a leaf, where `e` goes in and rises.
+  // A re-keyed piece usually lands deep, so this costs about half the comparisons of sifting
+  // it down from the root.
+  void ReplaceTop(const Entry& e) {
+    size_t i = 0;
+    const size_t n = heap_.size();
+    for (size_t c = 1; c < n; c = 2 * i + 1) {
+      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
+      HeapPlace(i, heap_[c]);
+      i = c;
+    }
+    HeapPlace(i, e);
+    SiftUp(i);
   }
   // Group gi's entry becomes `e` (none: leaves the heap).
   void HeapSetGroup(uint32_t gi, const std::optional<Entry>& e) {
