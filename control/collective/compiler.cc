@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1213,7 +1214,9 @@ class Scheduler {
 // afterwards, in candidate order, by the serial rule on the exact B_k:
 //
 //   - Workers take candidates in order (next_) and schedule them without ops, recording their
-//     commits, as the serial search does.
+//     commits, as the serial search does. A worker does not start candidate k while k − 2 is
+//     decided not kept and k − 1 is undecided (k is needed only if k − 1 is kept); it waits
+//     on cv_ for the next decision.
 //   - Whenever one ends, Resolve() (under mu_) decides every candidate from resolved_ on whose
 //     predecessors are all decided and that has ended itself, exactly as the serial loop would,
 //     and then lowers the G_k of the undecided ones: with B the exact time to beat after the
@@ -1271,6 +1274,7 @@ class ThreadedPieceSearch {
     bool done = false;
     absl::Status status;
     bool scheduled = false;  // to completion: record.makespan is its makespan
+    bool kept = false;       // decided, and kept by the serial rule
     PieceCandidate record;
     std::vector<Scheduler::Step> trace;
   };
@@ -1279,7 +1283,15 @@ class ThreadedPieceSearch {
     for (;;) {
       size_t k;
       {
-        std::lock_guard<std::mutex> l(mu_);
+        std::unique_lock<std::mutex> l(mu_);
+        // Candidate k is needed unless the two before it are not kept. When k − 2 is already
+        // decided not kept, wait for k − 1's decision instead of scheduling k on the chance
+        // that k − 1 is kept (it rarely is): a candidate twice as large as the one still
+        // running would take the CPU from it whenever the machine has no idle core.
+        cv_.wait(l, [this] {
+          return next_ >= limit_ || next_ < 2 || next_ - 1 < resolved_ ||
+                 candidates_[next_ - 2].kept || next_ - 2 >= resolved_;
+        });
         if (next_ >= limit_) return;
         k = next_++;
       }
@@ -1299,6 +1311,7 @@ class ThreadedPieceSearch {
                                 scheduler.committed()};
       if (c.scheduled) c.trace = std::move(trace);
       Resolve();
+      cv_.notify_all();
     }
   }
 
@@ -1317,6 +1330,7 @@ class ThreadedPieceSearch {
         break;
       }
       if (c.scheduled && c.record.makespan < must_beat) {
+        c.kept = true;
         if (best_ != kNone) candidates_[best_].trace = {};
         best_ = static_cast<uint32_t>(resolved_ - 1);
         best_s_ = c.record.makespan;
@@ -1355,9 +1369,10 @@ class ThreadedPieceSearch {
   // A std::mutex rather than absl::Mutex: ThreadSanitizer sees its locks (pthread), also when
   // Abseil is not built with it. It guards everything below.
   std::mutex mu_;
-  size_t next_ = 0;      // the next candidate to start
-  size_t limit_ = 0;     // candidates the serial search would try (so far)
-  size_t resolved_ = 0;  // candidates decided, in order
+  std::condition_variable cv_;  // a candidate was decided
+  size_t next_ = 0;             // the next candidate to start
+  size_t limit_ = 0;            // candidates the serial search would try (so far)
+  size_t resolved_ = 0;         // candidates decided, in order
   uint32_t best_ = kNone;
   double best_s_ = kInf;
   int worse_ = 0;

@@ -7,7 +7,8 @@
 // BM_Compile: one Compile() of a builtin all-reduce / all-gather on a full mesh of N ranks (1
 // Gbit/s, 1 ms), with the compiler picking the piece count (pieces:0) or a fixed one; with the
 // piece count searched, on 1 thread (the serial search) or 2 (threads:N, CompileOptions::threads).
-// Times are wall-clock (real) time: CPU time would count the calling thread only.
+// Time is wall-clock (real) time; CPU is the whole process's (every thread's), so with threads:2
+// it shows the work the threaded search did in all, Time how long it took.
 // BM_Wan: Synthesize() on R regions (10 Gbit/s, 30 ms between every pair; asym:1 makes the link
 // between regions 0 and 2 four times slower), 64 MiB slots. Its counters are predicted seconds
 // (synth_s, ring_s, direct_s: ring and direct in identity order compiled without relays, as a
@@ -89,6 +90,7 @@ BENCHMARK(BM_Compile)
     ->Apply(CompileArgs)
     ->ArgNames({"alg", "ranks", "gather", "pieces", "threads"})
     ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
     ->UseRealTime();
 
 // args: regions, asymmetric (0/1), kind (0 all-gather, 1 all-reduce).
