@@ -60,6 +60,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -73,6 +74,7 @@
 #include "control/collective/topology_io.h"
 #include "dataplane/relay/codec/frame.h"
 #include "dataplane/relay/wan/decision_log.h"
+#include "dataplane/relay/wan/internal/chunk_wire.h"
 #include "dataplane/relay/wan/internal/frame_crc.h"
 #include "dataplane/relay/wan/internal/outcome_queue.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
@@ -95,6 +97,10 @@ constexpr uint64_t kRoundWindow = 2;
 // Largest chunk a peer may send; the server's message limit is a little above it.
 constexpr uint64_t kMaxChunkBytes = uint64_t{16} << 20;
 constexpr absl::Duration kMaxPoll = absl::Seconds(60);
+// The full name of the StreamFrames method, which the stripes' writers open with a ByteBuffer
+// request type instead of the generated stub (grpc::internal::RpcMethod keeps the pointer).
+constexpr char kStreamFramesMethod[] = "/heddle.relay.peer.v1.Peer/StreamFrames";
+static_assert(std::string_view(pb::Peer::service_full_name()) == "heddle.relay.peer.v1.Peer");
 
 std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
 
@@ -1152,6 +1158,22 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return true;
   }
 
+  // The frame's chunks in wire form (internal/chunk_wire.h): each a serialized FrameChunk
+  // header and a slice that references the shared frame, so a stripe's writer copies no payload
+  // (the callee parses the same bytes as before). False when a write fails.
+  bool WriteFrameWire(const Link::Item& it,
+                      grpc::ClientReaderWriter<grpc::ByteBuffer, pb::FrameAck>& stream) const {
+    const FramePtr& f = it.frame;
+    wan_internal::ChunkFields c{it.round_id, it.region, it.slice, f->size(), 0};
+    for (uint64_t off = 0; off < f->size(); off += opt_.chunk_bytes) {
+      c.offset = off;
+      absl::StatusOr<grpc::ByteBuffer> wire =
+          wan_internal::ChunkWire(c, f, off, std::min<uint64_t>(opt_.chunk_bytes, f->size() - off));
+      if (!wire.ok() || !stream.Write(*wire)) return false;
+    }
+    return true;
+  }
+
   // ---- links ----
 
   void SetAddressLocked(Link& l, const std::string& address) {
@@ -1500,8 +1522,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       grpc::ClientContext ctx;
       Prepare(ctx, opt_.push_timeout, l.region_id);
       ScopedCall reg(this, &ctx);
-      std::unique_ptr<grpc::ClientReaderWriter<pb::FrameChunk, pb::FrameAck>> stream =
-          pb::Peer::NewStub(ch)->StreamFrames(&ctx);
+      // StreamFrames as the generated stub opens it, but writing FrameChunks in wire form.
+      std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, pb::FrameAck>> stream(
+          grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, pb::FrameAck>::Create(
+              ch.get(),
+              grpc::internal::RpcMethod(kStreamFramesMethod,
+                                        grpc::internal::RpcMethod::BIDI_STREAMING, ch),
+              &ctx));
       const absl::Time opened = absl::Now();
       bool reader_done = false;  // guarded by l.mu
       std::thread reader([&] {
@@ -1567,10 +1594,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
           if (flight.empty()) StreamBusyLocked(l);
           flight.push_back(it);
         }
-        if (!WriteFrameChunks(it.round_id, it.region, it.slice, *it.frame,
-                              [&](const pb::FrameChunk& c) { return stream->Write(c); })) {
-          break;
-        }
+        if (!WriteFrameWire(it, *stream)) break;
       }
       stream->WritesDone();  // the callee acknowledges what it got, then ends the call
       reader.join();
@@ -1976,10 +2000,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // right after: announced_, then PublishLocked). mu_ is released while writing (the round is
   // frozen: deciding). A write or sync that failed (Unavailable) is retried every second:
   // DecisionLog never accepts a record whose sync failed, and rewrites the retained records
-  // into a new file before the retry appends, so no decision goes out unlogged. Any other error (a decision too large to log) cannot
-  // be helped by retrying: the round is aborted here, never published, and this coordinator
-  // decides no further round (its followers see it as down) — restarting it resumes from the
-  // log. False: the decision is not to be published (stopping, or that failure).
+  // into a new file before the retry appends, so no decision goes out unlogged. Any other error (a
+  // decision too large to log) cannot be helped by retrying: the round is aborted here, never
+  // published, and this coordinator decides no further round (its followers see it as down) —
+  // restarting it resumes from the log. False: the decision is not to be published (stopping, or
+  // that failure).
   bool LogDecision(std::unique_lock<std::mutex>& l, uint64_t r, const pb::Decision& d) {
     const std::string bytes = d.SerializeAsString();
     for (;;) {

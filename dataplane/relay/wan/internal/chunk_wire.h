@@ -1,0 +1,59 @@
+// File: dataplane/relay/wan/internal/chunk_wire.h
+//
+// One chunk of a region frame in the wire form of a `peer.v1.FrameChunk` message, without
+// copying the frame's bytes. A gateway's frame stripes write many megabytes per round; building
+// a FrameChunk copies each chunk into the message and gRPC serializes it into a second buffer.
+// Here a chunk is two slices of one grpc::ByteBuffer:
+//
+//   [ fields 1–5 (round, region, slice, frame bytes, offset) | tag of field 6 | payload length ]
+//   [ the payload: frame[offset, offset + n), referenced, not copied ]
+//
+// The first slice is the message's serialization minus its payload, as protobuf's own
+// serializer writes it (fields in number order, proto3 zeros omitted, no payload field when n
+// is 0), so the whole buffer is byte for byte what FrameChunk::SerializeAsString() gives for
+// the same fields (chunk_wire_test.cc proves it and parses it back): the callee reads it with
+// the generated parser, unchanged. The second slice holds a reference to the shared frame
+// (released by the slice's destroy callback, when gRPC has sent it), so the frame outlives
+// the write even if the exchange has dropped it meanwhile.
+//
+// The buffer is written on a StreamFrames call typed <grpc::ByteBuffer, FrameAck>
+// (StreamFramesWireMethod(), grpc_exchange.cc); gRPC passes a ByteBuffer through as is.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "dataplane/relay/wan/internal/region_encoder.h"
+
+namespace heddle::relay::wan_internal {
+
+// FrameChunk's fields other than the payload.
+struct ChunkFields {
+  uint64_t round_id = 0;
+  uint32_t region_id = 0;
+  uint32_t slice = 0;
+  uint64_t frame_bytes = 0;
+  uint64_t offset = 0;
+};
+
+// The longest header: five tags of one byte, four 10-byte varints (the uint64 fields and the
+// payload length) and two 5-byte ones (the uint32 fields), and the payload's tag.
+inline constexpr size_t kMaxChunkHeaderBytes = 6 + 4 * 10 + 2 * 5;
+
+// Writes the header of a chunk with `payload_bytes` of payload into `out` (at least
+// kMaxChunkHeaderBytes long) and returns its length.
+size_t EncodeChunkHeader(const ChunkFields& fields, uint64_t payload_bytes,
+                         std::span<uint8_t, kMaxChunkHeaderBytes> out);
+
+// The chunk frame[offset, offset + n) of `frame` in wire form (`fields.offset` is what the
+// message says; the exchange passes the same offset). Refused (InvalidArgument) for a null
+// frame or a range that is not inside it. Allocates the header slice and one reference to the
+// frame; never copies the payload.
+absl::StatusOr<grpc::ByteBuffer> ChunkWire(const ChunkFields& fields, const FramePtr& frame,
+                                           uint64_t offset, uint64_t n);
+
+}  // namespace heddle::relay::wan_internal
