@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <functional>
@@ -1296,9 +1297,12 @@ class ThreadedPieceSearch {
         k = next_++;
       }
       Candidate& c = candidates_[k];
+      const auto start = std::chrono::steady_clock::now();
       Scheduler scheduler(intent_, t_, dag_, c.pieces, options_, /*emit=*/false);
       std::vector<Scheduler::Step> trace;
       absl::StatusOr<std::optional<Schedule>> s = scheduler.Run(kInf, &trace, &c.give_up);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::lock_guard<std::mutex> l(mu_);
       c.done = true;
       c.status = s.status();
@@ -1308,7 +1312,8 @@ class ThreadedPieceSearch {
                                 kInf,
                                 c.scheduled ? (*s)->predicted_s : kInf,
                                 scheduler.outcome(),
-                                scheduler.committed()};
+                                scheduler.committed(),
+                                seconds};
       if (c.scheduled) c.trace = std::move(trace);
       Resolve();
       cv_.notify_all();
@@ -1623,12 +1628,14 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
                  std::vector<Scheduler::Step>* trace = nullptr,
                  double must_beat = kInf) -> absl::StatusOr<std::optional<Schedule>> {
+    const auto start = std::chrono::steady_clock::now();
     Scheduler scheduler(intent, topology, dag, pieces, options, emit);
     HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at, trace));
     if (options.debug != nullptr && options.pieces == 0) {
-      options.debug->candidates.push_back(
-          PieceCandidate{pieces, scheduler.lower_bound(), must_beat, s ? s->predicted_s : kInf,
-                         scheduler.outcome(), scheduler.committed()});
+      options.debug->candidates.push_back(PieceCandidate{
+          pieces, scheduler.lower_bound(), must_beat, s ? s->predicted_s : kInf,
+          scheduler.outcome(), scheduler.committed(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     }
     return s;
   };

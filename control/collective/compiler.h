@@ -50,6 +50,7 @@ struct PieceCandidate {
   double makespan = 0;     // the scheduler's makespan (kScheduled only)
   Outcome outcome = Outcome::kScheduled;
   uint64_t committed = 0;  // pieces (of moves × pieces) it committed before it ended
+  double seconds = 0;      // wall time it took (to schedule, rule out or abandon it)
 };
 
 // What tests and tools may ask of Compile() besides the schedule.

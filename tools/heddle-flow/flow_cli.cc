@@ -317,7 +317,7 @@ void PrintPieceSearch(const collective::CompileDebug& d, std::ostream& out) {
         out << ", abandoned while scheduling after " << c.committed << " pieces";
         break;
     }
-    out << "\n";
+    out << "; " << absl::StrFormat("%.1f", 1e3 * c.seconds) << " ms\n";
   }
 }
 

@@ -81,6 +81,7 @@ TEST_F(FlowCli, CompilePrintsThePieceSearch) {
     ++lines;
     const std::string line = exhaustive.out.substr(at, exhaustive.out.find('\n', at) - at);
     EXPECT_THAT(line, HasSubstr(", makespan ")) << line;
+    EXPECT_THAT(line, ::testing::MatchesRegex(".*; [0-9]+\\.[0-9] ms")) << line;
     EXPECT_THAT(line, Not(HasSubstr("(bound -"))) << line;
   }
   EXPECT_GE(lines, 2);
