@@ -1,8 +1,13 @@
 #include "dataplane/relay/wan/internal/chunk_wire.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <array>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 
@@ -78,6 +83,99 @@ absl::StatusOr<grpc::ByteBuffer> ChunkWire(const ChunkFields& fields, const Fram
                   new FramePtr(frame)),
   };
   return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+namespace {
+
+// FrameChunk's fields from `message`; the payload's place and length, not its bytes.
+absl::Status ParseChunkFields(grpc::ByteBuffer& message, ChunkFields& fields, uint64_t& payload_at,
+                              uint64_t& payload_bytes) {
+  using WFL = google::protobuf::internal::WireFormatLite;
+  if (!message.Valid()) return absl::OkStatus();  // no bytes: the empty message
+  grpc::ProtoBufferReader reader(&message);
+  if (!reader.status().ok()) {
+    return absl::InvalidArgumentError(reader.status().error_message());
+  }
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.PushLimit(static_cast<int>(message.Length()));  // BytesUntilLimit() == 0: the end
+  for (;;) {
+    if (in.BytesUntilLimit() == 0) return absl::OkStatus();
+    // A tag is a varint of at most 5 bytes, of which the generated parser keeps the low 32
+    // bits (ReadTag would also take a longer one, which the generated parser refuses).
+    const int tag_at = in.CurrentPosition();
+    uint64_t tag64 = 0;
+    if (!in.ReadVarint64(&tag64) || in.CurrentPosition() - tag_at > 5) {
+      return absl::InvalidArgumentError("a malformed tag");
+    }
+    const uint32_t tag = static_cast<uint32_t>(tag64);
+    const int field = WFL::GetTagFieldNumber(tag);
+    const WFL::WireType type = WFL::GetTagWireType(tag);
+    if (field == 0) return absl::InvalidArgumentError("a field with number 0");
+    if (type == WFL::WIRETYPE_VARINT && field >= 1 && field <= 5) {
+      // The generated parser reads a uint32 field from a varint of up to 10 bytes and keeps
+      // its low 32 bits, as ReadVarint32 does.
+      bool ok = false;
+      if (field == 2 || field == 3) {
+        uint32_t v = 0;
+        ok = in.ReadVarint32(&v);
+        (field == 2 ? fields.region_id : fields.slice) = v;
+      } else {
+        ok = in.ReadVarint64(field == 1   ? &fields.round_id
+                             : field == 4 ? &fields.frame_bytes
+                                          : &fields.offset);
+      }
+      if (!ok) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("field %d: a truncated or overlong varint", field));
+      }
+    } else if (type == WFL::WIRETYPE_LENGTH_DELIMITED && field == 6) {
+      int n = 0;
+      if (!in.ReadVarintSizeAsInt(&n)) {
+        return absl::InvalidArgumentError("the payload's length is malformed");
+      }
+      payload_at = static_cast<uint64_t>(in.CurrentPosition());
+      payload_bytes = static_cast<uint64_t>(n);
+      if (!in.Skip(n)) {
+        return absl::InvalidArgumentError("the payload is shorter than its length says");
+      }
+    } else if (type == WFL::WIRETYPE_END_GROUP) {
+      return absl::InvalidArgumentError("an end-group tag outside a group");
+    } else if (!WFL::SkipField(&in, tag)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown field %d of wire type %d is malformed", field, type));
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ReceivedChunk::Parse(grpc::ByteBuffer message) {
+  message_ = std::move(message);
+  fields_ = ChunkFields{};
+  payload_at_ = payload_bytes_ = 0;
+  absl::Status st = ParseChunkFields(message_, fields_, payload_at_, payload_bytes_);
+  if (st.ok()) return st;
+  const uint64_t size = message_.Length();
+  message_.Clear();
+  fields_ = ChunkFields{};
+  payload_at_ = payload_bytes_ = 0;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("malformed FrameChunk message of %u bytes: %s", size, st.message()));
+}
+
+void ReceivedChunk::AppendPayload(std::vector<uint8_t>& out) {
+  if (payload_bytes_ == 0) return;
+  grpc::ProtoBufferReader reader(&message_);
+  reader.Skip(static_cast<int>(payload_at_));  // within the message: Parse() read past it
+  uint64_t left = payload_bytes_;
+  const void* data = nullptr;
+  int size = 0;
+  while (left > 0 && reader.Next(&data, &size)) {
+    const uint64_t n = std::min<uint64_t>(left, static_cast<uint64_t>(size));
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    out.insert(out.end(), p, p + n);
+    left -= n;
+  }
 }
 
 }  // namespace heddle::relay::wan_internal
