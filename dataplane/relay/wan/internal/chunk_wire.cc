@@ -87,62 +87,121 @@ absl::StatusOr<grpc::ByteBuffer> ChunkWire(const ChunkFields& fields, const Fram
 
 namespace {
 
+using google::protobuf::io::CodedInputStream;
+using WFL = google::protobuf::internal::WireFormatLite;
+
+// The generated parser's rules (protobuf 3.21 parse_context), which CodedInputStream's own
+// readers are laxer than:
+//   * a tag is a varint of at most 5 bytes, of which it keeps the low 32 bits;
+//   * a length is a varint of at most 5 bytes below 2^31 (ReadVarint32, which SkipField uses,
+//     would keep the low 32 bits of a longer one);
+//   * other varints take up to 10 bytes.
+bool ReadTag(CodedInputStream& in, uint32_t& tag) {
+  const int at = in.CurrentPosition();
+  uint64_t v = 0;
+  if (!in.ReadVarint64(&v) || in.CurrentPosition() - at > 5) return false;
+  tag = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool ReadLength(CodedInputStream& in, int& n) {
+  const int at = in.CurrentPosition();
+  uint64_t v = 0;
+  if (!in.ReadVarint64(&v) || in.CurrentPosition() - at > 5 || v > INT32_MAX) return false;
+  n = static_cast<int>(v);
+  return true;
+}
+
+// Skips the value of a field this reader does not keep (unknown, or a known number with
+// another wire type), groups included, as the generated parser skips it into its unknown
+// fields. False when it is malformed.
+bool SkipValue(CodedInputStream& in, uint32_t tag) {
+  switch (WFL::GetTagWireType(tag)) {
+    case WFL::WIRETYPE_VARINT: {
+      uint64_t v;
+      return in.ReadVarint64(&v);
+    }
+    case WFL::WIRETYPE_FIXED64:
+      return in.Skip(8);
+    case WFL::WIRETYPE_FIXED32:
+      return in.Skip(4);
+    case WFL::WIRETYPE_LENGTH_DELIMITED: {
+      int n = 0;
+      return ReadLength(in, n) && in.Skip(n);
+    }
+    case WFL::WIRETYPE_START_GROUP: {
+      // Up to the end-group tag of the same number; nesting counts against the stream's
+      // recursion limit (100, the generated parser's too).
+      if (!in.IncrementRecursionDepth()) return false;
+      for (;;) {
+        uint32_t inner = 0;
+        if (in.BytesUntilLimit() == 0 || !ReadTag(in, inner)) return false;
+        if (WFL::GetTagFieldNumber(inner) == 0) return false;
+        if (WFL::GetTagWireType(inner) == WFL::WIRETYPE_END_GROUP) {
+          in.DecrementRecursionDepth();
+          return WFL::GetTagFieldNumber(inner) == WFL::GetTagFieldNumber(tag);
+        }
+        if (!SkipValue(in, inner)) return false;
+      }
+    }
+    default:  // an end group outside its group; wire types 6 and 7 do not exist
+      return false;
+  }
+}
+
 // FrameChunk's fields from `message`; the payload's place and length, not its bytes.
 absl::Status ParseChunkFields(grpc::ByteBuffer& message, ChunkFields& fields, uint64_t& payload_at,
                               uint64_t& payload_bytes) {
-  using WFL = google::protobuf::internal::WireFormatLite;
   if (!message.Valid()) return absl::OkStatus();  // no bytes: the empty message
   grpc::ProtoBufferReader reader(&message);
   if (!reader.status().ok()) {
     return absl::InvalidArgumentError(reader.status().error_message());
   }
-  google::protobuf::io::CodedInputStream in(&reader);
+  CodedInputStream in(&reader);
   in.PushLimit(static_cast<int>(message.Length()));  // BytesUntilLimit() == 0: the end
   for (;;) {
     if (in.BytesUntilLimit() == 0) return absl::OkStatus();
-    // A tag is a varint of at most 5 bytes, of which the generated parser keeps the low 32
-    // bits (ReadTag would also take a longer one, which the generated parser refuses).
-    const int tag_at = in.CurrentPosition();
-    uint64_t tag64 = 0;
-    if (!in.ReadVarint64(&tag64) || in.CurrentPosition() - tag_at > 5) {
-      return absl::InvalidArgumentError("a malformed tag");
-    }
-    const uint32_t tag = static_cast<uint32_t>(tag64);
+    uint32_t tag = 0;
+    if (!ReadTag(in, tag)) return absl::InvalidArgumentError("a malformed tag");
     const int field = WFL::GetTagFieldNumber(tag);
     const WFL::WireType type = WFL::GetTagWireType(tag);
     if (field == 0) return absl::InvalidArgumentError("a field with number 0");
     if (type == WFL::WIRETYPE_VARINT && field >= 1 && field <= 5) {
-      // The generated parser reads a uint32 field from a varint of up to 10 bytes and keeps
-      // its low 32 bits, as ReadVarint32 does.
-      bool ok = false;
-      if (field == 2 || field == 3) {
-        uint32_t v = 0;
-        ok = in.ReadVarint32(&v);
-        (field == 2 ? fields.region_id : fields.slice) = v;
-      } else {
-        ok = in.ReadVarint64(field == 1   ? &fields.round_id
-                             : field == 4 ? &fields.frame_bytes
-                                          : &fields.offset);
-      }
-      if (!ok) {
+      // A uint32 field keeps the low 32 bits of its varint.
+      uint64_t v = 0;
+      if (!in.ReadVarint64(&v)) {
         return absl::InvalidArgumentError(
             absl::StrFormat("field %d: a truncated or overlong varint", field));
       }
+      switch (field) {
+        case 1:
+          fields.round_id = v;
+          break;
+        case 2:
+          fields.region_id = static_cast<uint32_t>(v);
+          break;
+        case 3:
+          fields.slice = static_cast<uint32_t>(v);
+          break;
+        case 4:
+          fields.frame_bytes = v;
+          break;
+        default:
+          fields.offset = v;
+          break;
+      }
     } else if (type == WFL::WIRETYPE_LENGTH_DELIMITED && field == 6) {
       int n = 0;
-      if (!in.ReadVarintSizeAsInt(&n)) {
+      if (!ReadLength(in, n))
         return absl::InvalidArgumentError("the payload's length is malformed");
-      }
       payload_at = static_cast<uint64_t>(in.CurrentPosition());
       payload_bytes = static_cast<uint64_t>(n);
       if (!in.Skip(n)) {
         return absl::InvalidArgumentError("the payload is shorter than its length says");
       }
-    } else if (type == WFL::WIRETYPE_END_GROUP) {
-      return absl::InvalidArgumentError("an end-group tag outside a group");
-    } else if (!WFL::SkipField(&in, tag)) {
+    } else if (!SkipValue(in, tag)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("unknown field %d of wire type %d is malformed", field, type));
+          absl::StrFormat("field %d of wire type %d is malformed", field, type));
     }
   }
 }

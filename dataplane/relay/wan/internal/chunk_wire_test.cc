@@ -300,6 +300,14 @@ TEST(ReceivedChunkTest, HandWrittenEncodingsReadAsTheGeneratedParserReadsThem) {
       std::string("\x88\x80\x80\x80\x10", 5) + Varint(1),      // 5 bytes, bits past 32
       Varint(uint64_t{50092785101} << 3) + Varint(1),          // a field number over 2^29
       Key(536870911, 0) + Varint(1),                           // the largest field number
+      // An unknown field whose length does not fit 32 bits (SkipField would keep its low 32
+      // bits, 0, and go on), one encoded in 6 bytes, and the same inside a group.
+      Key(9, 2) + Varint(uint64_t{1} << 35) + data,
+      Key(9, 2) + std::string("\x81\x80\x80\x80\x80\x00", 6) + "x" + data,
+      Key(6, 2) + std::string("\x81\x80\x80\x80\x80\x00", 6) + "x",
+      Key(7, 3) + Key(9, 2) + Varint(uint64_t{1} << 35) + Key(7, 4) + data,
+      Key(7, 3) + Key(9, 2) + Varint(1) + "y" + Key(7, 4) + data,
+      Key(7, 3) + Key(9, 1) + "12345678" + Key(9, 5) + "1234" + Key(7, 4) + data,
   };
   for (const std::string& c : cases) ExpectReadsLikeTheGeneratedParser(c, rng);
   // Nested unknown groups around the recursion limit (100).
