@@ -227,6 +227,21 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     std::sort(regions_.begin(), regions_.end());
     coordinator_ = o.coordinator != 0 ? o.coordinator : regions_.front();
     is_coordinator_ = coordinator_ == o.region_id;
+    // StreamFrames reads its chunks as received bytes (StreamFramesWire). The generated
+    // service registered its methods in the order of peer.proto, which the descriptor gives.
+    const int stream_frames = pb::FrameChunk::descriptor()
+                                  ->file()
+                                  ->FindServiceByName("Peer")
+                                  ->FindMethodByName("StreamFrames")
+                                  ->index();
+    MarkMethodStreamed(
+        stream_frames,
+        new grpc::internal::BidiStreamingHandler<Exchange, grpc::ByteBuffer, pb::FrameAck>(
+            [](Exchange* self, grpc::ServerContext* ctx,
+               grpc::ServerReaderWriter<pb::FrameAck, grpc::ByteBuffer>* stream) {
+              return self->StreamFramesWire(ctx, stream);
+            },
+            this));
   }
 
   ~Exchange() override { Stop(); }
@@ -531,7 +546,15 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     pb::FrameChunk c;
     while (reader->Read(&c)) {
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack, false); !st.ok()) return st;
+      const wan_internal::ChunkFields f{c.round_id(), c.region_id(), c.slice(), c.frame_bytes(),
+                                        c.offset()};
+      auto append = [&](std::vector<uint8_t>& buf) {
+        buf.insert(buf.end(), c.data().begin(), c.data().end());
+      };
+      if (grpc::Status st = TakeChunk(caller, in, f, c.data().size(), append, &ack, false);
+          !st.ok()) {
+        return st;
+      }
       if (!ack) continue;
       reply->set_frames(reply->frames() + 1);
       if (ack->duplicate()) reply->set_duplicates(reply->duplicates() + 1);
@@ -539,16 +562,28 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     return EndOfPush(ctx, caller, in);
   }
 
-  grpc::Status StreamFrames(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<pb::FrameAck, pb::FrameChunk>* stream) override {
+  // StreamFrames, registered in place of the generated handler (constructor): the chunks are
+  // read as received (grpc::ByteBuffer) and parsed by wan_internal::ReceivedChunk, which copies
+  // each payload once, into the frame being assembled; the generated parser would first copy
+  // it into a FrameChunk. The wire is the same FrameChunk.
+  grpc::Status StreamFramesWire(grpc::ServerContext* ctx,
+                                grpc::ServerReaderWriter<pb::FrameAck, grpc::ByteBuffer>* stream) {
     uint32_t caller;
     if (grpc::Status st = CheckCaller(ctx, &caller); !st.ok()) return st;
     Inbound in;
-    pb::FrameChunk c;
-    while (stream->Read(&c)) {
+    grpc::ByteBuffer message;
+    wan_internal::ReceivedChunk c;
+    while (stream->Read(&message)) {
+      if (absl::Status st = c.Parse(std::move(message)); !st.ok()) {
+        return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT, std::string(st.message()));
+      }
       std::optional<pb::FrameAck> ack;
-      if (grpc::Status st = TakeChunk(caller, in, c, &ack, true); !st.ok()) return st;
+      if (grpc::Status st = TakeChunk(
+              caller, in, c.fields(), c.payload_bytes(),
+              [&](std::vector<uint8_t>& buf) { c.AppendPayload(buf); }, &ack, true);
+          !st.ok()) {
+        return st;
+      }
       if (ack && !stream->Write(*ack)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
       }
@@ -1012,8 +1047,11 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
   // ends the stream (counted). With `ack_refusals` (StreamFrames), a round-level refusal
   // (RoundLevel) is counted and answered with an acknowledgement marked refused instead, so the
   // caller's stream and the other frames in flight on it go on.
-  grpc::Status TakeChunk(uint32_t caller, Inbound& in, const pb::FrameChunk& c,
-                         std::optional<pb::FrameAck>* ack, bool ack_refusals) {
+  // `c` is the chunk's fields, `size` its payload's length, append(buf) appends the payload.
+  template <typename AppendFn>
+  grpc::Status TakeChunk(uint32_t caller, Inbound& in, const wan_internal::ChunkFields& c,
+                         uint64_t size, AppendFn append, std::optional<pb::FrameAck>* ack,
+                         bool ack_refusals) {
     Link& link = *links_.at(caller);
     auto refuse_frame = [&](const grpc::Status& st) {
       pb::FrameAck a;
@@ -1026,10 +1064,10 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     };
     if (in.got == 0) {
       in.refused = grpc::Status::OK;
-      in.round = c.round_id();
-      in.slice = c.slice();
-      in.total = c.frame_bytes();
-      in.region = c.region_id();
+      in.round = c.round_id;
+      in.slice = c.slice;
+      in.total = c.frame_bytes;
+      in.region = c.region_id;
       // Its own frames, or another region's it forwards (any peer may: a schedule can route
       // over it); never this gateway's own, nor an unknown region's.
       if (in.region == opt_.region_id ||
@@ -1062,23 +1100,23 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
         in.buf.clear();
         in.buf.reserve(in.total);
       }
-    } else if (c.round_id() != in.round || c.slice() != in.slice || c.frame_bytes() != in.total ||
-               c.region_id() != in.region) {
+    } else if (c.round_id != in.round || c.slice != in.slice || c.frame_bytes != in.total ||
+               c.region_id != in.region) {
       return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrFormat("round %u slice %u: a chunk of another frame (round %u "
                                         "slice %u) came before this one was complete",
-                                        in.round, in.slice, c.round_id(), c.slice()));
+                                        in.round, in.slice, c.round_id, c.slice));
     }
-    if (c.offset() != in.got || c.data().empty() || c.data().size() > in.total - in.got) {
-      return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("round %u slice %u: chunk at offset %u of %u bytes; "
-                                        "expected offset %u and at most %u bytes",
-                                        in.round, in.slice, c.offset(), c.data().size(), in.got,
-                                        in.total - in.got));
+    if (c.offset != in.got || size == 0 || size > in.total - in.got) {
+      return RefusePush(
+          caller, grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrFormat("round %u slice %u: chunk at offset %u of %u bytes; "
+                          "expected offset %u and at most %u bytes",
+                          in.round, in.slice, c.offset, size, in.got, in.total - in.got));
     }
-    if (in.refused.ok()) in.buf.insert(in.buf.end(), c.data().begin(), c.data().end());
-    in.got += c.data().size();
-    link.bytes_received.fetch_add(c.data().size(), std::memory_order_relaxed);
+    if (in.refused.ok()) append(in.buf);
+    in.got += size;
+    link.bytes_received.fetch_add(size, std::memory_order_relaxed);
     if (in.got < in.total) return grpc::Status::OK;
     in.got = 0;
     if (!in.refused.ok()) {

@@ -983,6 +983,71 @@ TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefused
   EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 5u);
 }
 
+// The callee reads StreamFrames' chunks as bytes (wan_internal::ReceivedChunk): any valid
+// encoding of a FrameChunk is taken as the generated parser would take it (here: fields in
+// reverse order, with an unknown field), and bytes that are not a FrameChunk end the stream as
+// malformed (INVALID_ARGUMENT, counted) after the acknowledgements of the frames before them.
+TEST(GrpcExchangeTest, FrameStreamReadsAnyEncodingOfAChunkAndRefusesBytesThatAreNone) {
+  Mesh m(TestSpec());
+  m.StartAll();
+  const std::vector<SliceRef> slices = Slices(m.spec());
+  wan_internal::RegionEncoder enc(m.spec(), 2, true);
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  std::shared_ptr<grpc::Channel> ch =
+      grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials());
+  auto varint = [](uint64_t v) {
+    std::string s;
+    for (; v >= 0x80; v >>= 7) s.push_back(static_cast<char>(v | 0x80));
+    s.push_back(static_cast<char>(v));
+    return s;
+  };
+  // Slice 0 as the generated serializer writes it; slice 1 with its fields reversed and an
+  // unknown field 9 first; then a message cut inside its payload.
+  std::vector<std::string> messages;
+  for (const pb::FrameChunk& c : Chunks(1, 2, 0, frames[0]))
+    messages.push_back(c.SerializeAsString());
+  for (const pb::FrameChunk& c : Chunks(1, 2, 1, frames[1])) {
+    messages.push_back("\x48" + varint(12345) + "\x32" + varint(c.data().size()) + c.data() +
+                       "\x28" + varint(c.offset()) + "\x20" + varint(c.frame_bytes()) + "\x18" +
+                       varint(c.slice()) + "\x10" + varint(c.region_id()) + "\x08" +
+                       varint(c.round_id()));
+  }
+  messages.push_back(Chunks(1, 2, 2, frames[2])[0].SerializeAsString().substr(0, 40));
+  grpc::ClientContext c;
+  c.AddMetadata("authorization", "Bearer s3cret-token");
+  c.AddMetadata("x-heddle-region", "2");
+  c.AddMetadata("x-heddle-spec", Hex(SpecDigest(m.spec())));
+  c.AddMetadata("x-heddle-proto", absl::StrCat(kPeerProtocolVersion));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, pb::FrameAck>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, pb::FrameAck>::Create(
+          ch.get(),
+          grpc::internal::RpcMethod("/heddle.relay.peer.v1.Peer/StreamFrames",
+                                    grpc::internal::RpcMethod::BIDI_STREAMING, ch),
+          &c));
+  std::vector<pb::FrameAck> acks;
+  std::thread reader([&] {
+    pb::FrameAck a;
+    while (stream->Read(&a)) acks.push_back(a);
+  });
+  for (const std::string& msg : messages) {
+    grpc::Slice slice(msg);
+    if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
+  }
+  stream->WritesDone();
+  reader.join();
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("malformed FrameChunk"));
+  ASSERT_EQ(acks.size(), 2u);
+  EXPECT_EQ(acks[0].slice(), 0u);
+  EXPECT_EQ(acks[1].slice(), 1u);
+  EXPECT_FALSE(acks[1].duplicate());
+  EXPECT_FALSE(acks[1].refused());
+  EXPECT_EQ(m.ex(1).Stats().malformed_messages, 1u);
+  EXPECT_EQ(Peer(m.ex(1).Stats(), 2).frames_received, 2u);
+}
+
 // A frame refused for a reason of its round (too far ahead; a different copy already held) is
 // answered with an acknowledgement marked refused, counted, and the stream goes on: the frames
 // after it are stored and acknowledged, and the call ends OK.

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dataplane/relay/wan/internal/region_encoder.h"
@@ -55,5 +56,33 @@ size_t EncodeChunkHeader(const ChunkFields& fields, uint64_t payload_bytes,
 // frame; never copies the payload.
 absl::StatusOr<grpc::ByteBuffer> ChunkWire(const ChunkFields& fields, const FramePtr& frame,
                                            uint64_t offset, uint64_t n);
+
+// The callee's side: a FrameChunk read as a grpc::ByteBuffer (a StreamFrames stream typed
+// <FrameAck, grpc::ByteBuffer>), its fields parsed and its payload left in the received slices
+// until AppendPayload() copies it once, straight into the frame being assembled. The generated
+// parser would copy the payload into the message first (and allocate a string for it), then
+// the exchange would copy it again into the frame.
+//
+// Parse() accepts exactly what FrameChunk::ParseFromString() accepts, with the same result:
+// fields in any order, the last occurrence of a field wins, a known field number with another
+// wire type and unknown fields are skipped, truncated or malformed input is refused
+// (chunk_wire_test.cc compares the two on valid chunks and on random corruptions of them).
+class ReceivedChunk {
+ public:
+  // Takes the message (a reference to its slices, no copy) and parses its fields. On error
+  // the chunk is empty and the message says why.
+  absl::Status Parse(grpc::ByteBuffer message);
+
+  const ChunkFields& fields() const { return fields_; }
+  uint64_t payload_bytes() const { return payload_bytes_; }
+  // Appends the payload to `out`, one copy from the received slices (no zero fill).
+  void AppendPayload(std::vector<uint8_t>& out);
+
+ private:
+  grpc::ByteBuffer message_;
+  ChunkFields fields_;
+  uint64_t payload_at_ = 0;  // the payload's offset in the message
+  uint64_t payload_bytes_ = 0;
+};
 
 }  // namespace heddle::relay::wan_internal

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,20 @@ void ExpectSameAsOldPath(const ChunkFields& c, const FramePtr& f, uint64_t off, 
   // Byte for byte the generated serializer's output, so nothing on the callee's side can tell.
   EXPECT_TRUE(bytes == want.SerializeAsString());
   EXPECT_TRUE(got.SerializeAsString() == want.SerializeAsString());
+  // And the callee's reader gives the same fields and payload, without the generated parser.
+  ReceivedChunk rc;
+  ASSERT_TRUE(rc.Parse(*wire).ok());
+  EXPECT_EQ(rc.fields().round_id, c.round_id);
+  EXPECT_EQ(rc.fields().region_id, c.region_id);
+  EXPECT_EQ(rc.fields().slice, c.slice);
+  EXPECT_EQ(rc.fields().frame_bytes, c.frame_bytes);
+  EXPECT_EQ(rc.fields().offset, c.offset);
+  EXPECT_EQ(rc.payload_bytes(), n);
+  std::vector<uint8_t> payload = {0xAB};  // appended to what is there
+  rc.AppendPayload(payload);
+  ASSERT_EQ(payload.size(), n + 1);
+  EXPECT_EQ(payload[0], 0xAB);
+  EXPECT_TRUE(std::equal(payload.begin() + 1, payload.end(), f->begin() + off));
 }
 
 TEST(ChunkWireTest, FieldNumbersAndTypesAreThoseOfPeerProto) {
@@ -197,6 +212,146 @@ TEST(ChunkWireTest, RangesOutsideTheFrameAreRefused) {
   EXPECT_EQ(ChunkWire(ChunkFields{}, f, 1, kMax64).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ChunkWire(ChunkFields{}, f, 60, 40).ok());
+}
+
+// `bytes` as a received message: split into slices at random places (gRPC hands a large
+// message over in many slices).
+grpc::ByteBuffer Received(const std::string& bytes, std::mt19937& rng) {
+  std::vector<grpc::Slice> slices;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 1 + rng() % 64);
+    slices.emplace_back(bytes.data() + at, n);
+    at += n;
+  }
+  if (slices.empty()) slices.emplace_back(bytes.data(), 0);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The callee's reader accepts what the generated parser accepts, and reads the same fields.
+void ExpectReadsLikeTheGeneratedParser(const std::string& bytes, std::mt19937& rng) {
+  pb::FrameChunk m;
+  const bool want_ok = m.ParseFromString(bytes);
+  ReceivedChunk rc;
+  const absl::Status st = rc.Parse(Received(bytes, rng));
+  ASSERT_EQ(st.ok(), want_ok) << st << " on " << testing::PrintToString(bytes);
+  if (!want_ok) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(rc.payload_bytes(), 0u);
+    return;
+  }
+  EXPECT_EQ(rc.fields().round_id, m.round_id());
+  EXPECT_EQ(rc.fields().region_id, m.region_id());
+  EXPECT_EQ(rc.fields().slice, m.slice());
+  EXPECT_EQ(rc.fields().frame_bytes, m.frame_bytes());
+  EXPECT_EQ(rc.fields().offset, m.offset());
+  ASSERT_EQ(rc.payload_bytes(), m.data().size());
+  std::vector<uint8_t> payload;
+  rc.AppendPayload(payload);
+  EXPECT_TRUE(std::string(payload.begin(), payload.end()) == m.data());
+}
+
+std::string Varint(uint64_t v) {
+  std::string s;
+  while (v >= 0x80) {
+    s.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  s.push_back(static_cast<char>(v));
+  return s;
+}
+std::string Key(int field, int type) { return Varint(static_cast<uint64_t>(field) << 3 | type); }
+
+TEST(ReceivedChunkTest, HandWrittenEncodingsReadAsTheGeneratedParserReadsThem) {
+  std::mt19937 rng(1);
+  const std::string payload = "payload bytes";
+  const std::string data = Key(6, 2) + Varint(payload.size()) + payload;
+  const std::vector<std::string> cases = {
+      "",                                                    // the empty message
+      data,                                                  // the payload alone
+      data + Key(1, 0) + Varint(5) + Key(2, 0) + Varint(3),  // fields out of order
+      Key(1, 0) + Varint(5) + Key(1, 0) + Varint(9),         // the last occurrence wins
+      data + Key(6, 2) + Varint(3) + "abc",                  // the last payload wins
+      data + Key(6, 2) + Varint(0),                          // ... also when it is empty
+      Key(2, 0) + Varint(kMax64),                            // uint32 from a 10-byte varint
+      Key(3, 0) + Varint(uint64_t{1} << 35 | 7),             // keeps the low 32 bits
+      Key(1, 2) + Varint(2) + "xy" + Key(2, 0) + Varint(4),  // known number, other wire type
+      Key(6, 0) + Varint(77) + Key(4, 5) + "abcd" + Key(5, 1) + "12345678",  // likewise
+      Key(99, 0) + Varint(1) + Key(1000, 2) + Varint(1) + "z" + data,        // unknown fields
+      Key(7, 3) + Key(1, 0) + Varint(1) + Key(7, 4) + data,                  // an unknown group
+      Key(7, 3) + Key(1, 0) + Varint(1) + Key(8, 4),  // a group closed by another
+      Key(1, 4),                                      // an end group at the top
+      Key(7, 3) + data,                               // a group never closed
+      Key(1, 6) + Varint(1),                          // wire types 6 and 7 do not exist
+      Key(1, 7) + Varint(1),
+      Key(0, 0) + Varint(1),  // field number 0
+      Key(0, 2) + Varint(1) + "a",
+      std::string(1, '\0'),
+      Key(1, 0),                                     // a field without its value
+      Key(1, 0) + std::string(10, '\x80') + "\x01",  // an 11-byte varint
+      Key(1, 0) + std::string(9, '\xff') + "\x01",   // 10 bytes: fine
+      Key(1, 0) + std::string(9, '\xff') + "\x7f",   // 10 bytes, bits past 64
+      Key(6, 2) + Varint(20) + "short",              // a payload cut short
+      Key(6, 2) + Varint(uint64_t{1} << 31) + "x",   // a length over INT_MAX
+      Key(6, 2) + Varint(kMax64) + "x",
+      std::string(5, '\x80'),                                  // a truncated tag
+      std::string("\x88\x80\x80\x80\x00", 5) + Varint(1),      // a 5-byte tag
+      std::string("\x88\x80\x80\x80\x80\x00", 6) + Varint(1),  // a 6-byte tag
+      std::string("\x88\x80\x80\x80\x10", 5) + Varint(1),      // 5 bytes, bits past 32
+      Varint(uint64_t{50092785101} << 3) + Varint(1),          // a field number over 2^29
+      Key(536870911, 0) + Varint(1),                           // the largest field number
+      // An unknown field whose length does not fit 32 bits (SkipField would keep its low 32
+      // bits, 0, and go on), one encoded in 6 bytes, and the same inside a group.
+      Key(9, 2) + Varint(uint64_t{1} << 35) + data,
+      Key(9, 2) + std::string("\x81\x80\x80\x80\x80\x00", 6) + "x" + data,
+      Key(6, 2) + std::string("\x81\x80\x80\x80\x80\x00", 6) + "x",
+      Key(7, 3) + Key(9, 2) + Varint(uint64_t{1} << 35) + Key(7, 4) + data,
+      Key(7, 3) + Key(9, 2) + Varint(1) + "y" + Key(7, 4) + data,
+      Key(7, 3) + Key(9, 1) + "12345678" + Key(9, 5) + "1234" + Key(7, 4) + data,
+  };
+  for (const std::string& c : cases) ExpectReadsLikeTheGeneratedParser(c, rng);
+  // Nested unknown groups around the recursion limit (100).
+  for (int depth : {98, 99, 100, 101, 102}) {
+    std::string g;
+    for (int i = 0; i < depth; ++i) g += Key(7, 3);
+    for (int i = 0; i < depth; ++i) g += Key(7, 4);
+    ExpectReadsLikeTheGeneratedParser(g + data, rng);
+  }
+}
+
+TEST(ReceivedChunkTest, RandomCorruptionsReadAsTheGeneratedParserReadsThem) {
+  std::mt19937 rng(7);
+  const FramePtr f = Frame(3000, 3);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t off = rng() % 2000, n = rng() % 1000;
+    const ChunkFields c{rng() % 3 == 0 ? kMax64 : rng() % 1000, static_cast<uint32_t>(rng()),
+                        static_cast<uint32_t>(rng() % 64), f->size(), off};
+    std::string bytes = OldChunk(c, *f, off, n).SerializeAsString();
+    switch (rng() % 5) {
+      case 0:  // flip a few bytes
+        for (int k = 1 + rng() % 3; k > 0 && !bytes.empty(); --k) {
+          bytes[rng() % bytes.size()] = static_cast<char>(rng());
+        }
+        break;
+      case 1:  // cut it short
+        bytes.resize(rng() % (bytes.size() + 1));
+        break;
+      case 2: {  // insert random bytes
+        std::string junk(1 + rng() % 8, '\0');
+        for (char& ch : junk) ch = static_cast<char>(rng());
+        bytes.insert(rng() % (bytes.size() + 1), junk);
+        break;
+      }
+      case 3:  // the header's bytes mutated, the payload intact
+        for (int k = 0; k < 3; ++k)
+          bytes[rng() % std::min<size_t>(bytes.size(), 30)] ^= 1 << (rng() % 8);
+        break;
+      default:  // append another encoded chunk (every field occurs twice)
+        bytes += OldChunk(ChunkFields{1, 2, 3, 4, 5}, *f, 0, rng() % 50).SerializeAsString();
+    }
+    ExpectReadsLikeTheGeneratedParser(bytes, rng);
+    if (testing::Test::HasFatalFailure()) return;
+  }
 }
 
 }  // namespace
