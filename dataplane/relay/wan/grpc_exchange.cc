@@ -574,7 +574,7 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
     grpc::ByteBuffer message;
     wan_internal::ReceivedChunk c;
     while (stream->Read(&message)) {
-      if (absl::Status st = c.Parse(std::move(message)); !st.ok()) {
+      if (absl::Status st = c.Parse(&message); !st.ok()) {
         return RefusePush(caller, grpc::StatusCode::INVALID_ARGUMENT, std::string(st.message()));
       }
       std::optional<pb::FrameAck> ack;

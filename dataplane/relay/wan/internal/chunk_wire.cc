@@ -157,6 +157,11 @@ absl::Status ParseChunkFields(grpc::ByteBuffer& message, ChunkFields& fields, ui
   if (!reader.status().ok()) {
     return absl::InvalidArgumentError(reader.status().error_message());
   }
+  // A negative limit would be no limit: a message this long is refused outright (the server's
+  // receive limit keeps them far shorter).
+  if (message.Length() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("a chunk message longer than 2^31 - 1 bytes");
+  }
   CodedInputStream in(&reader);
   in.PushLimit(static_cast<int>(message.Length()));  // BytesUntilLimit() == 0: the end
   for (;;) {
@@ -208,8 +213,9 @@ absl::Status ParseChunkFields(grpc::ByteBuffer& message, ChunkFields& fields, ui
 
 }  // namespace
 
-absl::Status ReceivedChunk::Parse(grpc::ByteBuffer message) {
-  message_ = std::move(message);
+absl::Status ReceivedChunk::Parse(grpc::ByteBuffer* message) {
+  message_.Clear();
+  message_.Swap(message);
   fields_ = ChunkFields{};
   payload_at_ = payload_bytes_ = 0;
   absl::Status st = ParseChunkFields(message_, fields_, payload_at_, payload_bytes_);

@@ -69,9 +69,15 @@ absl::StatusOr<grpc::ByteBuffer> ChunkWire(const ChunkFields& fields, const Fram
 // (chunk_wire_test.cc compares the two on valid chunks and on random corruptions of them).
 class ReceivedChunk {
  public:
-  // Takes the message (a reference to its slices, no copy) and parses its fields. On error
-  // the chunk is empty and the message says why.
-  absl::Status Parse(grpc::ByteBuffer message);
+  // Takes the message's slices (swapped out of *message, which is left empty: grpc::ByteBuffer
+  // has no move constructor, a copy would allocate) and parses its fields. On error the chunk
+  // is empty and the status says why.
+  absl::Status Parse(grpc::ByteBuffer* message);
+  // The same from a buffer the caller keeps (a new reference to its slices).
+  absl::Status Parse(const grpc::ByteBuffer& message) {
+    grpc::ByteBuffer copy(message);
+    return Parse(&copy);
+  }
 
   const ChunkFields& fields() const { return fields_; }
   uint64_t payload_bytes() const { return payload_bytes_; }

@@ -308,6 +308,9 @@ TEST(ReceivedChunkTest, HandWrittenEncodingsReadAsTheGeneratedParserReadsThem) {
       Key(7, 3) + Key(9, 2) + Varint(uint64_t{1} << 35) + Key(7, 4) + data,
       Key(7, 3) + Key(9, 2) + Varint(1) + "y" + Key(7, 4) + data,
       Key(7, 3) + Key(9, 1) + "12345678" + Key(9, 5) + "1234" + Key(7, 4) + data,
+      // Inside a group: a field number 0, and a 6-byte tag.
+      Key(7, 3) + Key(0, 1) + "12345678" + Key(7, 4) + data,
+      Key(7, 3) + std::string("\x88\x80\x80\x80\x80\x00", 6) + Varint(1) + Key(7, 4) + data,
   };
   for (const std::string& c : cases) ExpectReadsLikeTheGeneratedParser(c, rng);
   // Nested unknown groups around the recursion limit (100).
