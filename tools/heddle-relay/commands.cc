@@ -321,6 +321,11 @@ void FillWanStatus(const WanStats& st, v1::WanStatus* w) {
   w->set_coordinator_region(st.coordinator_region);
   w->set_slot_bytes(st.slot_bytes);
   w->set_rounds_prepared(st.rounds_prepared);
+  w->set_rounds_lost(st.rounds_lost);
+  w->set_duplicate_frames(st.duplicate_frames);
+  w->set_out_of_window_messages(st.out_of_window_messages);
+  w->set_coordinator_restarts(st.coordinator_restarts);
+  w->set_decisions_replayed(st.decisions_replayed);
   w->set_last_publish_s(st.last_publish_seconds);
   w->set_mean_publish_s(st.publish_count ? st.publish_seconds_sum / double(st.publish_count) : 0);
   for (const WanPeerStats& p : st.peers) {
@@ -418,9 +423,11 @@ std::string RenderStatus(const v1::StatusResponse& s) {
     out += RenderKeyValues({
         {"wan",
          absl::StrFormat("%s, published through round %u (%u published, %u aborted, %u "
-                         "without this region)",
+                         "without this region, %u lost, %u prepared ahead, %u replayed from "
+                         "the decision log)",
                          w.coordinator() ? "coordinator" : "follower", w.published_through(),
-                         w.rounds_published(), w.rounds_aborted(), w.rounds_without_this_region())},
+                         w.rounds_published(), w.rounds_aborted(), w.rounds_without_this_region(),
+                         w.rounds_lost(), w.rounds_prepared(), w.decisions_replayed())},
         {"wan schedule",
          absl::StrFormat("%s (digest %016x, %u pieces, predicted %.3f s per exchange; %u "
                          "switches from measured speeds)",
@@ -430,9 +437,11 @@ std::string RenderStatus(const v1::StatusResponse& s) {
                                      "publication)",
                                      w.last_publish_s(), w.mean_publish_s())},
         {"wan refusals",
-         absl::StrFormat("auth %u, handshake %u, malformed %u, digest mismatches %u",
+         absl::StrFormat("auth %u, handshake %u, malformed %u, digest mismatches %u, "
+                         "duplicates %u, out of window %u, restarted coordinator %u",
                          w.auth_failures(), w.handshake_failures(), w.malformed_messages(),
-                         w.digest_mismatches())},
+                         w.digest_mismatches(), w.duplicate_frames(), w.out_of_window_messages(),
+                         w.coordinator_restarts())},
     });
     Table p({{"PEER", Table::kRight},
              {"ADDRESS"},

@@ -193,6 +193,12 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   st.published_through = 7;
   st.rounds_published = 6;
   st.auth_failures = 3;
+  st.rounds_aborted = 2;
+  st.rounds_lost = 1;
+  st.duplicate_frames = 9;
+  st.out_of_window_messages = 4;
+  st.coordinator_restarts = 8;
+  st.decisions_replayed = 12;
   st.publish_seconds_sum = 3.0;
   st.publish_count = 6;
   st.last_publish_seconds = 0.75;
@@ -219,13 +225,23 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_peer_up{peer=\"3\"} 0"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_reconnects_total{peer=\"3\"} 5"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"auth\"} 3"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"duplicate\"} 9"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"out_of_window\"} 4"));
+  EXPECT_THAT(text,
+              HasSubstr("heddle_relay_wan_refused_total{reason=\"coordinator_restart\"} 8"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 6"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"aborted\"} 2"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"lost\"} 1"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"replayed\"} 12"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_publish_seconds{stat=\"last\"} 0.75"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_forwarded_frames_total{peer=\"3\"} 11"));
   EXPECT_THAT(text,
               HasSubstr("heddle_relay_wan_schedule_predicted_seconds{schedule=\"auto: direct\"} "
                         "0.25"));
   const std::string table = RenderStatus(s);
-  EXPECT_THAT(table, HasSubstr("coordinator, published through round 7"));
+  EXPECT_THAT(table, HasSubstr("coordinator, published through round 7 (6 published, 2 aborted, "
+                               "0 without this region, 1 lost, 0 prepared ahead, 12 replayed"));
+  EXPECT_THAT(table, HasSubstr("duplicates 9, out of window 4, restarted coordinator 8"));
   EXPECT_THAT(table, HasSubstr("10.0.0.3:7443"));
   EXPECT_THAT(table, HasSubstr("down"));
   EXPECT_THAT(table, HasSubstr("auto: direct (digest 0123456789abcdef, 4 pieces, predicted "

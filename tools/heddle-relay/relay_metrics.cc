@@ -121,7 +121,22 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     AddSample(wf, {{"reason", "handshake"}}, w.handshake_failures());
     AddSample(wf, {{"reason", "malformed"}}, w.malformed_messages());
     AddSample(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
+    AddSample(wf, {{"reason", "duplicate"}}, w.duplicate_frames());
+    AddSample(wf, {{"reason", "out_of_window"}}, w.out_of_window_messages());
+    AddSample(wf, {{"reason", "coordinator_restart"}}, w.coordinator_restarts());
     out.push_back(std::move(wf));
+    MetricFamily wo = NewFamily("heddle_relay_wan_rounds_total",
+                                "Rounds of the WAN exchange at this gateway, by outcome "
+                                "(without_this_region, prepared and replayed overlap published "
+                                "and aborted)",
+                                MetricType::Counter);
+    AddSample(wo, {{"outcome", "published"}}, w.rounds_published());
+    AddSample(wo, {{"outcome", "aborted"}}, w.rounds_aborted());
+    AddSample(wo, {{"outcome", "without_this_region"}}, w.rounds_without_this_region());
+    AddSample(wo, {{"outcome", "lost"}}, w.rounds_lost());
+    AddSample(wo, {{"outcome", "prepared"}}, w.rounds_prepared());
+    AddSample(wo, {{"outcome", "replayed"}}, w.decisions_replayed());
+    out.push_back(std::move(wo));
   }
   MetricFamily refused = NewFamily("heddle_relay_pushes_refused_total", "Pushes refused, by reason",
                                    MetricType::Counter);
