@@ -6,9 +6,12 @@
 // burst is copied into its mbufs and parsed as the worker does with net_pcap's frames
 // (BM_CopyParse, the reference), then placed and rewritten (BM_CopyParsePin). The difference is
 // the stage's own cost, stalls included, which callgrind's instruction counts do not show.
-// Quote the difference and ratios of the minimum over repetitions (the machine is shared):
-//   build/dataplane/pipeline/pin_stage_benchmark --benchmark_repetitions=15
-//     (--benchmark_report_aggregates_only=true for the means and medians only)
+// Quote the difference of the two p10 counters (the 10th percentile of per-burst cycles, which
+// leaves out the bursts other processes interrupted; the machine is shared), medians of a few
+// repetitions, and compare builds by running them alternately:
+//   build/dataplane/pipeline/pin_stage_benchmark --benchmark_repetitions=5 --benchmark_min_time=0.1
+// Its mbufs come from a pool like the daemon's without hugepages: one mbuf per 4 KiB page
+// (docs/pin.md §9.2 on what that does to L1).
 #include <benchmark/benchmark.h>
 #include <rte_cycles.h>
 #include <rte_mbuf.h>
