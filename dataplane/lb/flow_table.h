@@ -56,7 +56,7 @@ constexpr bool PsnAfter(uint32_t a, uint32_t b) {
 // Bits of FlowEntry::flags.
 enum FlowFlag : uint8_t {
   kFlowInMessage = 1u << 0,  // a message started and its last packet was not seen
-  kFlowSizeKnown = 1u << 1,  // `size` is the current message's size
+  kFlowSizeKnown = 1u << 1,  // the current message's size was known when it started
   kFlowPinned = 1u << 2,     // the current message is pinned to pinned_path (else sprayed)
   kFlowPinValid = 1u << 3,  // pinned_path holds a path of this flow (QP mode: kept across messages)
   kFlowCrossed = 1u << 4,   // the pinned message of unknown size passed the threshold
@@ -77,10 +77,11 @@ struct alignas(64) FlowEntry {
   uint64_t last_ns;     // time of the last packet (flowlet gap, idleness)
   uint64_t flow_bytes;  // payload bytes of the current flow: the message, or in QP mode the QP's
                         // bytes since it became active (a pinned one-packet message in request
-                        // mode leaves this, size and flow_threshold as they were: nothing reads
+                        // mode leaves this and flow_threshold as they were: nothing reads
                         // them before the next message sets them)
-  uint32_t size;        // the current message's size (kFlowSizeKnown)
-  uint32_t messages;    // messages started (salts the pinned-path hash in request mode)
+  // Messages started, times internal::kMessageSaltStep (mod 2^64): the salt of the pinned-path
+  // hash in request mode (internal::MessageHashSalted()), one add per message.
+  uint64_t message_salt;
   uint32_t pinned_entropy;  // the pinned path's entropy and port, to find it in a new table
   uint16_t pinned_port;
   uint16_t pinned_rest;     // the Path's next two bytes: the pinned path's first 8 bytes are copied

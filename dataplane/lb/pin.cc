@@ -12,7 +12,7 @@ namespace heddle::lb {
 namespace {
 
 using internal::FastRange;
-using internal::MessageHash;
+using internal::MessageHashSalted;
 
 constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 
@@ -268,7 +268,8 @@ PathChoice PinSelector::Stateless(const pkt::PacketDesc& desc, const uint8_t* fr
 uint8_t PinSelector::PickPinned(FlowEntry& e, PathSetView set, uint64_t hash, uint64_t now_ns,
                                 uint64_t gap_ns) {
   // Request mode: each message is placed on its own; QP mode: the QP keeps one place.
-  const uint64_t h = config_.flow_unit == FlowUnit::kRequest ? MessageHash(hash, e.messages) : hash;
+  const uint64_t h =
+      config_.flow_unit == FlowUnit::kRequest ? MessageHashSalted(hash, e.message_salt) : hash;
   uint8_t i = 0;
   switch (config_.pin_policy) {
     case PinPolicy::kHash:

@@ -62,9 +62,10 @@ class PinSelectStage final : public Stage {
     // run-time part comes from control->params(). The seed is mixed with the worker index.
     lb::LbConfig config;
     ClockNs clock;  // defaults to the TSC
-    // Poll(): flow entries swept per housekeeping slice; slices run every `housekeep_every` polls.
-    uint32_t sweep_slice = 64;
-    uint32_t housekeep_every = 8;
+    // Poll(): flow entries swept per housekeeping slice; slices run every `housekeep_every` polls
+    // (8 entries a poll; the counters are published with each slice, as storm-tag's every 32).
+    uint32_t sweep_slice = 256;
+    uint32_t housekeep_every = 32;
     uint32_t drain_budget = 256;  // feedback messages taken from each inbound ring per poll
   };
 

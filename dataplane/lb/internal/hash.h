@@ -63,6 +63,11 @@ inline uint64_t HashFlow(const uint8_t* src, const uint8_t* dst, bool v6, uint32
 // square over thousands of messages per flow and path-set sizes 2..64 as for xxHash's avalanche
 // of the same pair), in a third of the instructions: one multiply on the per-packet path.
 inline uint64_t MessageHash(uint64_t h, uint64_t m) { return Mum(h, (m * kPrime1) ^ kPrime4); }
+// MessageHash(h, m) from the message number's salt m × kPrime1 (mod 2^64), which a flow entry
+// keeps and advances by one add per message (kMessageSaltStep): no multiply before the one that
+// mixes it with the flow hash, on the chain from the entry's load to the pinned path's.
+inline constexpr uint64_t kMessageSaltStep = kPrime1;
+inline uint64_t MessageHashSalted(uint64_t h, uint64_t salt) { return Mum(h, salt ^ kPrime4); }
 
 // Lemire's multiply-shift: a value in [0, n) from 32 well-mixed bits.
 inline uint32_t FastRange(uint64_t x, uint32_t n) {
