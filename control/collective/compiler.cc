@@ -1072,18 +1072,9 @@ class Scheduler {
     if (top.group != kNone) group_pos_[top.group] = kNone;
     const Entry last = heap_.back();
     heap_.pop_back();
-    if (heap_.empty()) return top;
-    // The hole goes down the smaller children to a leaf, where `last` (usually late) goes in
-    // and rises: about half the comparisons of sifting it down from the root.
-    size_t i = 0;
-    const size_t n = heap_.size();
-    for (size_t c = 1; c < n; c = 2 * i + 1) {
-      if (c + 1 < n && heap_[c + 1] < heap_[c]) ++c;
-      HeapPlace(i, heap_[c]);
-      i = c;
-    }
-    HeapPlace(i, last);
-    SiftUp(i);
+    // `last` (usually late) takes the root's place as ReplaceTop() places it: about half the
+    // comparisons of sifting it down from the root.
+    if (!heap_.empty()) ReplaceTop(last);
     return top;
   }
   // The root (not a group's entry) becomes `e`, no earlier than it was: as HeapPop() and
