@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,7 +29,46 @@ bool SameAssignments(const Plan& a, const Plan& b) {
   return true;
 }
 
+// The equal baseline from a balanced plan of the same members (same order in `workers`), as the
+// simulation defines it (sim.cc): the batch every member's memory admits, and the steps the slowest
+// member, at its profiled speed, fits in the balanced plan's compute budget.
+Plan Equalize(const Plan& balanced, std::span<const SolverWorker> workers, const SolverConfig& c) {
+  const int64_t k = c.batch_granularity;
+  int64_t b = std::numeric_limits<int64_t>::max();
+  for (const WorkerAssignment& a : balanced.workers) b = std::min(b, a.max_batch / k * k);
+  b = std::max(b, k);
+  double slowest = 0;
+  for (size_t j = 0; j < balanced.workers.size(); ++j) {
+    const double seq = static_cast<double>(balanced.workers[j].seq_len);
+    const double rate = workers[j].spec.throughput.TokensPerSecond(static_cast<double>(b));
+    slowest = std::max(slowest, static_cast<double>(b) * seq / rate);
+  }
+  const int64_t h =
+      slowest > 0
+          ? std::clamp(static_cast<int64_t>(std::floor(balanced.compute_budget_s / slowest)),
+                       c.min_inner_steps, c.max_inner_steps)
+          : c.min_inner_steps;
+  Plan out = balanced;
+  for (WorkerAssignment& a : out.workers) {
+    a.batch_size = b;
+    a.inner_steps = h;
+    a.tokens = b * h * a.seq_len;
+  }
+  return Repredict(out, workers, c);
+}
+
 }  // namespace
+
+std::string_view PlanModeName(PlanMode m) { return m == PlanMode::kEqual ? "equal" : "balanced"; }
+
+absl::StatusOr<PlanMode> ParsePlanMode(std::string_view name) {
+  if (name == "balanced") return PlanMode::kBalanced;
+  if (name == "equal") return PlanMode::kEqual;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mode \"", std::string(name),
+      "\": expected balanced (the GeoMesh plan, default) or equal (the same batch and inner steps "
+      "for every worker, the baseline GeoMesh is measured against)"));
+}
 
 absl::Status ValidatePlannerConfig(const PlannerConfig& c) {
   if (absl::Status s = ValidateSolverConfig(c.solver); !s.ok()) return s;
@@ -146,10 +187,8 @@ absl::Status Planner::AddWorker(const WorkerSpec& spec) {
   }
   // It can; what is left to fail is the members' token budget, which needs more members: it
   // joins, and the job waits for a plan until enough have joined.
-  std::vector<SolverWorker> ws = SolverWorkers();
-  ws.push_back(joining);
-  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), ws);
   workers_.emplace(spec.id, Worker{spec, ThroughputEstimator(config_.estimator)});
+  absl::StatusOr<Plan> plan = SolveLocked();
   if (!plan.ok()) {
     plan_ = Plan{};
     has_plan_ = false;
@@ -176,7 +215,7 @@ absl::Status Planner::RemoveWorker(std::string_view worker_id) {
     return absl::OkStatus();
   }
   absl::Status status;
-  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), SolverWorkers());
+  absl::StatusOr<Plan> plan = SolveLocked();
   if (plan.ok()) {
     Adopt(*std::move(plan), absl::StrCat("leave ", id));
   } else if (!has_plan_) {
@@ -334,6 +373,8 @@ double Planner::BudgetNow() const {
 }
 
 void Planner::RunPolicy(ReportResult* result) {
+  // The equal baseline does not adapt to speeds: it is what a job without the planner runs.
+  if (config_.mode == PlanMode::kEqual) return;
   if (!has_plan_ || rounds_since_plan_ < config_.replan.cooldown_rounds) return;
   const ReplanPolicy& pol = config_.replan;
   const Plan now = RepredictLocked();
@@ -377,6 +418,13 @@ absl::Status Planner::NoPlan() const {
                                                     " members yet: ", no_plan_reason_.message()));
 }
 
+absl::StatusOr<Plan> Planner::SolveLocked() const {
+  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), SolverWorkers());
+  if (!plan.ok() || config_.mode == PlanMode::kBalanced) return plan;
+  // Solve() sorts its assignments by worker id, as workers_ is sorted: the same order.
+  return Equalize(*plan, SolverWorkers(), SolverConfigNow());
+}
+
 absl::StatusOr<Plan> Planner::CurrentPlan() const {
   absl::MutexLock l(&mu_);
   if (!has_plan_) return NoPlan();
@@ -391,7 +439,7 @@ absl::StatusOr<Plan> Planner::PredictCurrent() const {
 
 absl::StatusOr<Plan> Planner::Replan() {
   absl::MutexLock l(&mu_);
-  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), SolverWorkers());
+  absl::StatusOr<Plan> plan = SolveLocked();
   if (!plan.ok()) return plan.status();
   Adopt(*std::move(plan), "manual");
   return plan_;

@@ -58,7 +58,20 @@ struct ReplanPolicy {
   int64_t cooldown_rounds = 3;
 };
 
+// How the planner assigns work. kBalanced is GeoMesh's plan (solver.h). kEqual is the baseline it
+// is measured against (docs/planner.md §6, sim.h): every worker runs the same batch — the largest
+// that fits every member's memory and the batch granularity — and the same inner steps, as many as
+// the slowest member, as profiled, fits in the balanced plan's compute budget. An equal plan is
+// made again on every membership change, never by the replan policy; reports, the estimator and
+// the measured straggler idle are the same in both modes.
+enum class PlanMode { kBalanced, kEqual };
+
+std::string_view PlanModeName(PlanMode m);
+// "balanced" or "equal"; anything else is InvalidArgument naming both.
+absl::StatusOr<PlanMode> ParsePlanMode(std::string_view name);
+
 struct PlannerConfig {
+  PlanMode mode = PlanMode::kBalanced;
   SolverConfig solver;
   EstimatorConfig estimator;
   ReplanPolicy replan;
@@ -173,6 +186,8 @@ class Planner {
   // The compute budget the plan in force must keep under the current comm time.
   double BudgetNow() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NoPlan() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Solve() for the current members, turned into the equal baseline in PlanMode::kEqual.
+  absl::StatusOr<Plan> SolveLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Adopt(Plan plan, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes every pending round that all current members have reported; runs the policy after
   // each. Returns the last policy outcome.

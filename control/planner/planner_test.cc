@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -202,6 +203,86 @@ TEST(PlannerTest, PlanPredictsLittleIdleFor124) {
     EXPECT_NEAR(a.predicted_finish_s, a.predicted_finish_high_s / 1.06, 1e-9);
   }
   EXPECT_LT(plan.predicted_idle_fraction, 0.01);
+}
+
+TEST(PlannerTest, PlanModeNames) {
+  EXPECT_EQ(*ParsePlanMode("balanced"), PlanMode::kBalanced);
+  EXPECT_EQ(*ParsePlanMode("equal"), PlanMode::kEqual);
+  absl::StatusOr<PlanMode> bad = ParsePlanMode("fair");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"fair\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("balanced"));
+  EXPECT_EQ(PlanModeName(PlanMode::kEqual), "equal");
+  EXPECT_EQ(PlanModeName(PlanMode::kBalanced), "balanced");
+}
+
+TEST(PlannerTest, EqualModeGivesEveryWorkerTheSameBatchAndSteps) {
+  PlannerConfig c = Config();
+  c.mode = PlanMode::kEqual;
+  std::unique_ptr<Planner> p = Make124(c);
+  const Plan plan = *p->CurrentPlan();
+  // The balanced plan's budget; batch 32 fits all; the slowest (10000 tokens/s peak) takes
+  // 32·2048 / (10000·32/36) = 7.3728 s a step, so floor(570 / 7.3728) = 77 steps.
+  EXPECT_DOUBLE_EQ(plan.compute_budget_s, 570);
+  ASSERT_EQ(plan.workers.size(), 3u);
+  for (const WorkerAssignment& a : plan.workers) {
+    EXPECT_EQ(a.batch_size, 32) << a.worker_id;
+    EXPECT_EQ(a.inner_steps, 77) << a.worker_id;
+    EXPECT_EQ(a.tokens, 32 * 77 * 2048) << a.worker_id;
+  }
+  // Its predictions are those of the equal assignment: the 2× and 4× workers idle 1/2 and 3/4.
+  EXPECT_NEAR(plan.predicted_idle_fraction, (0.5 + 0.75) / 3, 1e-9);
+
+  // It never adapts to speeds, and the measured idle is computed as in balanced mode.
+  const uint64_t v = plan.version;
+  for (uint64_t r = 1; r <= 20; ++r) {
+    for (const ReportResult& rr : RunRound(*p, r, {10000, 20000, 40000})) {
+      EXPECT_FALSE(rr.replanned);
+    }
+  }
+  EXPECT_EQ(p->CurrentPlan()->version, v);
+  const RoundIdle last = p->RecentRounds().back();
+  const double end = TrueCompute(plan.workers[0], 10000);
+  EXPECT_NEAR(last.compute_end_s, end, 1e-9);
+  EXPECT_NEAR(last.idle_s, end / 2 + end * 3 / 4, 1e-6);
+  EXPECT_NEAR(last.idle_fraction, (0.5 + 0.75) / 3, 1e-9);
+
+  // Balanced mode with the same reports idles far less.
+  std::unique_ptr<Planner> b = Make124();
+  for (uint64_t r = 1; r <= 20; ++r) RunRound(*b, r, {10000, 20000, 40000});
+  EXPECT_LT(b->RecentRounds().back().idle_s * 5, last.idle_s);
+  std::set<int64_t> steps;
+  const Plan balanced = *b->CurrentPlan();
+  for (const WorkerAssignment& a : balanced.workers) steps.insert(a.inner_steps);
+  EXPECT_GT(steps.size(), 1u);
+}
+
+TEST(PlannerTest, EqualModeMatchesTheSimulationAndFollowsMembership) {
+  PlannerConfig c = Config();
+  c.mode = PlanMode::kEqual;
+  absl::StatusOr<std::unique_ptr<Planner>> p = Planner::Create(c);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->AddWorker(Spec("a", 40000)).ok());
+  // Alone at 4× speed: 32·2048 / (40000·32/36) = 1.8432 s a step, floor(570 / 1.8432) = 309.
+  EXPECT_EQ((*p)->CurrentPlan()->workers[0].inner_steps, 309);
+  // A slow worker with less memory joins: everyone drops to its batch and its steps.
+  WorkerSpec slow = Spec("b", 10000);
+  slow.max_batch = 16;
+  ASSERT_TRUE((*p)->AddWorker(slow).ok());
+  const Plan plan = *(*p)->CurrentPlan();
+  const double step = 16 * 2048 / (10000 * 16 / 20.0);
+  for (const WorkerAssignment& a : plan.workers) {
+    EXPECT_EQ(a.batch_size, 16) << a.worker_id;
+    EXPECT_EQ(a.inner_steps, static_cast<int64_t>(std::floor(570 / step))) << a.worker_id;
+  }
+  // It leaves: back to the fast worker's own equal plan.
+  ASSERT_TRUE((*p)->RemoveWorker("b").ok());
+  EXPECT_EQ((*p)->CurrentPlan()->workers[0].batch_size, 32);
+  EXPECT_EQ((*p)->CurrentPlan()->workers[0].inner_steps, 309);
+  // A manual replan stays equal.
+  absl::StatusOr<Plan> manual = (*p)->Replan();
+  ASSERT_TRUE(manual.ok());
+  EXPECT_EQ(manual->workers[0].inner_steps, 309);
 }
 
 TEST(PlannerTest, NoiseDoesNotChurnThePlan) {

@@ -30,6 +30,23 @@ TEST(SimTest, PlannerCutsIdleAndRaisesThroughputFor124) {
   EXPECT_LT(r->planner.rounds_over_target, 0.2);
   EXPECT_EQ(r->equal.batch_size_min, 32);
   EXPECT_EQ(r->equal.inner_steps_min, r->equal.inner_steps_max);
+  // The planner's equal mode (what the relay serves for the end-to-end comparison) assigns the
+  // same baseline.
+  PlannerConfig pc = Mix124().planner;
+  pc.mode = PlanMode::kEqual;
+  std::unique_ptr<Planner> p = *Planner::Create(pc);
+  for (const SimWorker& w : Mix124().workers) {
+    ASSERT_TRUE(
+        p->AddWorker({.id = w.id,
+                      .throughput = ThroughputModel::Saturating(w.peak_tokens_per_s, w.half_batch),
+                      .max_batch = w.max_batch})
+            .ok());
+  }
+  const Plan plan = *p->CurrentPlan();
+  for (const WorkerAssignment& a : plan.workers) {
+    EXPECT_EQ(a.batch_size, r->equal.batch_size_min);
+    EXPECT_EQ(a.inner_steps, r->equal.inner_steps_min);
+  }
 }
 
 TEST(SimTest, DeterministicForASeedAndDifferentAcrossSeeds) {

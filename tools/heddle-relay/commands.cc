@@ -225,7 +225,12 @@ int Worker(const WorkerOptions& o) {
   for (uint64_t i = 0; i < o.rounds && client.next_round() <= last; ++i) {
     const uint64_t r = client.next_round();
     const WorkerPlan plan = client.plan();
-    const double compute = plan.valid ? plan.predicted_compute_s * o.time_scale : o.compute_s;
+    // The plan's tokens at the announced rate, times --time-scale: the worker really runs
+    // time_scale times slower than its profile whatever the planner estimates. (Sleeping for the
+    // plan's predicted_compute_s instead would follow the estimate, and the estimator, fed its own
+    // prediction back, would never settle.)
+    const double compute =
+        plan.valid ? static_cast<double>(plan.tokens) / o.tokens_per_s * o.time_scale : o.compute_s;
     const absl::Time start = absl::Now();
     absl::SleepFor(absl::Seconds(compute));
     std::vector<TensorInput> in;

@@ -39,7 +39,7 @@ struct WorkerOptions {
   std::string model_file;       // or a model spec file, checked against the relay
   uint64_t rounds = 3;
   uint32_t seed = 1;
-  double time_scale = 1.0;  // multiplies the planned compute time
+  double time_scale = 1.0;  // true slowdown: sleeps plan tokens / tokens_per_s × time_scale
   double compute_s = 1.0;   // compute time when the relay has no plan
   double pull_timeout_s = 3600;
 };

@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
@@ -140,11 +141,17 @@ absl::StatusOr<RelayConfig> Parse(const YAML::Node& root, const std::string& bas
   }
   HEDDLE_RETURN_IF_ERROR(ValidateRoundPolicy(c.policy));
   if (const YAML::Node p = root["planner"]; p) {
-    HEDDLE_RETURN_IF_ERROR(
-        Unknown(p, "planner",
-                {"target_round_s", "min_inner_steps", "max_inner_steps", "batch_granularity",
-                 "min_batch", "seq_len", "tokens_per_round", "comm_overlaps", "deadline_sigmas"}));
+    HEDDLE_RETURN_IF_ERROR(Unknown(
+        p, "planner",
+        {"mode", "target_round_s", "min_inner_steps", "max_inner_steps", "batch_granularity",
+         "min_batch", "seq_len", "tokens_per_round", "comm_overlaps", "deadline_sigmas"}));
     planner::PlannerConfig pc;
+    std::string mode(planner::PlanModeName(pc.mode));
+    HEDDLE_RETURN_IF_ERROR(Get(p, "mode", "planner", &mode));
+    absl::StatusOr<planner::PlanMode> pm = planner::ParsePlanMode(mode);
+    if (!pm.ok())
+      return absl::InvalidArgumentError(absl::StrCat("planner.", pm.status().message()));
+    pc.mode = *pm;
     HEDDLE_RETURN_IF_ERROR(Get(p, "target_round_s", "planner", &pc.solver.target_round_s));
     HEDDLE_RETURN_IF_ERROR(Get(p, "min_inner_steps", "planner", &pc.solver.min_inner_steps));
     HEDDLE_RETURN_IF_ERROR(Get(p, "max_inner_steps", "planner", &pc.solver.max_inner_steps));

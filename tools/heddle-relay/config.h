@@ -11,6 +11,7 @@
 //   round: {push_timeout_s: 300, missing: renormalize, min_token_fraction: 0.5,
 //           weighting: fednova, liveness_timeout_s: 600, keep_rounds: 16, max_workers: 4096}
 //   planner: {target_round_s: 600, seq_len: 2048, min_inner_steps: 1, max_inner_steps: 1000}
+//                                              # mode: balanced (default) | equal (the baseline)
 //   metrics: {listen: 127.0.0.1:9470}
 //   wan: {...}                                 # the WAN side's block, passed through as YAML
 #pragma once

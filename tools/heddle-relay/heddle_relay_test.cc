@@ -63,6 +63,7 @@ TEST(RelayConfigTest, ParsesEveryBlock) {
   EXPECT_EQ(c->policy.min_workers, 2u);
   ASSERT_TRUE(c->planner.has_value());
   EXPECT_EQ(c->planner->solver.target_round_s, 2);
+  EXPECT_EQ(c->planner->mode, planner::PlanMode::kBalanced);
   EXPECT_EQ(c->metrics_listen, "127.0.0.1:0");
   EXPECT_TRUE(c->wan_yaml.empty());
 }
@@ -96,6 +97,12 @@ TEST(RelayConfigTest, MistakesNameTheKey) {
               HasSubstr("round.push_timeout_s"));
   EXPECT_THAT(err("region: {id: 1}\n" + model + "token: a\ntoken_file: b\n"),
               HasSubstr("not both"));
+  EXPECT_THAT(err("region: {id: 1}\n" + model + "planner: {mode: fastest}\n"),
+              HasSubstr("planner.mode \"fastest\": expected balanced"));
+  absl::StatusOr<RelayConfig> eq =
+      RelayConfigFromString("region: {id: 1}\n" + model + "planner: {mode: equal}\n");
+  ASSERT_TRUE(eq.ok()) << eq.status();
+  EXPECT_EQ(eq->planner->mode, planner::PlanMode::kEqual);
 }
 
 TEST(WanHookTest, DefaultExchangeReadsTheWanBlock) {
@@ -227,8 +234,7 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"auth\"} 3"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"duplicate\"} 9"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"out_of_window\"} 4"));
-  EXPECT_THAT(text,
-              HasSubstr("heddle_relay_wan_refused_total{reason=\"coordinator_restart\"} 8"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"coordinator_restart\"} 8"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 6"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"aborted\"} 2"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"lost\"} 1"));

@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
       ->excludes(me);
   wk->add_option("--rounds", w.rounds, "rounds to run")->capture_default_str();
   wk->add_option("--seed", w.seed, "pseudo-gradient seed")->capture_default_str();
-  wk->add_option("--time-scale", w.time_scale, "multiply the planned compute time")
+  wk->add_option(
+        "--time-scale", w.time_scale,
+        "slowdown against the announced profile: sleeps plan tokens / --tokens-per-s times this")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   wk->add_option("--compute-s", w.compute_s, "compute time without a plan")
