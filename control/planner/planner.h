@@ -136,6 +136,8 @@ struct WorkerEstimate {
 class Planner {
  public:
   static absl::StatusOr<std::unique_ptr<Planner>> Create(const PlannerConfig& config);
+  // Balanced (the planner's own plan) or the equal baseline; fixed at Create().
+  PlanMode mode() const { return config_.mode; }
 
   // Adds a worker and replans. Atomic: if the spec is invalid, the id taken, or the worker cannot
   // be planned (memory below the minimum batch, min_inner_steps beyond the target, its own token

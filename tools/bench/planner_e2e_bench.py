@@ -123,6 +123,9 @@ class Run:
         while True:
             done = all(p.poll() is not None for _, p in workers)
             st = self.status(addr)
+            mode = field(st, "planner_mode", "")
+            if mode != self.mode:
+                raise Fail(f"{self.mode}: the relay reports planner mode {mode!r}")
             for row in st.get("idle", []):
                 idle[int(field(row, "round"))] = row
             # The plans in force while every worker is a member (a leaving worker's plan is gone).

@@ -364,6 +364,9 @@ std::string RenderStatus(const v1::StatusResponse& s) {
       {"lan bytes",
        absl::StrFormat("in %s, out %s", Bytes(s.bytes_in_total()), Bytes(s.bytes_out_total()))},
       {"auth failures", absl::StrFormat("%u", s.auth_failures())},
+      {"planner", s.planner_mode().empty()
+                      ? std::string("off")
+                      : absl::StrFormat("%s, plan version %u", s.planner_mode(), s.plan_version())},
   });
   out += "\n";
   Table m({{"WORKER"},

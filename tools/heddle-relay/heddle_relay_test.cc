@@ -192,6 +192,13 @@ TEST(RelayMetricsTest, FamiliesFromOneSnapshot) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_plan_batch_size{worker=\"gpu-a\"} 16"));
   EXPECT_THAT(RenderStatus(s), HasSubstr("collecting 5, last resolved 4"));
   EXPECT_THAT(text, Not(HasSubstr("heddle_relay_wan_bytes_total")));
+  // Without a planner: no mode series, "off" in the table; with one, its mode and plan version.
+  EXPECT_THAT(text, Not(HasSubstr("heddle_relay_planner_mode")));
+  EXPECT_THAT(RenderStatus(s), HasSubstr("off"));
+  s.set_planner_mode("equal");
+  s.set_plan_version(3);
+  EXPECT_THAT(RenderMetricsText(s), HasSubstr("heddle_relay_planner_mode{mode=\"equal\"} 1"));
+  EXPECT_THAT(RenderStatus(s), HasSubstr("equal, plan version 3"));
 }
 
 TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {

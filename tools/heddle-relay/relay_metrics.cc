@@ -172,6 +172,14 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     AddSample(frac, {}, i.idle_fraction());
     out.push_back(std::move(frac));
   }
+  if (!s.planner_mode().empty()) {
+    MetricFamily pm = NewFamily("heddle_relay_planner_mode",
+                                "1 for the planner's mode (planner.mode: balanced, or the equal "
+                                "batches and steps baseline)",
+                                MetricType::Gauge);
+    AddSample(pm, {{"mode", s.planner_mode()}}, 1);
+    out.push_back(std::move(pm));
+  }
   MetricFamily batch =
       NewFamily("heddle_relay_plan_batch_size", "Planned batch size per worker", MetricType::Gauge);
   MetricFamily steps = NewFamily("heddle_relay_plan_inner_steps", "Planned inner steps per worker",

@@ -373,6 +373,7 @@ v1::StatusResponse RelayService::StatusTables() const {
   resp.set_min_token_fraction(engine_->policy().min_token_fraction);
   resp.set_push_timeout_s(absl::ToDoubleSeconds(engine_->policy().push_timeout));
   if (const planner::Planner* p = engine_->planner(); p != nullptr) {
+    resp.set_planner_mode(std::string(planner::PlanModeName(p->mode())));
     std::vector<planner::RoundIdle> idle = p->RecentRounds();
     for (size_t i = idle.size() > 16 ? idle.size() - 16 : 0; i < idle.size(); ++i) {
       v1::IdleRow* row = resp.add_idle();
