@@ -31,27 +31,12 @@ import sys
 import tempfile
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from relay_e2e import Fail, field, tail  # noqa: E402  (status -j fields, log tails)
+
 SCALES = (4.0, 2.0, 1.0)  # --time-scale of the three workers: true speeds 1:2:4
 TOKEN = "b3nch"
-
-
-class Fail(Exception):
-    pass
-
-
-def tail(path, n=1500):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-n:]
-    except FileNotFoundError:
-        return ""
-
-
-def field(d, name, default=0):
-    """A status -j field (proto JSON: lowerCamel or snake_case, 64-bit integers as strings)."""
-    parts = name.split("_")
-    camel = parts[0] + "".join(p.title() for p in parts[1:])
-    return d.get(name, d.get(camel, default))
 
 
 class Run:
@@ -92,9 +77,9 @@ class Run:
             except FileNotFoundError:
                 pass
             if relay.poll() is not None:
-                raise Fail(f"{self.mode}: relay exited: {tail(os.path.join(self.dir, 'serve.err'))}")
+                raise Fail(f"{self.mode}: relay exited: {tail(self.dir, 'serve.err')}")
             time.sleep(0.05)
-        raise Fail(f"{self.mode}: relay did not start: {tail(os.path.join(self.dir, 'serve.err'))}")
+        raise Fail(f"{self.mode}: relay did not start: {tail(self.dir, 'serve.err')}")
 
     def status(self, addr):
         r = subprocess.run([self.a.bin, "status", "--relay", addr, "--token", TOKEN, "-j"],
@@ -141,8 +126,8 @@ class Run:
         for name, p in workers:
             if p.returncode != 0:
                 raise Fail(f"{self.mode}: worker {name} exited {p.returncode}: "
-                           f"{tail(os.path.join(self.dir, name + '.out'))}"
-                           f"{tail(os.path.join(self.dir, name + '.err'))}")
+                           f"{tail(self.dir, name + '.out')}"
+                           f"{tail(self.dir, name + '.err')}")
         return idle, members, wall
 
     def stop(self):
