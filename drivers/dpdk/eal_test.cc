@@ -1,9 +1,15 @@
 #include "drivers/dpdk/eal.h"
 
+#include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_memory.h>
+#include <rte_mempool.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
+#include <vector>
 #include <fstream>
 
 #include "absl/strings/str_join.h"
@@ -114,6 +120,35 @@ TEST(PortOnVdevs, FindConfigureStartStop) {
 
   auto pool = CreateMbufPool("test_pool", 2047, 32, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
   ASSERT_TRUE(pool.ok()) << pool.status();
+  // Without hugepages IOVA is VA and the pool packs its mbufs across 4 KiB pages: consecutive
+  // objects ~2.4 KiB apart, not one a page, and each mbuf still a whole, initialised pktmbuf.
+  EXPECT_EQ(rte_eal_iova_mode(), RTE_IOVA_VA);
+  ASSERT_TRUE(PackedMbufPools());
+  EXPECT_EQ(rte_pktmbuf_data_room_size(*pool), RTE_MBUF_DEFAULT_BUF_SIZE);
+  EXPECT_EQ(rte_pktmbuf_priv_size(*pool), 0u);
+  std::vector<uintptr_t> objs;
+  rte_mempool_obj_iter(
+      *pool,
+      [](rte_mempool*, void* v, void* obj, unsigned) {
+        static_cast<std::vector<uintptr_t>*>(v)->push_back(reinterpret_cast<uintptr_t>(obj));
+        auto* m = static_cast<rte_mbuf*>(obj);
+        EXPECT_EQ(m->buf_len, RTE_MBUF_DEFAULT_BUF_SIZE);
+        EXPECT_EQ(m->buf_iova, rte_mem_virt2iova(m->buf_addr));
+      },
+      &objs);
+  ASSERT_EQ(objs.size(), 2047u);
+  std::sort(objs.begin(), objs.end());
+  size_t crossing = 0;
+  for (size_t i = 1; i < objs.size(); ++i) {
+    EXPECT_LT(objs[i] - objs[i - 1], 4096u);
+    crossing += (objs[i - 1] >> 12) != ((objs[i - 1] + sizeof(rte_mbuf) +
+                                         RTE_MBUF_DEFAULT_BUF_SIZE - 1) >> 12);
+  }
+  EXPECT_GT(crossing, objs.size() / 4);
+  // Mbuf headers spread over the L1 sets instead of all sharing one.
+  std::set<uintptr_t> sets;
+  for (uintptr_t o : objs) sets.insert((o >> 6) & 63);
+  EXPECT_GT(sets.size(), 16u);
 
   auto ring = Port::Find({.name = "h",
                           .device = "net_ring0",

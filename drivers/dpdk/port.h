@@ -117,7 +117,12 @@ class Port {
   std::vector<uint16_t> rx_queue_ids_;
 };
 
-// A pktmbuf pool. `name` must be unique per process.
+// True when mbuf pools pack their objects across 4 KiB pages: no hugepages and IOVA as VA
+// (DPDK's no-huge mode), where virtual contiguity is all a device's DMA needs.
+bool PackedMbufPools();
+
+// A pktmbuf pool. `name` must be unique per process. Packed (RTE_MEMPOOL_F_NO_IOVA_CONTIG) when
+// PackedMbufPools(); otherwise exactly rte_pktmbuf_pool_create().
 absl::StatusOr<rte_mempool*> CreateMbufPool(const std::string& name, uint32_t mbufs, uint16_t cache,
                                             uint16_t data_room, int socket_id);
 
