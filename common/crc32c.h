@@ -60,6 +60,38 @@ inline uint32_t Crc32cPortable(std::span<const uint8_t> bytes, uint32_t previous
   return ~c;
 }
 
+// One step of the CRC-32C register over a value's bytes in little-endian order, with no initial
+// value or final XOR: the SSE4.2 `crc32` instruction's operation, for hashing words (QP keys,
+// flow tags). Crc32cStep*Portable() are the same bitwise and constexpr, for builds without SSE4.2
+// and for tests. ~Crc32cStepU64(~0u, w) == Crc32c(the 8 bytes of w).
+constexpr uint32_t Crc32cStepU8Portable(uint32_t crc, uint8_t v) {
+  crc ^= v;
+  for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  return crc;
+}
+constexpr uint32_t Crc32cStepU32Portable(uint32_t crc, uint32_t v) {
+  for (int k = 0; k < 4; ++k) crc = Crc32cStepU8Portable(crc, static_cast<uint8_t>(v >> (8 * k)));
+  return crc;
+}
+constexpr uint32_t Crc32cStepU64Portable(uint32_t crc, uint64_t v) {
+  return Crc32cStepU32Portable(Crc32cStepU32Portable(crc, static_cast<uint32_t>(v)),
+                               static_cast<uint32_t>(v >> 32));
+}
+inline uint32_t Crc32cStepU32(uint32_t crc, uint32_t v) {
+#if defined(__SSE4_2__)
+  return _mm_crc32_u32(crc, v);
+#else
+  return Crc32cStepU32Portable(crc, v);
+#endif
+}
+inline uint32_t Crc32cStepU64(uint32_t crc, uint64_t v) {
+#if defined(__SSE4_2__) && defined(__x86_64__)
+  return static_cast<uint32_t>(_mm_crc32_u64(crc, v));
+#else
+  return Crc32cStepU64Portable(crc, v);
+#endif
+}
+
 // Crc32c("123456789") == 0xE3069283.
 inline uint32_t Crc32c(std::span<const uint8_t> bytes, uint32_t previous = 0) {
 #if defined(__SSE4_2__)

@@ -68,11 +68,8 @@
 #include <cstring>
 #include <memory>
 
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
-
 #include "absl/status/status.h"
+#include "common/crc32c.h"
 #include "dataplane/lb/balancer.h"
 #include "dataplane/lb/flow_table.h"
 #include "dataplane/lb/internal/hash.h"
@@ -605,7 +602,7 @@ class PinSelector {
     static_assert(sizeof(RecentFlow) == 32);
 #if defined(__SSE4_2__)
     constexpr uint32_t kMask = ((1u << kRecentBits) - 1) * sizeof(RecentFlow);
-    return static_cast<uint32_t>(_mm_crc32_u64(key, tag)) & kMask;
+    return Crc32cStepU64(key, tag) & kMask;
 #else
     return static_cast<size_t>(((tag ^ key) * internal::kPrime1) >> (64 - kRecentBits)) *
            sizeof(RecentFlow);

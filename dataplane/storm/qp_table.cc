@@ -12,8 +12,6 @@
 namespace heddle::storm {
 namespace {
 
-using hash_internal::Crc32cU32;
-using hash_internal::Crc32cU64;
 
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
@@ -43,10 +41,10 @@ uint64_t HashKey(const QpKey& key) {
   const uint64_t d0 = Load64(key.dst_ip.data()), d1 = Load64(key.dst_ip.data() + 8);
   const uint32_t qd = QpTable::QpnDir(key);
   uint32_t lo = hash_internal::kSeedA;
-  for (uint64_t w : {s0, s1, d0, d1}) lo = Crc32cU64(lo, w);
-  lo = Crc32cU32(lo, qd);
-  uint32_t hi = Crc32cU32(hash_internal::kSeedB, qd);
-  for (uint64_t w : {s0, s1, d0, d1}) hi = Crc32cU64(hi, w ^ (w >> 32));
+  for (uint64_t w : {s0, s1, d0, d1}) lo = Crc32cStepU64(lo, w);
+  lo = Crc32cStepU32(lo, qd);
+  uint32_t hi = Crc32cStepU32(hash_internal::kSeedB, qd);
+  for (uint64_t w : {s0, s1, d0, d1}) hi = Crc32cStepU64(hi, w ^ (w >> 32));
   return hash_internal::Combine(lo, hi);
 }
 

@@ -51,6 +51,7 @@
 #include <nmmintrin.h>
 #endif
 
+#include "common/crc32c.h"
 #include "dataplane/pkt/parse.h"
 
 namespace heddle::storm {
@@ -162,37 +163,8 @@ uint64_t HashKey(const QpKey& key);
 namespace hash_internal {
 inline constexpr uint32_t kSeedA = 0x9E3779B9u;
 inline constexpr uint32_t kSeedB = 0x85EBCA77u;
-inline constexpr uint32_t kCrc32cPoly = 0x82F63B78u;  // reflected Castagnoli polynomial
-
-// The SSE4.2 instructions' semantics (reflected CRC-32C, no pre- or post-inversion, the value's
-// bytes in little-endian order), bytewise; constexpr, for builds without SSE4.2 and for tests.
-constexpr uint32_t SoftCrc32cU8(uint32_t crc, uint8_t v) {
-  crc ^= v;
-  for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (kCrc32cPoly & (0u - (crc & 1)));
-  return crc;
-}
-constexpr uint32_t SoftCrc32cU32(uint32_t crc, uint32_t v) {
-  for (int k = 0; k < 4; ++k) crc = SoftCrc32cU8(crc, static_cast<uint8_t>(v >> (8 * k)));
-  return crc;
-}
-constexpr uint32_t SoftCrc32cU64(uint32_t crc, uint64_t v) {
-  return SoftCrc32cU32(SoftCrc32cU32(crc, static_cast<uint32_t>(v)),
-                       static_cast<uint32_t>(v >> 32));
-}
-inline uint32_t Crc32cU32(uint32_t crc, uint32_t v) {
-#if defined(__SSE4_2__)
-  return _mm_crc32_u32(crc, v);
-#else
-  return SoftCrc32cU32(crc, v);
-#endif
-}
-inline uint32_t Crc32cU64(uint32_t crc, uint64_t v) {
-#if defined(__SSE4_2__) && defined(__x86_64__)
-  return static_cast<uint32_t>(_mm_crc32_u64(crc, v));
-#else
-  return SoftCrc32cU64(crc, v);
-#endif
-}
+// The CRC-32C register steps are common/crc32c.h's Crc32cStepU32/U64: the `crc32`
+// instruction, or bytewise with the same values.
 // The two registers side by side, times an odd constant (a bijection: no two keys that the
 // registers tell apart collide; bits 0..23 are a bijection of the low register's, bits 24..63
 // mix both registers), never 0 (0 marks an empty slot).
@@ -204,8 +176,8 @@ inline uint64_t Combine(uint32_t lo, uint32_t hi) {
 // src and dst are the addresses' 4 bytes as in memory (network order, loaded as host words).
 inline uint64_t HashV4(uint32_t src, uint32_t dst, uint32_t qpn_dir) {
   const uint64_t addrs = uint64_t{src} << 32 | dst;
-  return Combine(Crc32cU32(Crc32cU64(kSeedA, addrs), qpn_dir),
-                 Crc32cU64(Crc32cU32(kSeedB, qpn_dir), addrs ^ (addrs >> 32)));
+  return Combine(Crc32cStepU32(Crc32cStepU64(kSeedA, addrs), qpn_dir),
+                 Crc32cStepU64(Crc32cStepU32(kSeedB, qpn_dir), addrs ^ (addrs >> 32)));
 }
 }  // namespace hash_internal
 

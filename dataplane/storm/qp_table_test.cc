@@ -8,9 +8,11 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "dataplane/pkt/builder.h"
 #include "dataplane/pkt/parse.h"
 
@@ -163,16 +165,22 @@ TEST(HashKeyTest, CrcIsCastagnoliAndTheInstructionAgreesWithThePortableForm) {
   // The standard check value of CRC-32C: "123456789" with the register and result inverted.
   uint32_t crc = ~0u;
   for (char c : std::string("123456789")) {
-    crc = hash_internal::SoftCrc32cU8(crc, static_cast<uint8_t>(c));
+    crc = Crc32cStepU8Portable(crc, static_cast<uint8_t>(c));
   }
   EXPECT_EQ(~crc, 0xE3069283u);
   std::mt19937_64 rng(5);
+  for (int i = 0; i < 1000; ++i) {  // the step is the buffer CRC's register, without the XORs
+    const uint64_t w = rng();
+    uint8_t bytes[8];
+    std::memcpy(bytes, &w, 8);
+    EXPECT_EQ(~Crc32cStepU64(~0u, w), Crc32c(std::span<const uint8_t>(bytes, 8)));
+  }
   for (int i = 0; i < 10000; ++i) {
     const auto c = static_cast<uint32_t>(rng());
     const uint64_t v = rng();
-    EXPECT_EQ(hash_internal::Crc32cU32(c, static_cast<uint32_t>(v)),
-              hash_internal::SoftCrc32cU32(c, static_cast<uint32_t>(v)));
-    EXPECT_EQ(hash_internal::Crc32cU64(c, v), hash_internal::SoftCrc32cU64(c, v));
+    EXPECT_EQ(Crc32cStepU32(c, static_cast<uint32_t>(v)),
+              Crc32cStepU32Portable(c, static_cast<uint32_t>(v)));
+    EXPECT_EQ(Crc32cStepU64(c, v), Crc32cStepU64Portable(c, v));
   }
 }
 
