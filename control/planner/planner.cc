@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 #include <span>
 #include <utility>
 
@@ -33,21 +34,16 @@ bool SameAssignments(const Plan& a, const Plan& b) {
 // simulation defines it (sim.cc): the batch every member's memory admits, and the steps the slowest
 // member, at its profiled speed, fits in the balanced plan's compute budget.
 Plan Equalize(const Plan& balanced, std::span<const SolverWorker> workers, const SolverConfig& c) {
-  const int64_t k = c.batch_granularity;
-  int64_t b = std::numeric_limits<int64_t>::max();
-  for (const WorkerAssignment& a : balanced.workers) b = std::min(b, a.max_batch / k * k);
-  b = std::max(b, k);
-  double slowest = 0;
-  for (size_t j = 0; j < balanced.workers.size(); ++j) {
-    const double seq = static_cast<double>(balanced.workers[j].seq_len);
-    const double rate = workers[j].spec.throughput.TokensPerSecond(static_cast<double>(b));
-    slowest = std::max(slowest, static_cast<double>(b) * seq / rate);
-  }
-  const int64_t h =
-      slowest > 0
-          ? std::clamp(static_cast<int64_t>(std::floor(balanced.compute_budget_s / slowest)),
-                       c.min_inner_steps, c.max_inner_steps)
-          : c.min_inner_steps;
+  std::vector<int64_t> max_batch;
+  max_batch.reserve(balanced.workers.size());
+  for (const WorkerAssignment& a : balanced.workers) max_batch.push_back(a.max_batch);
+  const EqualSchedule eq = EqualBatchAndSteps(
+      max_batch, balanced.compute_budget_s, c, [&](size_t j, int64_t b) {
+        const double bd = static_cast<double>(b);
+        return bd * static_cast<double>(balanced.workers[j].seq_len) /
+               workers[j].spec.throughput.TokensPerSecond(bd);
+      });
+  const int64_t b = eq.batch_size, h = eq.inner_steps;
   Plan out = balanced;
   for (WorkerAssignment& a : out.workers) {
     a.batch_size = b;

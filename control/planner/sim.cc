@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -123,17 +124,14 @@ absl::StatusOr<SimComparison> Simulate(const SimConfig& c) {
 
   // The equal schedule: one batch that fits every worker, and the steps the slowest (as
   // profiled) fits in the same compute budget.
-  const int64_t k = sc.batch_granularity;
-  int64_t b_eq = std::numeric_limits<int64_t>::max();
-  for (const SimWorker& w : c.workers) b_eq = std::min(b_eq, w.max_batch / k * k);
-  b_eq = std::max(b_eq, k);
-  double slowest = 0;
-  for (size_t i = 0; i < n; ++i) {
-    slowest = std::max(slowest, static_cast<double>(b_eq) * static_cast<double>(sc.seq_len) /
-                                    specs[i].throughput.TokensPerSecond(static_cast<double>(b_eq)));
-  }
-  const int64_t h_eq = std::clamp(static_cast<int64_t>(std::floor(budget / slowest)),
-                                  sc.min_inner_steps, sc.max_inner_steps);
+  std::vector<int64_t> max_batch(n);
+  for (size_t i = 0; i < n; ++i) max_batch[i] = c.workers[i].max_batch;
+  const EqualSchedule eq =
+      EqualBatchAndSteps(max_batch, budget, sc, [&](size_t i, int64_t b) {
+        const double bd = static_cast<double>(b);
+        return bd * static_cast<double>(sc.seq_len) / specs[i].throughput.TokensPerSecond(bd);
+      });
+  const int64_t b_eq = eq.batch_size, h_eq = eq.inner_steps;
 
   auto round_time = [&](double end) {
     return sc.comm_overlaps ? std::max(end, sc.comm_s) : end + sc.comm_s;

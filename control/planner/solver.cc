@@ -122,6 +122,22 @@ void Summarize(Plan& plan, const SolverConfig& c) {
 
 }  // namespace
 
+EqualSchedule EqualBatchAndSteps(std::span<const int64_t> max_batch, double budget_s,
+                                 const SolverConfig& c,
+                                 absl::FunctionRef<double(size_t, int64_t)> step_seconds) {
+  const int64_t k = c.batch_granularity;
+  int64_t b = std::numeric_limits<int64_t>::max();
+  for (int64_t m : max_batch) b = std::min(b, m / k * k);
+  b = std::max(b, k);
+  double slowest = 0;
+  for (size_t i = 0; i < max_batch.size(); ++i) slowest = std::max(slowest, step_seconds(i, b));
+  const int64_t h =
+      slowest > 0 ? std::clamp(static_cast<int64_t>(std::floor(budget_s / slowest)),
+                               c.min_inner_steps, c.max_inner_steps)
+                  : c.min_inner_steps;
+  return {.batch_size = b, .inner_steps = h};
+}
+
 absl::Status ValidateSolverConfig(const SolverConfig& c) {
   if (!NonNegativeFinite(c.target_round_s)) {
     return absl::InvalidArgumentError(absl::StrCat("target_round_s ", Fmt(c.target_round_s),

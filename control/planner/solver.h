@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "control/planner/model.h"
 
@@ -106,5 +107,18 @@ absl::StatusOr<Plan> Solve(const SolverConfig& config, std::span<const SolverWor
 // b_i or H_i. The replan policy compares this against a fresh Solve().
 Plan Repredict(const Plan& plan, std::span<const SolverWorker> workers_by_plan_order,
                const SolverConfig& config);
+
+// The equal baseline GeoMesh is measured against (the planner's equal mode and heddle-sim's
+// comparison): one batch for every worker, the largest multiple of the batch granularity that
+// every worker's memory admits (`max_batch[i]`; at least one granule), and one inner-step count,
+// the most the slowest worker fits in `budget_s` (clamped to [min, max]_inner_steps), where
+// `step_seconds(i, b)` is worker i's time for one step of batch b.
+struct EqualSchedule {
+  int64_t batch_size = 0;
+  int64_t inner_steps = 0;
+};
+EqualSchedule EqualBatchAndSteps(std::span<const int64_t> max_batch, double budget_s,
+                                 const SolverConfig& config,
+                                 absl::FunctionRef<double(size_t, int64_t)> step_seconds);
 
 }  // namespace heddle::planner
