@@ -134,6 +134,7 @@ TEST(PortOnVdevs, FindConfigureStartStop) {
         auto* m = static_cast<rte_mbuf*>(obj);
         EXPECT_EQ(m->buf_len, RTE_MBUF_DEFAULT_BUF_SIZE);
         EXPECT_EQ(m->buf_iova, rte_mem_virt2iova(m->buf_addr));
+        EXPECT_EQ(rte_mempool_virt2iova(obj), rte_mem_virt2iova(obj));
       },
       &objs);
   ASSERT_EQ(objs.size(), 2047u);

@@ -370,14 +370,14 @@ rte_mempool* PktmbufPoolCreate(const char* name, uint32_t n, uint16_t cache, uin
     return nullptr;
   }
   if (flags & RTE_MEMPOOL_F_NO_IOVA_CONTIG) {
-    // Such a pool records no IOVA for its objects (RTE_BAD_IOVA); as IOVA is VA here, an
-    // mbuf's buffer IOVA is its address, which is what a device's DMA is given.
+    // Such a pool records no IOVA for its objects (RTE_BAD_IOVA). IOVA is VA here, so each
+    // object's IOVA is its address: set in its header first, so rte_mempool_virt2iova() and the
+    // buffer IOVA rte_pktmbuf_init() derives from it are what a device's DMA needs.
     rte_mempool_obj_iter(
         mp,
         [](rte_mempool* pool, void* arg, void* obj, unsigned idx) {
+          rte_mempool_get_header(obj)->iova = rte_mem_virt2iova(obj);
           rte_pktmbuf_init(pool, arg, obj, idx);
-          auto* m = static_cast<rte_mbuf*>(obj);
-          m->buf_iova = rte_mem_virt2iova(m->buf_addr);
         },
         nullptr);
   } else {
