@@ -25,8 +25,8 @@
 #include "dataplane/lb/path.h"
 #include "dataplane/pipeline/lb_control.h"
 #include "dataplane/pipeline/pin_stage.h"
+#include "dataplane/pipeline/testing/eal_benchmark.h"
 #include "dataplane/pkt/builder.h"
-#include "drivers/dpdk/eal.h"
 
 namespace heddle::pipeline {
 namespace {
@@ -44,8 +44,7 @@ const Trace& GetTrace() {
   static const Trace* trace = [] {
     auto* t = new Trace;
     rte_mempool* pool =
-        rte_pktmbuf_pool_create("pin_bench", kFrames + 1024, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
-    if (pool == nullptr) std::abort();
+        test_util::BenchmarkPool("pin_bench", kFrames + 1024);
     std::mt19937_64 rng(5);
     uint32_t qpn[kQps], psn[kQps];
     for (int q = 0; q < kQps; ++q) {
@@ -165,15 +164,5 @@ BENCHMARK(BM_CopyParsePin);
 }  // namespace heddle::pipeline
 
 int main(int argc, char** argv) {
-  heddle::dpdk::EalParams p;
-  p.program = "pin_stage_benchmark";
-  p.no_huge = true;
-  p.memory_mb = 512;
-  p.log_level = "error";
-  if (!heddle::dpdk::InitEal(p).ok()) return 1;
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  heddle::dpdk::CleanupEal();
-  return 0;
+  return heddle::pipeline::test_util::RunBenchmarksUnderEal("pin_stage_benchmark", argc, argv);
 }

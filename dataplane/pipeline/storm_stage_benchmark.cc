@@ -20,9 +20,9 @@
 
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/storm_stage.h"
+#include "dataplane/pipeline/testing/eal_benchmark.h"
 #include "dataplane/pkt/builder.h"
 #include "dataplane/storm/rewrite.h"
-#include "drivers/dpdk/eal.h"
 
 namespace heddle::pipeline {
 namespace {
@@ -39,7 +39,7 @@ struct Trace {
 
 rte_mempool* Pool(size_t n) {
   static rte_mempool* pool =
-      rte_pktmbuf_pool_create("storm_bench", n, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+      test_util::BenchmarkPool("storm_bench", n);
   return pool;
 }
 
@@ -212,15 +212,5 @@ BENCHMARK(BM_ParseReference);
 }  // namespace heddle::pipeline
 
 int main(int argc, char** argv) {
-  heddle::dpdk::EalParams p;
-  p.program = "storm_stage_benchmark";
-  p.no_huge = true;
-  p.memory_mb = 512;
-  p.log_level = "error";
-  if (!heddle::dpdk::InitEal(p).ok()) return 1;
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  heddle::dpdk::CleanupEal();
-  return 0;
+  return heddle::pipeline::test_util::RunBenchmarksUnderEal("storm_stage_benchmark", argc, argv);
 }

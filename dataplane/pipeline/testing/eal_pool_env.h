@@ -1,7 +1,8 @@
 // File: dataplane/pipeline/testing/eal_pool_env.h
 //
 // A GoogleTest environment for the pipeline's stage tests: starts the EAL without hugepages and
-// creates one mbuf pool, shared by the binary's tests; cleans the EAL up at the end.
+// creates one mbuf pool as heddled does (dpdk::CreateMbufPool: packed across 4 KiB pages),
+// shared by the binary's tests; cleans the EAL up at the end.
 //
 //   class Env : public heddle::pipeline::test_util::EalPoolEnv {
 //    public:
@@ -14,6 +15,7 @@
 #include <rte_mbuf.h>
 
 #include "drivers/dpdk/eal.h"
+#include "drivers/dpdk/port.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline::test_util {
@@ -29,8 +31,10 @@ class EalPoolEnv : public ::testing::Environment {
     p.memory_mb = memory_mb_;
     p.log_level = "error";
     ASSERT_TRUE(dpdk::InitEal(p).ok());
-    pool = rte_pktmbuf_pool_create(program_, mbufs_, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
-    ASSERT_NE(pool, nullptr);
+    absl::StatusOr<rte_mempool*> created =
+        dpdk::CreateMbufPool(program_, mbufs_, 0, RTE_MBUF_DEFAULT_BUF_SIZE, 0);
+    ASSERT_TRUE(created.ok()) << created.status();
+    pool = *created;
   }
   void TearDown() override { dpdk::CleanupEal(); }
   static inline rte_mempool* pool = nullptr;
