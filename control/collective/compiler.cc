@@ -432,6 +432,41 @@ class Scheduler {
       const auto& routes = SourceRoutes(m, dag_.src_start[m]);
       if (routes.size() == 1 && routes[0].size() == 1) single_seg_[m] = routes[0][0];
     }
+    // Moves with several sources, each with one route of one segment (tree all-gather's copies
+    // on a mesh, which may read from up to 5 holders): see JoinGroups().
+    multi_src_.assign(m_count, 0);
+    src_seg_.assign(dag_.sources.size(), kNone);
+    holder_start_.assign(m_count + 1, 0);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (dag_.src_start[m + 1] - dag_.src_start[m] < 2) continue;
+      bool one_segment = true;
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const auto& routes = SourceRoutes(m, si);
+        if (routes.size() != 1 || routes[0].size() != 1) {
+          one_segment = false;
+          break;
+        }
+        src_seg_[si] = routes[0][0];
+      }
+      if (!one_segment) continue;
+      multi_src_[m] = 1;
+      for (uint32_t si = dag_.src_start[m] + 1; si < dag_.src_start[m + 1]; ++si) {
+        if (const uint32_t w = dag_.sources[si].writer; w != kNone) ++holder_start_[w + 1];
+      }
+    }
+    for (uint32_t m = 0; m < m_count; ++m) holder_start_[m + 1] += holder_start_[m];
+    holder_moves_.resize(holder_start_[m_count]);
+    {
+      std::vector<uint32_t> fill(holder_start_.begin(), holder_start_.end() - 1);
+      for (uint32_t m = 0; m < m_count; ++m) {
+        if (!multi_src_[m]) continue;
+        for (uint32_t si = dag_.src_start[m] + 1; si < dag_.src_start[m + 1]; ++si) {
+          if (const uint32_t w = dag_.sources[si].writer; w != kNone) holder_moves_[fill[w]++] = m;
+        }
+      }
+    }
+    lazy_pos_.assign(m_count, kNone);
+    grp_piece_.assign(m_count, kNone);
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
@@ -443,9 +478,10 @@ class Scheduler {
       Choice choice;
       if (top.group != kNone) {
         HeapPop();
-        // Its key is its finish now (the group's entry is renewed on every change).
-        TakeFromGroup(top.group, m);
-        choice = Choice{top.finish, 0, 0};
+        // Its key is its finish now (the group's entry is renewed on every change); a piece of
+        // several sources takes the best of them, as Evaluate() picks it.
+        TakeFromGroup(top.group, m, cur_[m]);
+        choice = multi_src_[m] ? Evaluate(m, cur_[m]) : Choice{top.finish, 0, 0};
       } else {
         choice = Evaluate(m, cur_[m]);
         const Entry now{choice.finish, m};
@@ -464,9 +500,22 @@ class Scheduler {
       if (trace) trace->push_back(Step{m, choice.source, choice.route});
       ++commits_;
       committed_ = commits_ - commits_before;
+      grp_piece_[m] = kNone;  // out of every group it waited in
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
+      if (top.group != kNone && multi_src_[m]) {
+        // Its other groups: those whose entry it was find their new minimum.
+        for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+          const uint32_t gi = group_of_seg_[src_seg_[si]];
+          if (refreshed_[gi] == commits_) continue;
+          const uint32_t pos = group_pos_[gi];
+          if (pos != kNone && heap_[pos].move == m) {
+            refreshed_[gi] = commits_;
+            RefreshGroup(gi);
+          }
+        }
+      }
       if (shared_give_up != nullptr) {
         // Relaxed: the value only moves down and any value read is a valid time to give up at.
         const double g = shared_give_up->load(std::memory_order_relaxed);
@@ -481,6 +530,15 @@ class Scheduler {
       // What still has to follow this piece (0 unless LowerBound() ran).
       if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
       if (check_links && LinksHopeless(m, pieces_ - 1 - p, hopeless)) return std::nullopt;
+      // Pieces waiting in the heap for which m was the last source still without piece p.
+      for (uint32_t i = holder_start_[m]; i < holder_start_[m + 1]; ++i) {
+        const uint32_t x = holder_moves_[i];
+        if (cur_[x] != p || lazy_pos_[x] == kNone || !AllSourcesHold(x, p)) continue;
+        const uint32_t pos = lazy_pos_[x];
+        const double key = heap_[pos].finish;
+        HeapRemove(pos);
+        JoinGroups(x, p, key);
+      }
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -768,11 +826,12 @@ class Scheduler {
       const Source& src = dag_.sources[dag_.src_start[m]];
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
-      const uint32_t gi = GroupOf(sid);
-      Group& g = groups_[gi];
-      g.future.emplace_back(u, m);
-      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
-      RefreshGroup(gi);
+      grp_piece_[m] = p;
+      GroupInsert(GroupOf(sid), Member{u, m, p});
+      return absl::OkStatus();
+    }
+    if (multi_src_[m] && AllSourcesHold(m, cur_[m])) {
+      JoinGroups(m, cur_[m], -kInf);
       return absl::OkStatus();
     }
     const Choice c = Evaluate(m, cur_[m]);
@@ -1028,9 +1087,14 @@ class Scheduler {
   // moves, so the order they leave in is the same with any correct heap.
   std::vector<Entry> heap_;
   std::vector<uint32_t> group_pos_;  // per group: its entry's index in heap_, or kNone
+  std::vector<uint32_t> lazy_pos_;   // per move: its own entry's index in heap_, or kNone
   void HeapPlace(size_t i, const Entry& e) {
     heap_[i] = e;
-    if (e.group != kNone) group_pos_[e.group] = static_cast<uint32_t>(i);
+    if (e.group != kNone) {
+      group_pos_[e.group] = static_cast<uint32_t>(i);
+    } else {
+      lazy_pos_[e.move] = static_cast<uint32_t>(i);
+    }
   }
   void SiftUp(size_t i) {
     const Entry e = heap_[i];
@@ -1069,7 +1133,11 @@ class Scheduler {
   }
   Entry HeapPop() {
     const Entry top = heap_[0];
-    if (top.group != kNone) group_pos_[top.group] = kNone;
+    if (top.group != kNone) {
+      group_pos_[top.group] = kNone;
+    } else {
+      lazy_pos_[top.move] = kNone;
+    }
     const Entry last = heap_.back();
     heap_.pop_back();
     // `last` (usually late) takes the root's place as ReplaceTop() places it: about half the
@@ -1091,6 +1159,16 @@ class Scheduler {
     }
     HeapPlace(i, e);
     SiftUp(i);
+  }
+  // A move's own entry (not a group's) at index pos leaves the heap.
+  void HeapRemove(size_t pos) {
+    lazy_pos_[heap_[pos].move] = kNone;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (pos < heap_.size()) {
+      HeapPlace(pos, last);
+      Resift(pos);
+    }
   }
   // Group gi's entry becomes `e` (none: leaves the heap).
   void HeapSetGroup(uint32_t gi, const std::optional<Entry>& e) {
@@ -1125,10 +1203,24 @@ class Scheduler {
   // O(log k) per commit. The choices are the same: every other heap key is a lower bound of its
   // piece's finish or is re-evaluated when popped, so the piece committed next is the same
   // (compiler_golden_test).
-  struct Group {
-    std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
-    std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
+  //
+  // A move with several sources, each one segment, has for piece p the finish min over its
+  // sources of max(A, u) — so once every source holds the piece, it waits in the group of every
+  // source's segment, and the least of their entries is its finish. A piece that reaches a
+  // group through another one is dropped there lazily (grp_piece_ says which piece of a move
+  // is waiting; members of other pieces are skipped when they come to the front).
+  struct Member {
+    double u;
+    uint32_t move, piece;
+    bool operator>(const Member& o) const {
+      return u > o.u || (u == o.u && (move > o.move || (move == o.move && piece > o.piece)));
+    }
   };
+  struct Group {
+    std::vector<Member> future;                            // u > A, min-heap
+    std::vector<std::pair<uint32_t, uint32_t>> saturated;  // (move, piece) with u ≤ A, min-heap
+  };
+  bool Waiting(uint32_t move, uint32_t piece) const { return grp_piece_[move] == piece; }
   uint32_t GroupOf(uint32_t sid) {
     if (sid >= group_of_seg_.size()) group_of_seg_.resize(sid + 1, kNone);
     uint32_t& gi = group_of_seg_[sid];
@@ -1148,24 +1240,59 @@ class Scheduler {
     double free = 0;
     for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
     const double a = Arrival(seg, free);
-    while (!g.future.empty() && g.future.front().first <= a) {
-      g.saturated.push_back(g.future.front().second);
+    while (!g.future.empty() && g.future.front().u <= a) {
+      g.saturated.emplace_back(g.future.front().move, g.future.front().piece);
       std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
+    while (!g.saturated.empty() &&
+           !Waiting(g.saturated.front().first, g.saturated.front().second)) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    }
+    while (!g.future.empty() && !Waiting(g.future.front().move, g.future.front().piece)) {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
     std::optional<Entry> best;
-    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi};
+    if (!g.saturated.empty()) best = Entry{a, g.saturated.front().first, gi};
     if (!g.future.empty()) {
-      const Entry f{g.future.front().first, g.future.front().second, gi};
+      const Entry f{g.future.front().u, g.future.front().move, gi};
       if (!best || f < *best) best = f;
     }
     HeapSetGroup(gi, best);
   }
-  // Takes move m, a group's current minimum, out of the group.
-  void TakeFromGroup(uint32_t gi, uint32_t m) {
+  // Adds a member to group gi. The group's entry is the least of its waiting members (every
+  // change of its links refreshes it, and a member that leaves while it is the entry too), so
+  // the new member only has to be compared with it.
+  void GroupInsert(uint32_t gi, const Member& x) {
     Group& g = groups_[gi];
-    if (!g.saturated.empty() && g.saturated.front() == m) {
+    const Segment& seg = net_.segment(group_seg_[gi]);
+    double free = 0;
+    for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
+    const double a = Arrival(seg, free);
+    Entry e{x.u, x.move, gi};
+    if (x.u <= a) {
+      g.saturated.emplace_back(x.move, x.piece);
+      std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      e.finish = a;
+    } else {
+      g.future.push_back(x);
+      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
+    }
+    const uint32_t pos = group_pos_[gi];
+    if (pos == kNone) {
+      HeapPush(e);
+    } else if (e < heap_[pos]) {
+      HeapPlace(pos, e);
+      SiftUp(pos);
+    }
+  }
+  // Takes piece p of move m, a group's current minimum, out of the group.
+  void TakeFromGroup(uint32_t gi, uint32_t m, uint32_t p) {
+    Group& g = groups_[gi];
+    if (!g.saturated.empty() && g.saturated.front() == std::make_pair(m, p)) {
       std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       g.saturated.pop_back();
     } else {
@@ -1187,7 +1314,37 @@ class Scheduler {
     }
   }
 
+  // Whether every source of move m holds piece p (its writer has committed it).
+  bool AllSourcesHold(uint32_t m, uint32_t p) const {
+    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+      const uint32_t w = dag_.sources[si].writer;
+      if (w != kNone && cur_[w] <= p) return false;
+    }
+    return true;
+  }
+  // Piece p of move m (multi_src_) waits in the group of each source's segment, with u =
+  // max(its arrival from when the source holds it, dst_ready, floor). Exact, as the heap's
+  // choices go: with every source holding the piece its finish only grows with the links' free
+  // times, and a piece that waited in the heap keeps its key there as the floor (the heap took
+  // the least of max(finish, key) over its entries: a key above the finish — a source that got
+  // the piece after it was computed — held the piece back until the key's turn came).
+  void JoinGroups(uint32_t m, uint32_t p, double floor) {
+    grp_piece_[m] = p;
+    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+      const Segment& seg = net_.segment(src_seg_[si]);
+      const uint32_t w = dag_.sources[si].writer;
+      const double ready = w == kNone ? 0 : fin_end_[Idx(w, p)];
+      const double u = std::max(std::max(Arrival(seg, ready), dst_ready_[m]), floor);
+      GroupInsert(GroupOf(src_seg_[si]), Member{u, m, p});
+    }
+  }
+
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
+  std::vector<uint8_t> multi_src_;    // per move: several sources, each one segment
+  std::vector<uint32_t> src_seg_;     // per dag_.sources of such a move: its segment
+  // CSR per move w: the multi_src_ moves that may read from a holder w wrote.
+  std::vector<uint32_t> holder_start_, holder_moves_;
+  std::vector<uint32_t> grp_piece_;  // per move: its piece waiting in groups, or kNone
   std::vector<Group> groups_;
   std::vector<uint32_t> group_seg_, refreshed_;
   std::vector<uint32_t> group_of_seg_;              // segment → group, or kNone
