@@ -465,6 +465,15 @@ class Scheduler {
         }
       }
     }
+    src_group_.assign(dag_.sources.size(), kNone);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (single_seg_[m] != kNone) src_group_[dag_.src_start[m]] = GroupOf(single_seg_[m]);
+      if (!multi_src_[m]) continue;
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        src_group_[si] = GroupOf(src_seg_[si]);
+      }
+    }
+    refreshed_.assign(groups_.size(), 0);
     lazy_pos_.assign(m_count, kNone);
     grp_piece_.assign(m_count, kNone);
 
@@ -477,6 +486,12 @@ class Scheduler {
       const uint32_t m = top.move;
       Choice choice;
       if (top.group != kNone) {
+        if (!Waiting(m, groups_[top.group].entry_piece)) {
+          // Its piece left through another of its groups: the entry was a lower bound of the
+          // group's minimum, which it now becomes.
+          RefreshGroup(top.group);
+          continue;
+        }
         HeapPop();
         // Its key is its finish now (the group's entry is renewed on every change); a piece of
         // several sources takes the best of them, as Evaluate() picks it.
@@ -501,21 +516,9 @@ class Scheduler {
       ++commits_;
       committed_ = commits_ - commits_before;
       grp_piece_[m] = kNone;  // out of every group it waited in
-      refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
+      // Its other groups keep their entry, now a lower bound, until it comes to the top.
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
-      if (top.group != kNone && multi_src_[m]) {
-        // Its other groups: those whose entry it was find their new minimum.
-        for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
-          const uint32_t gi = group_of_seg_[src_seg_[si]];
-          if (refreshed_[gi] == commits_) continue;
-          const uint32_t pos = group_pos_[gi];
-          if (pos != kNone && heap_[pos].move == m) {
-            refreshed_[gi] = commits_;
-            RefreshGroup(gi);
-          }
-        }
-      }
       if (shared_give_up != nullptr) {
         // Relaxed: the value only moves down and any value read is a valid time to give up at.
         const double g = shared_give_up->load(std::memory_order_relaxed);
@@ -827,7 +830,7 @@ class Scheduler {
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
       grp_piece_[m] = p;
-      GroupInsert(GroupOf(sid), Member{u, m, p});
+      GroupInsert(src_group_[dag_.src_start[m]], Member{u, m, p});
       return absl::OkStatus();
     }
     if (multi_src_[m] && AllSourcesHold(m, cur_[m])) {
@@ -1219,6 +1222,10 @@ class Scheduler {
   struct Group {
     std::vector<Member> future;                            // u > A, min-heap
     std::vector<std::pair<uint32_t, uint32_t>> saturated;  // (move, piece) with u ≤ A, min-heap
+    // The piece of the heap entry's move. The entry is at most the least waiting member, and is
+    // that member unless its piece left through another group (then it is refreshed when it
+    // comes to the top of the heap).
+    uint32_t entry_piece = kNone;
   };
   bool Waiting(uint32_t move, uint32_t piece) const { return grp_piece_[move] == piece; }
   uint32_t GroupOf(uint32_t sid) {
@@ -1256,10 +1263,16 @@ class Scheduler {
       g.future.pop_back();
     }
     std::optional<Entry> best;
-    if (!g.saturated.empty()) best = Entry{a, g.saturated.front().first, gi};
+    if (!g.saturated.empty()) {
+      best = Entry{a, g.saturated.front().first, gi};
+      g.entry_piece = g.saturated.front().second;
+    }
     if (!g.future.empty()) {
       const Entry f{g.future.front().u, g.future.front().move, gi};
-      if (!best || f < *best) best = f;
+      if (!best || f < *best) {
+        best = f;
+        g.entry_piece = g.future.front().piece;
+      }
     }
     HeapSetGroup(gi, best);
   }
@@ -1283,8 +1296,10 @@ class Scheduler {
     }
     const uint32_t pos = group_pos_[gi];
     if (pos == kNone) {
+      g.entry_piece = x.piece;
       HeapPush(e);
     } else if (e < heap_[pos]) {
+      g.entry_piece = x.piece;
       HeapPlace(pos, e);
       SiftUp(pos);
     }
@@ -1292,6 +1307,16 @@ class Scheduler {
   // Takes piece p of move m, a group's current minimum, out of the group.
   void TakeFromGroup(uint32_t gi, uint32_t m, uint32_t p) {
     Group& g = groups_[gi];
+    // Members that left through another group may be ahead of it.
+    while (!g.saturated.empty() &&
+           !Waiting(g.saturated.front().first, g.saturated.front().second)) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    }
+    while (!g.future.empty() && !Waiting(g.future.front().move, g.future.front().piece)) {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
     if (!g.saturated.empty() && g.saturated.front() == std::make_pair(m, p)) {
       std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       g.saturated.pop_back();
@@ -1335,13 +1360,14 @@ class Scheduler {
       const uint32_t w = dag_.sources[si].writer;
       const double ready = w == kNone ? 0 : fin_end_[Idx(w, p)];
       const double u = std::max(std::max(Arrival(seg, ready), dst_ready_[m]), floor);
-      GroupInsert(GroupOf(src_seg_[si]), Member{u, m, p});
+      GroupInsert(src_group_[si], Member{u, m, p});
     }
   }
 
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
   std::vector<uint8_t> multi_src_;    // per move: several sources, each one segment
   std::vector<uint32_t> src_seg_;     // per dag_.sources of such a move: its segment
+  std::vector<uint32_t> src_group_;   // per dag_.sources of a grouped move: its group
   // CSR per move w: the multi_src_ moves that may read from a holder w wrote.
   std::vector<uint32_t> holder_start_, holder_moves_;
   std::vector<uint32_t> grp_piece_;  // per move: its piece waiting in groups, or kNone
