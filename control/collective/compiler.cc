@@ -1388,10 +1388,10 @@ class Scheduler {
 // can be scheduled at the same time, each with a G_k that is only ever ≥ B_k, and decided
 // afterwards, in candidate order, by the serial rule on the exact B_k:
 //
-//   - Workers take candidates in order (next_) and schedule them without ops, recording their
-//     commits, as the serial search does. A worker does not start candidate k while k − 2 is
-//     decided not kept and k − 1 is undecided (k is needed only if k − 1 is kept); it waits
-//     on cv_ for the next decision.
+//   - Workers take candidates in order and schedule them without ops, recording their commits,
+//     as the serial search does. A worker does not start candidate k while k − 2 is decided not
+//     kept and k − 1 is undecided (k is needed only if k − 1 is kept): it starts k + 1 instead
+//     (needed exactly when k is), or waits on cv_ for the next decision (NextLocked()).
 //   - Whenever one ends, Resolve() (under mu_) decides every candidate from resolved_ on whose
 //     predecessors are all decided and that has ended itself, exactly as the serial loop would,
 //     and then lowers the G_k of the undecided ones: with B the exact time to beat after the
@@ -1446,6 +1446,7 @@ class ThreadedPieceSearch {
     // G_k, the time to give up at: only moves down. Its own cache line: schedulers read it
     // after every commit while Resolve() writes the others'.
     alignas(64) std::atomic<double> give_up{kInf};
+    bool started = false;
     bool done = false;
     absl::Status status;
     bool scheduled = false;  // to completion: record.makespan is its makespan
@@ -1459,16 +1460,12 @@ class ThreadedPieceSearch {
       size_t k;
       {
         std::unique_lock<std::mutex> l(mu_);
-        // Candidate k is needed unless the two before it are not kept. When k − 2 is already
-        // decided not kept, wait for k − 1's decision instead of scheduling k on the chance
-        // that k − 1 is kept (it rarely is): a candidate twice as large as the one still
-        // running would take the CPU from it whenever the machine has no idle core.
-        cv_.wait(l, [this] {
-          return next_ >= limit_ || next_ < 2 || next_ - 1 < resolved_ ||
-                 candidates_[next_ - 2].kept || next_ - 2 >= resolved_;
+        cv_.wait(l, [&] {
+          k = NextLocked();
+          return k != kWait;
         });
-        if (next_ >= limit_) return;
-        k = next_++;
+        if (k == kDone) return;
+        candidates_[k].started = true;
       }
       Candidate& c = candidates_[k];
       const auto start = std::chrono::steady_clock::now();
@@ -1492,6 +1489,28 @@ class ThreadedPieceSearch {
       Resolve();
       cv_.notify_all();
     }
+  }
+
+  // The candidate a free worker starts next (mu_ held): the first one not started, or kWait, or
+  // kDone when every candidate the search may still need has been started.
+  // Candidate k is needed unless the two before it are not kept. When k − 2 is already decided
+  // not kept, k is needed only if k − 1 is kept; a worker then does not start k on that chance
+  // (a candidate twice as large as the one still running would take the CPU from it whenever
+  // the machine has no idle core, and k − 1 is a loser more often than not) but k + 1, needed
+  // exactly when k is (k kept implies k − 1 kept), so it starts the larger of the two that the
+  // search needs if k − 1 is kept (hierarchical all-reduce at 64 ranks: P = 64 beside the
+  // winning P = 16, after the losing P = 8), and waits only when k + 1 is started too.
+  static constexpr size_t kWait = std::numeric_limits<size_t>::max();
+  static constexpr size_t kDone = kWait - 1;
+  size_t NextLocked() {
+    while (next_ < limit_ && candidates_[next_].started) ++next_;
+    const size_t k = next_;
+    if (k >= limit_) return kDone;
+    const bool blocked =
+        k >= 2 && k - 2 < resolved_ && !candidates_[k - 2].kept && k - 1 >= resolved_;
+    if (!blocked) return k;
+    if (k + 1 < limit_ && !candidates_[k + 1].started) return k + 1;
+    return kWait;
   }
 
   // Decides, in candidate order, every candidate whose predecessors are decided and that has
@@ -1549,7 +1568,7 @@ class ThreadedPieceSearch {
   // Abseil is not built with it. It guards everything below.
   std::mutex mu_;
   std::condition_variable cv_;  // a candidate was decided
-  size_t next_ = 0;             // the next candidate to start
+  size_t next_ = 0;             // candidates before it are started
   size_t limit_ = 0;            // candidates the serial search would try (so far)
   size_t resolved_ = 0;         // candidates decided, in order
   uint32_t best_ = kNone;
