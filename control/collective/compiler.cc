@@ -436,7 +436,6 @@ class Scheduler {
     // on a mesh, which may read from up to 5 holders): see JoinGroups().
     multi_src_.assign(m_count, 0);
     src_seg_.assign(dag_.sources.size(), kNone);
-    holder_start_.assign(m_count + 1, 0);
     for (uint32_t m = 0; m < m_count; ++m) {
       if (dag_.src_start[m + 1] - dag_.src_start[m] < 2) continue;
       bool one_segment = true;
@@ -450,32 +449,10 @@ class Scheduler {
       }
       if (!one_segment) continue;
       multi_src_[m] = 1;
-      for (uint32_t si = dag_.src_start[m] + 1; si < dag_.src_start[m + 1]; ++si) {
-        if (const uint32_t w = dag_.sources[si].writer; w != kNone) ++holder_start_[w + 1];
-      }
     }
-    for (uint32_t m = 0; m < m_count; ++m) holder_start_[m + 1] += holder_start_[m];
-    holder_moves_.resize(holder_start_[m_count]);
-    {
-      std::vector<uint32_t> fill(holder_start_.begin(), holder_start_.end() - 1);
-      for (uint32_t m = 0; m < m_count; ++m) {
-        if (!multi_src_[m]) continue;
-        for (uint32_t si = dag_.src_start[m] + 1; si < dag_.src_start[m + 1]; ++si) {
-          if (const uint32_t w = dag_.sources[si].writer; w != kNone) holder_moves_[fill[w]++] = m;
-        }
-      }
-    }
-    src_group_.assign(dag_.sources.size(), kNone);
-    for (uint32_t m = 0; m < m_count; ++m) {
-      if (single_seg_[m] != kNone) src_group_[dag_.src_start[m]] = GroupOf(single_seg_[m]);
-      if (!multi_src_[m]) continue;
-      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
-        src_group_[si] = GroupOf(src_seg_[si]);
-      }
-    }
-    refreshed_.assign(groups_.size(), 0);
-    lazy_pos_.assign(m_count, kNone);
+    src_group_.assign(dag_.sources.size(), kNone);  // made when a piece first joins
     grp_piece_.assign(m_count, kNone);
+    hot_.assign(m_count, 0);
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
@@ -506,6 +483,16 @@ class Scheduler {
         if (c < heap_.size() && heap_[c] < now) {
           // Another piece now finishes earlier: re-key this one in place (the same entries as
           // popping and pushing it, so the same order leaving the heap: keys are distinct).
+          // A piece of several sources that all hold it goes to their groups instead, with the
+          // new key as its floor (JoinGroups()), and so do the move's later pieces.
+          if (multi_src_[m]) {
+            hot_[m] = 1;
+            if (AllSourcesHold(m, cur_[m])) {
+              HeapPop();
+              JoinGroups(m, cur_[m], now.finish);
+              continue;
+            }
+          }
           ReplaceTop(now);
           continue;
         }
@@ -516,6 +503,7 @@ class Scheduler {
       ++commits_;
       committed_ = commits_ - commits_before;
       grp_piece_[m] = kNone;  // out of every group it waited in
+      refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
       // Its other groups keep their entry, now a lower bound, until it comes to the top.
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
@@ -533,15 +521,6 @@ class Scheduler {
       // What still has to follow this piece (0 unless LowerBound() ran).
       if (fin_end_[Idx(m, p)] + tail_[m] >= hopeless) return std::nullopt;
       if (check_links && LinksHopeless(m, pieces_ - 1 - p, hopeless)) return std::nullopt;
-      // Pieces waiting in the heap for which m was the last source still without piece p.
-      for (uint32_t i = holder_start_[m]; i < holder_start_[m + 1]; ++i) {
-        const uint32_t x = holder_moves_[i];
-        if (cur_[x] != p || lazy_pos_[x] == kNone || !AllSourcesHold(x, p)) continue;
-        const uint32_t pos = lazy_pos_[x];
-        const double key = heap_[pos].finish;
-        HeapRemove(pos);
-        JoinGroups(x, p, key);
-      }
       for (uint32_t i = dag_.succ_start[m]; i < dag_.succ_start[m + 1]; ++i) {
         const uint32_t s = dag_.succs[i];
         if (cur_[s] == p && --pending_[s] == 0) HEDDLE_RETURN_IF_ERROR(Push(s));
@@ -830,10 +809,10 @@ class Scheduler {
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
       grp_piece_[m] = p;
-      GroupInsert(src_group_[dag_.src_start[m]], Member{u, m, p});
+      GroupInsert(SourceGroup(dag_.src_start[m], sid), Member{u, m, p});
       return absl::OkStatus();
     }
-    if (multi_src_[m] && AllSourcesHold(m, cur_[m])) {
+    if (multi_src_[m] && hot_[m] && AllSourcesHold(m, cur_[m])) {
       JoinGroups(m, cur_[m], -kInf);
       return absl::OkStatus();
     }
@@ -1090,14 +1069,9 @@ class Scheduler {
   // moves, so the order they leave in is the same with any correct heap.
   std::vector<Entry> heap_;
   std::vector<uint32_t> group_pos_;  // per group: its entry's index in heap_, or kNone
-  std::vector<uint32_t> lazy_pos_;   // per move: its own entry's index in heap_, or kNone
   void HeapPlace(size_t i, const Entry& e) {
     heap_[i] = e;
-    if (e.group != kNone) {
-      group_pos_[e.group] = static_cast<uint32_t>(i);
-    } else {
-      lazy_pos_[e.move] = static_cast<uint32_t>(i);
-    }
+    if (e.group != kNone) group_pos_[e.group] = static_cast<uint32_t>(i);
   }
   void SiftUp(size_t i) {
     const Entry e = heap_[i];
@@ -1136,11 +1110,7 @@ class Scheduler {
   }
   Entry HeapPop() {
     const Entry top = heap_[0];
-    if (top.group != kNone) {
-      group_pos_[top.group] = kNone;
-    } else {
-      lazy_pos_[top.move] = kNone;
-    }
+    if (top.group != kNone) group_pos_[top.group] = kNone;
     const Entry last = heap_.back();
     heap_.pop_back();
     // `last` (usually late) takes the root's place as ReplaceTop() places it: about half the
@@ -1162,16 +1132,6 @@ class Scheduler {
     }
     HeapPlace(i, e);
     SiftUp(i);
-  }
-  // A move's own entry (not a group's) at index pos leaves the heap.
-  void HeapRemove(size_t pos) {
-    lazy_pos_[heap_[pos].move] = kNone;
-    const Entry last = heap_.back();
-    heap_.pop_back();
-    if (pos < heap_.size()) {
-      HeapPlace(pos, last);
-      Resift(pos);
-    }
   }
   // Group gi's entry becomes `e` (none: leaves the heap).
   void HeapSetGroup(uint32_t gi, const std::optional<Entry>& e) {
@@ -1238,6 +1198,12 @@ class Scheduler {
       group_seg_.push_back(sid);
       for (uint32_t li : net_.segment(sid).links) link_groups_[li].push_back(gi);
     }
+    return gi;
+  }
+  // The group of source si's segment sid.
+  uint32_t SourceGroup(uint32_t si, uint32_t sid) {
+    uint32_t& gi = src_group_[si];
+    if (gi == kNone) gi = GroupOf(sid);
     return gi;
   }
   // Recomputes group gi's minimum and pushes it as the group's current entry.
@@ -1360,16 +1326,18 @@ class Scheduler {
       const uint32_t w = dag_.sources[si].writer;
       const double ready = w == kNone ? 0 : fin_end_[Idx(w, p)];
       const double u = std::max(std::max(Arrival(seg, ready), dst_ready_[m]), floor);
-      GroupInsert(src_group_[si], Member{u, m, p});
+      GroupInsert(SourceGroup(si, src_seg_[si]), Member{u, m, p});
     }
   }
 
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
   std::vector<uint8_t> multi_src_;    // per move: several sources, each one segment
-  std::vector<uint32_t> src_seg_;     // per dag_.sources of such a move: its segment
-  std::vector<uint32_t> src_group_;   // per dag_.sources of a grouped move: its group
-  // CSR per move w: the multi_src_ moves that may read from a holder w wrote.
-  std::vector<uint32_t> holder_start_, holder_moves_;
+  // Per such move: one of its pieces was re-keyed in the heap. Where re-pricing is rare the heap
+  // costs less than joining up to five groups (hierarchical all-reduce's all-gather phase), so
+  // a move's pieces wait in groups only from then on (either way is exact).
+  std::vector<uint8_t> hot_;
+  std::vector<uint32_t> src_seg_;    // per dag_.sources of such a move: its segment
+  std::vector<uint32_t> src_group_;  // per dag_.sources of a grouped move: its group
   std::vector<uint32_t> grp_piece_;  // per move: its piece waiting in groups, or kNone
   std::vector<Group> groups_;
   std::vector<uint32_t> group_seg_, refreshed_;
