@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -72,6 +73,10 @@ class Network {
       if (l.src < t.ranks && l.dst < t.ranks) rank_links_ = true;
     }
     has_switches_ = t.nodes.size() > t.ranks;
+    if (t.ranks <= kDensePairRanks) {
+      dense_seg_.assign(size_t{t.ranks} * t.ranks, kUnknown);
+      dense_routes_.assign(size_t{t.ranks} * t.ranks, kNone);
+    }
     // Rank-to-rank direct links: the relays' lower bounds.
     min_out_.assign(t.ranks, kInf);
     min_in_.assign(t.ranks, kInf);
@@ -93,8 +98,16 @@ class Network {
   // The segment a→b: the direct link, else the shortest path through switches only. kNone if
   // neither exists.
   uint32_t Seg(uint32_t a, uint32_t b) {
-    auto [it, inserted] = seg_index_.emplace(PairKey(a, b), kNone);
-    if (!inserted) return it->second;
+    uint32_t* id;
+    if (!dense_seg_.empty()) {
+      id = &dense_seg_[size_t{a} * t_.ranks + b];
+      if (*id != kUnknown) return *id;
+      *id = kNone;
+    } else {
+      auto [it, inserted] = seg_index_.emplace(PairKey(a, b), kNone);
+      if (!inserted) return it->second;
+      id = &it->second;
+    }
     std::vector<uint32_t> links;
     if (auto l = link_index_.find(PairKey(a, b)); l != link_index_.end()) {
       links.push_back(l->second);
@@ -102,8 +115,8 @@ class Network {
       links = SwitchPath(a, b);
     }
     if (links.empty()) return kNone;
-    it->second = AddSegment(a, b, std::move(links));
-    return it->second;
+    *id = AddSegment(a, b, std::move(links));
+    return *id;
   }
 
   // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
@@ -114,12 +127,26 @@ class Network {
   // built before (segment ids do, but nothing is decided by them), so Run(), LowerBound() and
   // Emit() may ask for routes in any order.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
+    if (!dense_routes_.empty()) {
+      uint32_t& index = dense_routes_[size_t{a} * t_.ranks + b];
+      if (index == kNone) {
+        index = static_cast<uint32_t>(route_lists_.size());
+        route_lists_.emplace_back();
+        BuildRoutes(a, b, multi_hop, route_lists_.back());
+      }
+      return route_lists_[index];
+    }
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
-    if (!inserted) return it->second;
-    std::vector<std::vector<uint32_t>>& routes = it->second;
+    if (inserted) BuildRoutes(a, b, multi_hop, it->second);
+    return it->second;
+  }
+
+ private:
+  void BuildRoutes(uint32_t a, uint32_t b, bool multi_hop,
+                   std::vector<std::vector<uint32_t>>& routes) {
     const uint32_t direct = Seg(a, b);
     if (direct != kNone) routes.push_back({direct});
-    if (!multi_hop) return routes;
+    if (!multi_hop) return;
     bool relays = true;
     if (direct != kNone) {
       const Segment& d = segments_[direct];
@@ -171,10 +198,8 @@ class Network {
       }
       if (!route.empty()) routes.push_back(std::move(route));
     }
-    return routes;
   }
 
- private:
   uint32_t AddSegment(uint32_t a, uint32_t b, std::vector<uint32_t> links) {
     Segment s;
     s.from = a;
@@ -246,6 +271,13 @@ class Network {
   bool has_switches_ = false, rank_links_ = false;
   std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
   std::vector<Segment> segments_;
+  // Per rank pair, Seg() and Routes(): in tables of ranks² entries up to kDensePairRanks ranks
+  // (cheaper than hashing, once per source and candidate), else in hash maps.
+  static constexpr uint32_t kDensePairRanks = 512;
+  static constexpr uint32_t kUnknown = kNone - 1;  // dense_seg_: not looked up yet
+  std::vector<uint32_t> dense_seg_;                // segment id, kNone (none) or kUnknown
+  std::vector<uint32_t> dense_routes_;             // index into route_lists_, or kNone
+  std::deque<std::vector<std::vector<uint32_t>>> route_lists_;  // stable references
   absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
   // Node-based: the scheduler keeps pointers to the route lists.
   absl::node_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
