@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -72,6 +73,10 @@ class Network {
       if (l.src < t.ranks && l.dst < t.ranks) rank_links_ = true;
     }
     has_switches_ = t.nodes.size() > t.ranks;
+    if (t.ranks <= kDensePairRanks) {
+      dense_seg_.assign(size_t{t.ranks} * t.ranks, kUnknown);
+      dense_routes_.assign(size_t{t.ranks} * t.ranks, kNone);
+    }
     // Rank-to-rank direct links: the relays' lower bounds.
     min_out_.assign(t.ranks, kInf);
     min_in_.assign(t.ranks, kInf);
@@ -93,8 +98,16 @@ class Network {
   // The segment a→b: the direct link, else the shortest path through switches only. kNone if
   // neither exists.
   uint32_t Seg(uint32_t a, uint32_t b) {
-    auto [it, inserted] = seg_index_.emplace(PairKey(a, b), kNone);
-    if (!inserted) return it->second;
+    uint32_t* id;
+    if (!dense_seg_.empty()) {
+      id = &dense_seg_[size_t{a} * t_.ranks + b];
+      if (*id != kUnknown) return *id;
+      *id = kNone;
+    } else {
+      auto [it, inserted] = seg_index_.emplace(PairKey(a, b), kNone);
+      if (!inserted) return it->second;
+      id = &it->second;
+    }
     std::vector<uint32_t> links;
     if (auto l = link_index_.find(PairKey(a, b)); l != link_index_.end()) {
       links.push_back(l->second);
@@ -102,8 +115,8 @@ class Network {
       links = SwitchPath(a, b);
     }
     if (links.empty()) return kNone;
-    it->second = AddSegment(a, b, std::move(links));
-    return it->second;
+    *id = AddSegment(a, b, std::move(links));
+    return *id;
   }
 
   // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
@@ -114,12 +127,26 @@ class Network {
   // built before (segment ids do, but nothing is decided by them), so Run(), LowerBound() and
   // Emit() may ask for routes in any order.
   const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
+    if (!dense_routes_.empty()) {
+      uint32_t& index = dense_routes_[size_t{a} * t_.ranks + b];
+      if (index == kNone) {
+        index = static_cast<uint32_t>(route_lists_.size());
+        route_lists_.emplace_back();
+        BuildRoutes(a, b, multi_hop, route_lists_.back());
+      }
+      return route_lists_[index];
+    }
     auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
-    if (!inserted) return it->second;
-    std::vector<std::vector<uint32_t>>& routes = it->second;
+    if (inserted) BuildRoutes(a, b, multi_hop, it->second);
+    return it->second;
+  }
+
+ private:
+  void BuildRoutes(uint32_t a, uint32_t b, bool multi_hop,
+                   std::vector<std::vector<uint32_t>>& routes) {
     const uint32_t direct = Seg(a, b);
     if (direct != kNone) routes.push_back({direct});
-    if (!multi_hop) return routes;
+    if (!multi_hop) return;
     bool relays = true;
     if (direct != kNone) {
       const Segment& d = segments_[direct];
@@ -171,10 +198,8 @@ class Network {
       }
       if (!route.empty()) routes.push_back(std::move(route));
     }
-    return routes;
   }
 
- private:
   uint32_t AddSegment(uint32_t a, uint32_t b, std::vector<uint32_t> links) {
     Segment s;
     s.from = a;
@@ -246,6 +271,13 @@ class Network {
   bool has_switches_ = false, rank_links_ = false;
   std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
   std::vector<Segment> segments_;
+  // Per rank pair, Seg() and Routes(): in tables of ranks² entries up to kDensePairRanks ranks
+  // (cheaper than hashing, once per source and candidate), else in hash maps.
+  static constexpr uint32_t kDensePairRanks = 512;
+  static constexpr uint32_t kUnknown = kNone - 1;  // dense_seg_: not looked up yet
+  std::vector<uint32_t> dense_seg_;                // segment id, kNone (none) or kUnknown
+  std::vector<uint32_t> dense_routes_;             // index into route_lists_, or kNone
+  std::deque<std::vector<std::vector<uint32_t>>> route_lists_;  // stable references
   absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
   // Node-based: the scheduler keeps pointers to the route lists.
   absl::node_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
@@ -432,6 +464,27 @@ class Scheduler {
       const auto& routes = SourceRoutes(m, dag_.src_start[m]);
       if (routes.size() == 1 && routes[0].size() == 1) single_seg_[m] = routes[0][0];
     }
+    // Moves with several sources, each with one route of one segment (tree all-gather's copies
+    // on a mesh, which may read from up to 5 holders): see JoinGroups().
+    multi_src_.assign(m_count, 0);
+    src_seg_.assign(dag_.sources.size(), kNone);
+    for (uint32_t m = 0; m < m_count; ++m) {
+      if (dag_.src_start[m + 1] - dag_.src_start[m] < 2) continue;
+      bool one_segment = true;
+      for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+        const auto& routes = SourceRoutes(m, si);
+        if (routes.size() != 1 || routes[0].size() != 1) {
+          one_segment = false;
+          break;
+        }
+        src_seg_[si] = routes[0][0];
+      }
+      if (!one_segment) continue;
+      multi_src_[m] = 1;
+    }
+    src_group_.assign(dag_.sources.size(), kNone);  // made when a piece first joins
+    grp_piece_.assign(m_count, kNone);
+    hot_.assign(m_count, 0);
 
     for (uint32_t m = 0; m < m_count; ++m) {
       pending_[m] = dag_.pred_start[m + 1] - dag_.pred_start[m];
@@ -442,10 +495,17 @@ class Scheduler {
       const uint32_t m = top.move;
       Choice choice;
       if (top.group != kNone) {
+        if (!Waiting(m, groups_[top.group].entry_piece)) {
+          // Its piece left through another of its groups: the entry was a lower bound of the
+          // group's minimum, which it now becomes.
+          RefreshGroup(top.group);
+          continue;
+        }
         HeapPop();
-        // Its key is its finish now (the group's entry is renewed on every change).
-        TakeFromGroup(top.group, m);
-        choice = Choice{top.finish, 0, 0};
+        // Its key is its finish now (the group's entry is renewed on every change); a piece of
+        // several sources takes the best of them, as Evaluate() picks it.
+        TakeFromGroup(top.group, m, cur_[m]);
+        choice = multi_src_[m] ? Evaluate(m, cur_[m]) : Choice{top.finish, 0, 0};
       } else {
         choice = Evaluate(m, cur_[m]);
         const Entry now{choice.finish, m};
@@ -455,6 +515,16 @@ class Scheduler {
         if (c < heap_.size() && heap_[c] < now) {
           // Another piece now finishes earlier: re-key this one in place (the same entries as
           // popping and pushing it, so the same order leaving the heap: keys are distinct).
+          // A piece of several sources that all hold it goes to their groups instead, with the
+          // new key as its floor (JoinGroups()), and so do the move's later pieces.
+          if (multi_src_[m]) {
+            hot_[m] = 1;
+            if (AllSourcesHold(m, cur_[m])) {
+              HeapPop();
+              JoinGroups(m, cur_[m], now.finish);
+              continue;
+            }
+          }
           ReplaceTop(now);
           continue;
         }
@@ -464,8 +534,10 @@ class Scheduler {
       if (trace) trace->push_back(Step{m, choice.source, choice.route});
       ++commits_;
       committed_ = commits_ - commits_before;
+      grp_piece_[m] = kNone;  // out of every group it waited in
       refreshed_.resize(groups_.size(), 0);
       RefreshLinks(SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route]);
+      // Its other groups keep their entry, now a lower bound, until it comes to the top.
       if (top.group != kNone && refreshed_[top.group] != commits_) RefreshGroup(top.group);
       if (shared_give_up != nullptr) {
         // Relaxed: the value only moves down and any value read is a valid time to give up at.
@@ -768,11 +840,12 @@ class Scheduler {
       const Source& src = dag_.sources[dag_.src_start[m]];
       const double ready = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
       const double u = std::max(Arrival(seg, ready), dst_ready_[m]);
-      const uint32_t gi = GroupOf(sid);
-      Group& g = groups_[gi];
-      g.future.emplace_back(u, m);
-      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
-      RefreshGroup(gi);
+      grp_piece_[m] = p;
+      GroupInsert(SourceGroup(dag_.src_start[m], sid), Member{u, m, p});
+      return absl::OkStatus();
+    }
+    if (multi_src_[m] && hot_[m] && AllSourcesHold(m, cur_[m])) {
+      JoinGroups(m, cur_[m], -kInf);
       return absl::OkStatus();
     }
     const Choice c = Evaluate(m, cur_[m]);
@@ -1125,10 +1198,28 @@ class Scheduler {
   // O(log k) per commit. The choices are the same: every other heap key is a lower bound of its
   // piece's finish or is re-evaluated when popped, so the piece committed next is the same
   // (compiler_golden_test).
-  struct Group {
-    std::vector<std::pair<double, uint32_t>> future;  // (u, move) with u > A, min-heap
-    std::vector<uint32_t> saturated;                  // moves with u ≤ A, min-heap
+  //
+  // A move with several sources, each one segment, has for piece p the finish min over its
+  // sources of max(A, u) — so once every source holds the piece, it waits in the group of every
+  // source's segment, and the least of their entries is its finish. A piece that reaches a
+  // group through another one is dropped there lazily (grp_piece_ says which piece of a move
+  // is waiting; members of other pieces are skipped when they come to the front).
+  struct Member {
+    double u;
+    uint32_t move, piece;
+    bool operator>(const Member& o) const {
+      return u > o.u || (u == o.u && (move > o.move || (move == o.move && piece > o.piece)));
+    }
   };
+  struct Group {
+    std::vector<Member> future;                            // u > A, min-heap
+    std::vector<std::pair<uint32_t, uint32_t>> saturated;  // (move, piece) with u ≤ A, min-heap
+    // The piece of the heap entry's move. The entry is at most the least waiting member, and is
+    // that member unless its piece left through another group (then it is refreshed when it
+    // comes to the top of the heap).
+    uint32_t entry_piece = kNone;
+  };
+  bool Waiting(uint32_t move, uint32_t piece) const { return grp_piece_[move] == piece; }
   uint32_t GroupOf(uint32_t sid) {
     if (sid >= group_of_seg_.size()) group_of_seg_.resize(sid + 1, kNone);
     uint32_t& gi = group_of_seg_[sid];
@@ -1141,6 +1232,12 @@ class Scheduler {
     }
     return gi;
   }
+  // The group of source si's segment sid.
+  uint32_t SourceGroup(uint32_t si, uint32_t sid) {
+    uint32_t& gi = src_group_[si];
+    if (gi == kNone) gi = GroupOf(sid);
+    return gi;
+  }
   // Recomputes group gi's minimum and pushes it as the group's current entry.
   void RefreshGroup(uint32_t gi) {
     Group& g = groups_[gi];
@@ -1148,24 +1245,77 @@ class Scheduler {
     double free = 0;
     for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
     const double a = Arrival(seg, free);
-    while (!g.future.empty() && g.future.front().first <= a) {
-      g.saturated.push_back(g.future.front().second);
+    while (!g.future.empty() && g.future.front().u <= a) {
+      g.saturated.emplace_back(g.future.front().move, g.future.front().piece);
       std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
+    while (!g.saturated.empty() &&
+           !Waiting(g.saturated.front().first, g.saturated.front().second)) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    }
+    while (!g.future.empty() && !Waiting(g.future.front().move, g.future.front().piece)) {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
     std::optional<Entry> best;
-    if (!g.saturated.empty()) best = Entry{a, g.saturated.front(), gi};
+    if (!g.saturated.empty()) {
+      best = Entry{a, g.saturated.front().first, gi};
+      g.entry_piece = g.saturated.front().second;
+    }
     if (!g.future.empty()) {
-      const Entry f{g.future.front().first, g.future.front().second, gi};
-      if (!best || f < *best) best = f;
+      const Entry f{g.future.front().u, g.future.front().move, gi};
+      if (!best || f < *best) {
+        best = f;
+        g.entry_piece = g.future.front().piece;
+      }
     }
     HeapSetGroup(gi, best);
   }
-  // Takes move m, a group's current minimum, out of the group.
-  void TakeFromGroup(uint32_t gi, uint32_t m) {
+  // Adds a member to group gi. The group's entry is the least of its waiting members (every
+  // change of its links refreshes it, and a member that leaves while it is the entry too), so
+  // the new member only has to be compared with it.
+  void GroupInsert(uint32_t gi, const Member& x) {
     Group& g = groups_[gi];
-    if (!g.saturated.empty() && g.saturated.front() == m) {
+    const Segment& seg = net_.segment(group_seg_[gi]);
+    double free = 0;
+    for (uint32_t li : seg.links) free = std::max(free, link_free_[li]);
+    const double a = Arrival(seg, free);
+    Entry e{x.u, x.move, gi};
+    if (x.u <= a) {
+      g.saturated.emplace_back(x.move, x.piece);
+      std::push_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      e.finish = a;
+    } else {
+      g.future.push_back(x);
+      std::push_heap(g.future.begin(), g.future.end(), std::greater<>());
+    }
+    const uint32_t pos = group_pos_[gi];
+    if (pos == kNone) {
+      g.entry_piece = x.piece;
+      HeapPush(e);
+    } else if (e < heap_[pos]) {
+      g.entry_piece = x.piece;
+      HeapPlace(pos, e);
+      SiftUp(pos);
+    }
+  }
+  // Takes piece p of move m, a group's current minimum, out of the group.
+  void TakeFromGroup(uint32_t gi, uint32_t m, uint32_t p) {
+    Group& g = groups_[gi];
+    // Members that left through another group may be ahead of it.
+    while (!g.saturated.empty() &&
+           !Waiting(g.saturated.front().first, g.saturated.front().second)) {
+      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
+      g.saturated.pop_back();
+    }
+    while (!g.future.empty() && !Waiting(g.future.front().move, g.future.front().piece)) {
+      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
+      g.future.pop_back();
+    }
+    if (!g.saturated.empty() && g.saturated.front() == std::make_pair(m, p)) {
       std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       g.saturated.pop_back();
     } else {
@@ -1187,7 +1337,40 @@ class Scheduler {
     }
   }
 
+  // Whether every source of move m holds piece p (its writer has committed it).
+  bool AllSourcesHold(uint32_t m, uint32_t p) const {
+    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+      const uint32_t w = dag_.sources[si].writer;
+      if (w != kNone && cur_[w] <= p) return false;
+    }
+    return true;
+  }
+  // Piece p of move m (multi_src_) waits in the group of each source's segment, with u =
+  // max(its arrival from when the source holds it, dst_ready, floor). Exact, as the heap's
+  // choices go: with every source holding the piece its finish only grows with the links' free
+  // times, and a piece that waited in the heap keeps its key there as the floor (the heap took
+  // the least of max(finish, key) over its entries: a key above the finish — a source that got
+  // the piece after it was computed — held the piece back until the key's turn came).
+  void JoinGroups(uint32_t m, uint32_t p, double floor) {
+    grp_piece_[m] = p;
+    for (uint32_t si = dag_.src_start[m]; si < dag_.src_start[m + 1]; ++si) {
+      const Segment& seg = net_.segment(src_seg_[si]);
+      const uint32_t w = dag_.sources[si].writer;
+      const double ready = w == kNone ? 0 : fin_end_[Idx(w, p)];
+      const double u = std::max(std::max(Arrival(seg, ready), dst_ready_[m]), floor);
+      GroupInsert(SourceGroup(si, src_seg_[si]), Member{u, m, p});
+    }
+  }
+
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
+  std::vector<uint8_t> multi_src_;    // per move: several sources, each one segment
+  // Per such move: one of its pieces was re-keyed in the heap. Where re-pricing is rare the heap
+  // costs less than joining up to five groups (hierarchical all-reduce's all-gather phase), so
+  // a move's pieces wait in groups only from then on (either way is exact).
+  std::vector<uint8_t> hot_;
+  std::vector<uint32_t> src_seg_;    // per dag_.sources of such a move: its segment
+  std::vector<uint32_t> src_group_;  // per dag_.sources of a grouped move: its group
+  std::vector<uint32_t> grp_piece_;  // per move: its piece waiting in groups, or kNone
   std::vector<Group> groups_;
   std::vector<uint32_t> group_seg_, refreshed_;
   std::vector<uint32_t> group_of_seg_;              // segment → group, or kNone
@@ -1205,10 +1388,10 @@ class Scheduler {
 // can be scheduled at the same time, each with a G_k that is only ever ≥ B_k, and decided
 // afterwards, in candidate order, by the serial rule on the exact B_k:
 //
-//   - Workers take candidates in order (next_) and schedule them without ops, recording their
-//     commits, as the serial search does. A worker does not start candidate k while k − 2 is
-//     decided not kept and k − 1 is undecided (k is needed only if k − 1 is kept); it waits
-//     on cv_ for the next decision.
+//   - Workers take candidates in order and schedule them without ops, recording their commits,
+//     as the serial search does. A worker does not start candidate k while k − 2 is decided not
+//     kept and k − 1 is undecided (k is needed only if k − 1 is kept): it starts k + 1 instead
+//     (needed exactly when k is), or waits on cv_ for the next decision (NextLocked()).
 //   - Whenever one ends, Resolve() (under mu_) decides every candidate from resolved_ on whose
 //     predecessors are all decided and that has ended itself, exactly as the serial loop would,
 //     and then lowers the G_k of the undecided ones: with B the exact time to beat after the
@@ -1263,6 +1446,7 @@ class ThreadedPieceSearch {
     // G_k, the time to give up at: only moves down. Its own cache line: schedulers read it
     // after every commit while Resolve() writes the others'.
     alignas(64) std::atomic<double> give_up{kInf};
+    bool started = false;
     bool done = false;
     absl::Status status;
     bool scheduled = false;  // to completion: record.makespan is its makespan
@@ -1276,16 +1460,12 @@ class ThreadedPieceSearch {
       size_t k;
       {
         std::unique_lock<std::mutex> l(mu_);
-        // Candidate k is needed unless the two before it are not kept. When k − 2 is already
-        // decided not kept, wait for k − 1's decision instead of scheduling k on the chance
-        // that k − 1 is kept (it rarely is): a candidate twice as large as the one still
-        // running would take the CPU from it whenever the machine has no idle core.
-        cv_.wait(l, [this] {
-          return next_ >= limit_ || next_ < 2 || next_ - 1 < resolved_ ||
-                 candidates_[next_ - 2].kept || next_ - 2 >= resolved_;
+        cv_.wait(l, [&] {
+          k = NextLocked();
+          return k != kWait;
         });
-        if (next_ >= limit_) return;
-        k = next_++;
+        if (k == kDone) return;
+        candidates_[k].started = true;
       }
       Candidate& c = candidates_[k];
       const auto start = std::chrono::steady_clock::now();
@@ -1309,6 +1489,28 @@ class ThreadedPieceSearch {
       Resolve();
       cv_.notify_all();
     }
+  }
+
+  // The candidate a free worker starts next (mu_ held): the first one not started, or kWait, or
+  // kDone when every candidate the search may still need has been started.
+  // Candidate k is needed unless the two before it are not kept. When k − 2 is already decided
+  // not kept, k is needed only if k − 1 is kept; a worker then does not start k on that chance
+  // (a candidate twice as large as the one still running would take the CPU from it whenever
+  // the machine has no idle core, and k − 1 is a loser more often than not) but k + 1, needed
+  // exactly when k is (k kept implies k − 1 kept), so it starts the larger of the two that the
+  // search needs if k − 1 is kept (hierarchical all-reduce at 64 ranks: P = 64 beside the
+  // winning P = 16, after the losing P = 8), and waits only when k + 1 is started too.
+  static constexpr size_t kWait = std::numeric_limits<size_t>::max();
+  static constexpr size_t kDone = kWait - 1;
+  size_t NextLocked() {
+    while (next_ < limit_ && candidates_[next_].started) ++next_;
+    const size_t k = next_;
+    if (k >= limit_) return kDone;
+    const bool blocked =
+        k >= 2 && k - 2 < resolved_ && !candidates_[k - 2].kept && k - 1 >= resolved_;
+    if (!blocked) return k;
+    if (k + 1 < limit_ && !candidates_[k + 1].started) return k + 1;
+    return kWait;
   }
 
   // Decides, in candidate order, every candidate whose predecessors are decided and that has
@@ -1366,7 +1568,7 @@ class ThreadedPieceSearch {
   // Abseil is not built with it. It guards everything below.
   std::mutex mu_;
   std::condition_variable cv_;  // a candidate was decided
-  size_t next_ = 0;             // the next candidate to start
+  size_t next_ = 0;             // candidates before it are started
   size_t limit_ = 0;            // candidates the serial search would try (so far)
   size_t resolved_ = 0;         // candidates decided, in order
   uint32_t best_ = kNone;
