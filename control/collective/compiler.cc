@@ -1251,15 +1251,7 @@ class Scheduler {
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
-    while (!g.saturated.empty() &&
-           !Waiting(g.saturated.front().first, g.saturated.front().second)) {
-      std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
-      g.saturated.pop_back();
-    }
-    while (!g.future.empty() && !Waiting(g.future.front().move, g.future.front().piece)) {
-      std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
-      g.future.pop_back();
-    }
+    DropLeftMembers(g);
     std::optional<Entry> best;
     if (!g.saturated.empty()) {
       best = Entry{a, g.saturated.front().first, gi};
@@ -1302,10 +1294,9 @@ class Scheduler {
       SiftUp(pos);
     }
   }
-  // Takes piece p of move m, a group's current minimum, out of the group.
-  void TakeFromGroup(uint32_t gi, uint32_t m, uint32_t p) {
-    Group& g = groups_[gi];
-    // Members that left through another group may be ahead of it.
+  // Pops the members at the front of group g that are no longer their move's waiting piece (they
+  // left through another of their groups).
+  [[gnu::always_inline]] void DropLeftMembers(Group& g) {
     while (!g.saturated.empty() &&
            !Waiting(g.saturated.front().first, g.saturated.front().second)) {
       std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
@@ -1315,6 +1306,12 @@ class Scheduler {
       std::pop_heap(g.future.begin(), g.future.end(), std::greater<>());
       g.future.pop_back();
     }
+  }
+  // Takes piece p of move m, a group's current minimum, out of the group.
+  void TakeFromGroup(uint32_t gi, uint32_t m, uint32_t p) {
+    Group& g = groups_[gi];
+    // Members that left through another group may be ahead of it.
+    DropLeftMembers(g);
     if (!g.saturated.empty() && g.saturated.front() == std::make_pair(m, p)) {
       std::pop_heap(g.saturated.begin(), g.saturated.end(), std::greater<>());
       g.saturated.pop_back();
