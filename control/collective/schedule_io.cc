@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "control/collective/verifier.h"
 
@@ -727,27 +728,7 @@ std::optional<uint64_t> SniffVersion(absl::string_view json) {
   return v;
 }
 
-// FNV-1a 64 over little-endian fixed-width fields.
-class Fnv {
- public:
-  void Bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 0x100000001B3ull;
-  }
-  void U64(uint64_t v) {
-    unsigned char b[8];
-    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));
-    Bytes(b, 8);
-  }
-  void Str(absl::string_view s) {
-    U64(s.size());
-    Bytes(s.data(), s.size());
-  }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
+using Fnv = ::heddle::Fnv1a;  // FNV-1a 64 over little-endian fixed-width fields
 
 }  // namespace
 
@@ -806,7 +787,7 @@ absl::StatusOr<Schedule> ScheduleFromJson(std::string_view json_in) {
 
 uint64_t ScheduleDigest(const Schedule& s) {
   Fnv h;
-  h.Str(kFormatName);
+  h.Str(kScheduleFormatName);
   h.U64(s.version);
   h.U64(static_cast<uint64_t>(s.collective.kind));
   h.U64(s.collective.ranks);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fnv1a.h"
 #include "control/collective/internal/test_schedules.h"
 #include "control/collective/verifier.h"
 #include "gmock/gmock.h"
@@ -126,6 +127,25 @@ TEST(ScheduleIo, DigestIgnoresPredictionsOnly) {
     mutate(&m);
     EXPECT_NE(ScheduleDigest(m), ring);
   }
+}
+
+TEST(ScheduleIo, DigestsHashWithFnv1a64) {
+  // The published FNV-1a 64 test vectors (common/fnv1a.h, which the schedule and topology
+  // digests use).
+  EXPECT_EQ(Fnv1a::Of(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a::Of("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(Fnv1a::Of("foobar"), 0x85944171f73967e8ull);
+  Fnv1a h;
+  h.Str("ab");
+  h.Str("c");
+  Fnv1a g;
+  g.Str("a");
+  g.Str("bc");
+  EXPECT_NE(h.value(), g.value());  // length-prefixed
+  Fnv1a z, m;
+  z.Double(0.0);
+  m.Double(-0.0);
+  EXPECT_EQ(z.value(), m.value());
 }
 
 TEST(ScheduleIo, DigestIsPinned) {

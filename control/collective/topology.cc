@@ -1,7 +1,6 @@
 // The topology YAML reader and writer, validation, digest and the Nüwa conversion
 // (topology_io.h, docs/optiflow-compiler.md §1).
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "common/yaml_documents.h"
 #include "control/collective/collective.h"
@@ -296,26 +296,6 @@ class Reader {
   absl::flat_hash_map<std::string, uint32_t> index_;
 };
 
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-constexpr uint64_t kFnvPrime = 0x100000001b3ULL;
-
-void Fnv(uint64_t& h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= kFnvPrime;
-  }
-}
-void FnvU64(uint64_t& h, uint64_t v) {
-  unsigned char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(v >> (8 * i));  // little endian
-  Fnv(h, b, 8);
-}
-void FnvDouble(uint64_t& h, double d) {
-  if (d == 0) d = 0;  // -0 and +0 are the same latency
-  FnvU64(h, std::bit_cast<uint64_t>(d));
-}
-
 std::string ExactNumber(double v) { return absl::StrFormat("%.17g", v); }
 
 }  // namespace
@@ -460,27 +440,24 @@ absl::Status ValidateTopology(const Topology& t) {
 }
 
 uint64_t TopologyDigest(const Topology& t) {
-  uint64_t h = kFnvOffset;
-  FnvU64(h, t.ranks);
-  FnvU64(h, t.nodes.size());
-  for (const std::string& name : t.nodes) {
-    FnvU64(h, name.size());
-    Fnv(h, name.data(), name.size());
-  }
+  Fnv1a h;
+  h.U64(t.ranks);
+  h.U64(t.nodes.size());
+  for (const std::string& name : t.nodes) h.Str(name);
   std::vector<const Link*> links;
   links.reserve(t.links.size());
   for (const Link& l : t.links) links.push_back(&l);
   std::sort(links.begin(), links.end(), [](const Link* x, const Link* y) {
     return std::tie(x->src, x->dst) < std::tie(y->src, y->dst);
   });
-  FnvU64(h, links.size());
+  h.U64(links.size());
   for (const Link* l : links) {
-    FnvU64(h, l->src);
-    FnvU64(h, l->dst);
-    FnvDouble(h, l->bytes_per_second);
-    FnvDouble(h, l->latency_s);
+    h.U64(l->src);
+    h.U64(l->dst);
+    h.Double(l->bytes_per_second);
+    h.Double(l->latency_s);
   }
-  return h;
+  return h.value();
 }
 
 std::string TopologyToYaml(const Topology& t) {

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fnv1a.h"
 #include "dataplane/fwd/hash_model.h"
 
 namespace heddle::nuwa {
@@ -79,14 +80,7 @@ class Canon {
   void Bytes(const std::array<uint8_t, N>& a) {
     bytes_.insert(bytes_.end(), a.begin(), a.end());
   }
-  uint64_t Fnv1a64() const {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint8_t b : bytes_) {
-      h ^= b;
-      h *= 0x100000001b3ull;
-    }
-    return h;
-  }
+  uint64_t Fnv1a64() const { return Fnv1a::Of(bytes_.data(), bytes_.size()); }
 
  private:
   std::vector<uint8_t> bytes_;
