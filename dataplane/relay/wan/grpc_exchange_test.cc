@@ -85,6 +85,14 @@ std::vector<float> RegionSlice(uint32_t region, uint64_t round, const SliceRef& 
   return v;
 }
 
+// Region 2's frames of round 1, one per slice, as the bytes a peer streams.
+std::vector<std::vector<uint8_t>> Region2Round1Frames(const ModelSpec& spec) {
+  wan_internal::RegionEncoder enc(spec, 2, true);
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SliceRef& s : Slices(spec)) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  return frames;
+}
+
 uint64_t Tokens(uint32_t region, uint64_t round) { return 1000 * region + 17 * round; }
 double Tau(uint32_t region, uint64_t round) { return 1.0 + 0.25 * region + 0.5 * (round % 3); }
 
@@ -927,10 +935,7 @@ TEST(GrpcExchangeScheduleTest, ScheduleTheRelayCannotRunFailsAtStart) {
 TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefusedOne) {
   Mesh m(TestSpec());
   m.StartAll();
-  const std::vector<SliceRef> slices = Slices(m.spec());
-  wan_internal::RegionEncoder enc(m.spec(), 2, true);
-  std::vector<std::vector<uint8_t>> frames;
-  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  const std::vector<std::vector<uint8_t>> frames = Region2Round1Frames(m.spec());
   auto stub =
       pb::Peer::NewStub(grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials()));
   auto run = [&](const std::vector<std::vector<pb::FrameChunk>>& pushes,
@@ -990,10 +995,7 @@ TEST(GrpcExchangeTest, FrameStreamAcknowledgesEachFrameInOrderAndStopsAtARefused
 TEST(GrpcExchangeTest, FrameStreamReadsAnyEncodingOfAChunkAndRefusesBytesThatAreNone) {
   Mesh m(TestSpec());
   m.StartAll();
-  const std::vector<SliceRef> slices = Slices(m.spec());
-  wan_internal::RegionEncoder enc(m.spec(), 2, true);
-  std::vector<std::vector<uint8_t>> frames;
-  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  const std::vector<std::vector<uint8_t>> frames = Region2Round1Frames(m.spec());
   std::shared_ptr<grpc::Channel> ch =
       grpc::CreateChannel(m.Address(1), grpc::InsecureChannelCredentials());
   auto varint = [](uint64_t v) {
@@ -1055,9 +1057,8 @@ TEST(GrpcExchangeTest, FrameStreamAnswersRoundLevelRefusalsAndStaysOpen) {
   Mesh m(TestSpec());
   m.StartAll();
   const std::vector<SliceRef> slices = Slices(m.spec());
-  wan_internal::RegionEncoder enc(m.spec(), 2, true), other(m.spec(), 2, true);
-  std::vector<std::vector<uint8_t>> frames;
-  for (const SliceRef& s : slices) frames.push_back(**enc.Submit(1, s, RegionSlice(2, 1, s)));
+  wan_internal::RegionEncoder other(m.spec(), 2, true);
+  const std::vector<std::vector<uint8_t>> frames = Region2Round1Frames(m.spec());
   // Slice 0 of round 1 with other values: a different copy of a frame the callee will hold.
   const std::vector<uint8_t> conflicting =
       **other.Submit(1, slices[0], RegionSlice(3, 7, slices[0]));
