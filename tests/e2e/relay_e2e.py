@@ -91,19 +91,34 @@ class Region:
         self.workers = []
 
     def relay_address(self):
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with open(self.port_file) as f:
-                    port = f.read().strip()
-                if port:
-                    return f"{self.listen_host}:{port}"
-            except FileNotFoundError:
-                pass
-            if self.proc and self.proc.poll() is not None:
-                raise Fail(f"relay {self.name} exited: {tail(self.dir, 'serve.err')}")
-            time.sleep(0.05)
-        raise Fail(f"relay {self.name} did not start: {tail(self.dir, 'serve.err')}")
+        return wait_relay_address(self.port_file, self.listen_host, self.proc, self.dir,
+                                  f"relay {self.name}")
+
+
+def wait_relay_address(port_file, host, proc, log_dir, what, timeout=30):
+    """host:port once `heddle-relay serve --port-file` has written its port; Fail (with the tail
+    of log_dir/serve.err) if the relay exits first or does not start within `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(port_file) as f:
+                port = f.read().strip()
+            if port:
+                return f"{host}:{port}"
+        except FileNotFoundError:
+            pass
+        if proc and proc.poll() is not None:
+            raise Fail(f"{what} exited: {tail(log_dir, 'serve.err')}")
+        time.sleep(0.05)
+    raise Fail(f"{what} did not start: {tail(log_dir, 'serve.err')}")
+
+
+def finish_workdir(workdir, keep):
+    """Keeps a benchmark's work directory (and says so) or removes it."""
+    if keep:
+        print(f"work dir kept: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def tail(d, name, n=2000):

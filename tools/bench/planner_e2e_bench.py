@@ -23,7 +23,6 @@ Exit status 0 = done (and the ratio above --min-ratio), 1 = failure.
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -33,7 +32,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
-from relay_e2e import Fail, field, tail  # noqa: E402  (status -j fields, log tails)
+from relay_e2e import Fail, field, finish_workdir, tail, wait_relay_address  # noqa: E402
 
 SCALES = (4.0, 2.0, 1.0)  # --time-scale of the three workers: true speeds 1:2:4
 TOKEN = "b3nch"
@@ -67,19 +66,8 @@ class Run:
         return p
 
     def address(self, relay):
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with open(self.port_file) as f:
-                    port = f.read().strip()
-                if port:
-                    return f"127.0.0.1:{port}"
-            except FileNotFoundError:
-                pass
-            if relay.poll() is not None:
-                raise Fail(f"{self.mode}: relay exited: {tail(self.dir, 'serve.err')}")
-            time.sleep(0.05)
-        raise Fail(f"{self.mode}: relay did not start: {tail(self.dir, 'serve.err')}")
+        return wait_relay_address(self.port_file, "127.0.0.1", relay, self.dir,
+                                  f"{self.mode}: relay")
 
     def status(self, addr):
         r = subprocess.run([self.a.bin, "status", "--relay", addr, "--token", TOKEN, "-j"],
@@ -205,10 +193,7 @@ def main():
     except (Fail, OSError, subprocess.SubprocessError, ValueError) as e:
         print(f"FAIL: {e} (work dir {workdir})")
         return 1
-    if a.keep:
-        print(f"work dir kept: {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    finish_workdir(workdir, a.keep)
 
     print(f"3 workers announcing {a.tokens_per_s:g} tokens/s, batch <= {a.max_batch}, running at "
           f"time scale {', '.join(f'{s:g}' for s in SCALES)} (true speeds 1:2:4); target "

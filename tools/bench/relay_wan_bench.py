@@ -49,8 +49,6 @@ import re
 import statistics
 import sys
 import tempfile
-import shutil
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
@@ -178,10 +176,7 @@ def main():
     except e2e.Fail as e:
         print(f"FAIL: {e} (work dir {workdir})")
         return 1
-    if a.keep:
-        print(f"work dir kept: {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    e2e.finish_workdir(workdir, a.keep)
 
     f = e2e.field
     sent = {}  # (src, dst) -> bytes per round
