@@ -10,8 +10,8 @@
 // leaves out the bursts other processes interrupted; the machine is shared), medians of a few
 // repetitions, and compare builds by running them alternately:
 //   build/dataplane/pipeline/pin_stage_benchmark --benchmark_repetitions=5 --benchmark_min_time=0.1
-// Its mbufs come from a pool like the daemon's without hugepages: one mbuf per 4 KiB page
-// (docs/pin.md §9.2 on what that does to L1).
+// Its mbufs come from the daemon's own pool (dpdk::CreateMbufPool: packed across 4 KiB pages
+// without hugepages; docs/pin.md §9.2 on what the page-bound layout did to L1).
 #include <benchmark/benchmark.h>
 #include <rte_cycles.h>
 #include <rte_mbuf.h>

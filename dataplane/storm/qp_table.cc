@@ -12,7 +12,6 @@
 namespace heddle::storm {
 namespace {
 
-
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, sizeof(v));

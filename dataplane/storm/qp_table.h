@@ -47,9 +47,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
 
 #include "common/crc32c.h"
 #include "dataplane/pkt/parse.h"

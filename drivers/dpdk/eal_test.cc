@@ -2,15 +2,15 @@
 
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
 #include <rte_memory.h>
 #include <rte_mempool.h>
-#include <rte_mbuf.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <set>
 #include <vector>
-#include <fstream>
 
 #include "absl/strings/str_join.h"
 #include "drivers/dpdk/port.h"

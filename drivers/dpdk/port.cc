@@ -1,9 +1,9 @@
 #include "drivers/dpdk/port.h"
 
 #include <rte_dev.h>
+#include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
-#include <rte_eal.h>
 #include <rte_mbuf.h>
 #include <rte_mbuf_pool_ops.h>
 #include <rte_memory.h>
@@ -345,16 +345,17 @@ HwStats Port::Stats() const {
 
 namespace {
 
-// rte_pktmbuf_pool_create_by_ops() with mempool flags. Without hugepages DPDK keeps every object
+// rte_pktmbuf_pool_create() for PackedMbufPools(). Without hugepages DPDK keeps every object
 // inside one 4 KiB page (the IOVA-contiguity rule), so a ~2.4 KiB mbuf takes a page of its own:
 // 40 % of the pool's memory is padding, and every mbuf header and every frame start lands in
 // the same L1 set, so a burst of 32 evicts itself. When IOVA is VA, a virtually contiguous
-// object is IOVA-contiguous too, and the pool can pack its objects.
-rte_mempool* PktmbufPoolCreate(const char* name, uint32_t n, uint16_t cache, uint16_t data_room,
-                               int socket_id, unsigned flags) {
-  const uint32_t elt_size = sizeof(rte_mbuf) + data_room;
-  rte_mempool* mp = rte_mempool_create_empty(name, n, elt_size, cache,
-                                             sizeof(rte_pktmbuf_pool_private), socket_id, flags);
+// object is IOVA-contiguous too, and the pool can pack its objects (RTE_MEMPOOL_F_NO_IOVA_CONTIG).
+rte_mempool* PackedPktmbufPool(const char* name, uint32_t n, uint16_t cache, uint16_t data_room,
+                               int socket_id) {
+  rte_mempool* mp =
+      rte_mempool_create_empty(name, n, sizeof(rte_mbuf) + data_room, cache,
+                               sizeof(rte_pktmbuf_pool_private), socket_id,
+                               RTE_MEMPOOL_F_NO_IOVA_CONTIG);
   if (mp == nullptr) return nullptr;
   int ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
   if (ret == 0) {
@@ -369,20 +370,16 @@ rte_mempool* PktmbufPoolCreate(const char* name, uint32_t n, uint16_t cache, uin
     rte_errno = -ret;
     return nullptr;
   }
-  if (flags & RTE_MEMPOOL_F_NO_IOVA_CONTIG) {
-    // Such a pool records no IOVA for its objects (RTE_BAD_IOVA). IOVA is VA here, so each
-    // object's IOVA is its address: set in its header first, so rte_mempool_virt2iova() and the
-    // buffer IOVA rte_pktmbuf_init() derives from it are what a device's DMA needs.
-    rte_mempool_obj_iter(
-        mp,
-        [](rte_mempool* pool, void* arg, void* obj, unsigned idx) {
-          rte_mempool_get_header(obj)->iova = rte_mem_virt2iova(obj);
-          rte_pktmbuf_init(pool, arg, obj, idx);
-        },
-        nullptr);
-  } else {
-    rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
-  }
+  // Such a pool records no IOVA for its objects (RTE_BAD_IOVA). IOVA is VA here, so each
+  // object's IOVA is its address: set in its header first, so rte_mempool_virt2iova() and the
+  // buffer IOVA rte_pktmbuf_init() derives from it are what a device's DMA needs.
+  rte_mempool_obj_iter(
+      mp,
+      [](rte_mempool* pool, void* arg, void* obj, unsigned idx) {
+        rte_mempool_get_header(obj)->iova = rte_mem_virt2iova(obj);
+        rte_pktmbuf_init(pool, arg, obj, idx);
+      },
+      nullptr);
   return mp;
 }
 
@@ -393,8 +390,9 @@ bool PackedMbufPools() { return !rte_eal_has_hugepages() && rte_eal_iova_mode() 
 absl::StatusOr<rte_mempool*> CreateMbufPool(const std::string& name, uint32_t mbufs, uint16_t cache,
                                             uint16_t data_room, int socket_id) {
   rte_mempool* mp =
-      PktmbufPoolCreate(name.c_str(), mbufs, cache, data_room, socket_id,
-                        PackedMbufPools() ? RTE_MEMPOOL_F_NO_IOVA_CONTIG : 0u);
+      PackedMbufPools()
+          ? PackedPktmbufPool(name.c_str(), mbufs, cache, data_room, socket_id)
+          : rte_pktmbuf_pool_create(name.c_str(), mbufs, cache, 0, data_room, socket_id);
   if (mp == nullptr) {
     int err = rte_errno;
     return absl::ResourceExhaustedError(absl::StrCat(
