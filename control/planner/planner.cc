@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 #include <span>
 #include <utility>
@@ -415,10 +414,12 @@ absl::Status Planner::NoPlan() const {
 }
 
 absl::StatusOr<Plan> Planner::SolveLocked() const {
-  absl::StatusOr<Plan> plan = Solve(SolverConfigNow(), SolverWorkers());
+  const SolverConfig config = SolverConfigNow();
+  const std::vector<SolverWorker> workers = SolverWorkers();
+  absl::StatusOr<Plan> plan = Solve(config, workers);
   if (!plan.ok() || config_.mode == PlanMode::kBalanced) return plan;
   // Solve() sorts its assignments by worker id, as workers_ is sorted: the same order.
-  return Equalize(*plan, SolverWorkers(), SolverConfigNow());
+  return Equalize(*plan, workers, config);
 }
 
 absl::StatusOr<Plan> Planner::CurrentPlan() const {

@@ -3,7 +3,7 @@
 
 One `heddle-relay serve` on loopback (no WAN, a small one-tensor model) and three synthetic
 `heddle-relay worker`s that announce the same profile (--tokens-per-s, --max-batch) but sleep for
-their planned compute time times --time-scale 4, 2 and 1: their true speeds are 1:2:4 and only the
+their plan's tokens at that rate times --time-scale 4, 2 and 1: their true speeds are 1:2:4 and only the
 planner's estimator, fed their reports, can learn it. The same run is made twice, once with
 `planner.mode: equal` (every worker the same batch and inner steps, docs/planner.md §6) and once
 with `planner.mode: balanced` (the plan). Straggler idle is what the relay measures either way —

@@ -1207,7 +1207,13 @@ class Exchange final : public GrpcExchange, public pb::Peer::Service {
       c.offset = off;
       absl::StatusOr<grpc::ByteBuffer> wire =
           wan_internal::ChunkWire(c, f, off, std::min<uint64_t>(opt_.chunk_bytes, f->size() - off));
-      if (!wire.ok() || !stream.Write(*wire)) return false;
+      if (!wire.ok()) {
+        HEDDLE_LOG(kWarning, "wan: chunk of round %llu slice %u not framed: %s",
+                   static_cast<unsigned long long>(it.round_id), it.slice,
+                   std::string(wire.status().message()).c_str());
+        return false;
+      }
+      if (!stream.Write(*wire)) return false;
     }
     return true;
   }

@@ -17,7 +17,7 @@
 // the write even if the exchange has dropped it meanwhile.
 //
 // The buffer is written on a StreamFrames call typed <grpc::ByteBuffer, FrameAck>
-// (StreamFramesWireMethod(), grpc_exchange.cc); gRPC passes a ByteBuffer through as is.
+// (kStreamFramesMethod, grpc_exchange.cc); gRPC passes a ByteBuffer through as is.
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
