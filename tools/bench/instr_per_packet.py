@@ -15,7 +15,7 @@ off / on to heddled with storm and lb off (the target of docs/pin.md §9.2 is >=
 
   /usr/bin/python3 tools/bench/instr_per_packet.py [--build build] [--mix small,1k]
                                                    [--seconds 30] [--top 12] [--per-packet]
-                                                   [--lb] [--no-storm]
+                                                   [--lb] [--no-storm] [--mbuf-size auto|BYTES]
 
 Needs valgrind. A run takes --seconds of valgrind time per configuration and mix (heddled runs
 ~50x slower under callgrind; 30 s gives some millions of packets).
@@ -31,6 +31,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+import fwd_bench  # noqa: E402  (read_frames: the trace's frame lengths for --mbuf-size auto)
 
 # name -> (storm section, lb section); the lb ones as fwd_bench.py's HEDDLED_LB.
 CONFIGS = {
@@ -45,10 +47,10 @@ CONFIGS = {
 IR_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*)$")
 
 
-def yaml_for(trace, sock, storm, lb):
+def yaml_for(trace, sock, storm, lb, mbuf):
     return f"""lcores: {{ main: 0, workers: [1] }}
 memory: {{ no_huge: true, size_mb: 1024 }}
-mempool: {{ mbufs: 16383, cache: 256, data_room: 2176 }}
+mempool: {{ mbufs: 16383, cache: 256, data_room: {mbuf} }}
 ports:
   - {{ name: host0, role: host, vdev: "net_pcap0,rx_pcap={trace},infinite_rx=1" }}
   - {{ name: uplink0, role: uplink, vdev: "net_null0,no-rx=1" }}
@@ -64,11 +66,11 @@ def annotate(args):
                           check=True).stdout
 
 
-def measure(build, trace, sections, seconds, tmp, name):
+def measure(build, trace, sections, seconds, tmp, name, mbuf):
     cfg = os.path.join(tmp, f"{name}.yaml")
     out = os.path.join(tmp, f"{name}.cg")
     with open(cfg, "w") as f:
-        f.write(yaml_for(trace, os.path.join(tmp, f"{name}.sock"), *sections))
+        f.write(yaml_for(trace, os.path.join(tmp, f"{name}.sock"), *sections, mbuf))
     heddled = os.path.join(build, "tools/heddled/heddled")
     log = open(os.path.join(tmp, f"{name}.log"), "w")
     p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -120,6 +122,9 @@ def main():
     ap.add_argument("--per-packet", action="store_true", help="also storm.mode: per-packet")
     ap.add_argument("--lb", action="store_true", help="also PIN + REPS and REPS alone")
     ap.add_argument("--no-storm", action="store_true", help="skip the STORM configurations")
+    ap.add_argument("--mbuf-size", default="auto",
+                    help="mbuf data room: auto = 2176 unless the mix has frames that need more "
+                         "(demo: 4608), as fwd_bench.py picks it")
     args = ap.parse_args()
     if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
@@ -134,8 +139,13 @@ def main():
         names += ["lb-on", "lb-spray"]
     for mix in args.mix.split(","):
         trace = os.path.join(tmp, f"{mix}.pcap")
-        print(f"mix {mix}: {args.seconds:g} s under callgrind per configuration")
-        results = {n: measure(args.build, trace, CONFIGS[n], args.seconds, tmp, f"{mix}-{n}")
+        if args.mbuf_size == "auto":
+            max_len = max(len(f) for f in fwd_bench.read_frames(trace))
+            mbuf = 2176 if max_len + 128 <= 2176 else 4608
+        else:
+            mbuf = int(args.mbuf_size)
+        print(f"mix {mix}: {args.seconds:g} s under callgrind per configuration, mbuf {mbuf}")
+        results = {n: measure(args.build, trace, CONFIGS[n], args.seconds, tmp, f"{mix}-{n}", mbuf)
                    for n in names}
         off = results["storm-off"][1]
         for n in names:
