@@ -1,10 +1,15 @@
 // heddle-relay: the config, the metrics, and the whole binary on loopback — `serve` and two
 // `worker` processes run three rounds; `status -j` reads the result.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -301,6 +306,58 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(table, HasSubstr("FORWARDED"));
   EXPECT_THAT(table, HasSubstr("200.0 Mbit/s"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
+}
+
+// The body of GET http://127.0.0.1:port/path (HTTP/1.0: the server closes after the reply);
+// empty on any failure.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const size_t body = reply.find("\r\n\r\n");
+  return body == std::string::npos ? "" : reply.substr(body + 4);
+}
+
+// What a scrape of the endpoint returns is the snapshot's families, taken at scrape time.
+TEST(RelayMetricsTest, EndpointServesTheSnapshotsFamilies) {
+  std::atomic<int> scrapes{0};
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
+      MetricsEndpoint::Start("127.0.0.1:0", [&scrapes] {
+        v1::StatusResponse s;
+        s.set_rounds_published(100 + scrapes.fetch_add(1, std::memory_order_relaxed));
+        WanStats w;
+        w.rounds_published = 5;
+        w.duplicate_frames = 2;
+        FillWanStatus(w, s.mutable_wan());
+        return s;
+      });
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_GT((*m)->port(), 0);
+  const std::string first = HttpGet((*m)->port(), "/metrics");
+  EXPECT_THAT(first, HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 100"));
+  EXPECT_THAT(first, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 5"));
+  EXPECT_THAT(first, HasSubstr("heddle_relay_wan_duplicate_frames_total 2"));
+  EXPECT_THAT(HttpGet((*m)->port(), "/metrics"),
+              HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 101"));
+  // A port already taken: a clear error, no exception.
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> taken = MetricsEndpoint::Start(
+      absl::StrFormat("127.0.0.1:%d", (*m)->port()), [] { return v1::StatusResponse(); });
+  ASSERT_FALSE(taken.ok());
+  EXPECT_THAT(std::string(taken.status().message()), HasSubstr("cannot serve metrics"));
 }
 
 // One gateway of a two-region WAN on loopback; its region side is the outcomes it is handed.

@@ -249,8 +249,9 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   std::unique_ptr<MetricsEndpoint> m(new MetricsEndpoint());
   // prometheus-cpp and civetweb report failures by throwing; none may escape.
   try {
+    m->collectable_ = std::make_shared<RelayCollectable>(std::move(snapshot));
     m->exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
-    m->exposer_->RegisterCollectable(std::make_shared<RelayCollectable>(std::move(snapshot)));
+    m->exposer_->RegisterCollectable(m->collectable_);
     std::vector<int> ports = m->exposer_->GetListeningPorts();
     if (ports.empty()) return absl::InternalError("metrics.listen: no port bound");
     m->port_ = ports[0];

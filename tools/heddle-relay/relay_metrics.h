@@ -31,6 +31,7 @@
 #include "dataplane/relay/service/relay.pb.h"
 
 namespace prometheus {
+class Collectable;
 class Exposer;
 }  // namespace prometheus
 
@@ -46,6 +47,9 @@ class MetricsEndpoint {
 
  private:
   MetricsEndpoint() = default;
+  // The exposer holds the collectable by weak_ptr only: it lives here, and outlives the exposer
+  // (members are destroyed in reverse order).
+  std::shared_ptr<prometheus::Collectable> collectable_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };
