@@ -13,7 +13,10 @@ What every scenario checks:
     CRC-32C of its fp32 result (bit-identical everywhere);
   * the WAN bytes each gateway sent to each peer per round are at most fp32 / 31 of the model
     (the sign codec's ~32x, protocol overhead included);
-  * `heddle-relay status -j` agrees (rounds published, peers up).
+  * `heddle-relay status -j` agrees (rounds published, peers up);
+  * loopback, wan-faults: the Prometheus WAN series count each round and refusal once
+    (`heddle_relay_wan_rounds_total{outcome}` sums to the rounds resolved; rounds published
+    without a region, lost, prepared or replayed and duplicate frames are series of their own).
 Exit status 0 = pass, 1 = fail, 77 = skipped (not root / no namespaces, for the wan scenarios).
 """
 import argparse
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "wan"))
@@ -70,7 +74,7 @@ def fp32_bytes(elements, tensors=2):
 class Region:
     def __init__(self, rid, name, workdir, *, listen_host, wan_listen, peers, worker_token,
                  wan_token, model, workers=2, wan_timeout_s=20, push_timeout_s=30, extra="",
-                 coordinator=0, wan_extra=""):
+                 coordinator=0, wan_extra="", metrics_listen=None):
         self.rid, self.name, self.dir = rid, name, os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port_file = os.path.join(self.dir, "port")
@@ -86,6 +90,9 @@ class Region:
                     f"wan: {{region: {rid}, listen: '{wan_listen}', peers: [{peer_lines}], "
                     f"token: {wan_token}, wan_timeout: {wan_timeout_s}s, streams_per_peer: 4, "
                     f"keep_rounds: 8, coordinator: {coordinator}{wan_extra}}}\n" + extra)
+            if metrics_listen:
+                f.write(f"metrics: {{listen: '{metrics_listen}'}}\n")
+        self.metrics_listen = metrics_listen
         self.listen_host = listen_host
         self.proc = None
         self.workers = []
@@ -162,6 +169,18 @@ class Cluster:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         check(r.returncode == 0, f"status of {reg.name}: {r.stderr}")
         return json.loads(r.stdout)
+
+    def metrics(self, reg):
+        """The region's Prometheus text (its `metrics.listen`), scraped where the relay runs."""
+        url = f"http://{reg.metrics_listen}/metrics"
+        if getattr(self, "exec", None):
+            r = self.exec(reg.name, [sys.executable, "-c",
+                                     "import sys, urllib.request; sys.stdout.write(urllib.request."
+                                     "urlopen(sys.argv[1], timeout=30).read().decode())", url])
+            check(r.returncode == 0, f"metrics of {reg.name}: {r.stderr}")
+            return r.stdout
+        with urllib.request.urlopen(url, timeout=30) as f:
+            return f.read().decode()
 
     def stop(self):
         for reg in self.regions:
@@ -246,15 +265,65 @@ def check_wan_bytes(cluster, statuses, rounds, model_fp32, *, label):
           f"(1/{1 / worst:.1f}); bound 1/31")
 
 
+def samples(text, name):
+    """{labels: value} of one family in Prometheus text ("" for a sample without labels)."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        family, _, labels = series.partition("{")
+        if family == name:
+            out["{" + labels if labels else ""] = float(value)
+    return out
+
+
+def check_wan_metrics(cluster, statuses, *, label, resolved, without=None):
+    """Per gateway: heddle_relay_wan_rounds_total{outcome} holds exclusive outcomes that sum to
+    the rounds it resolved (`resolved`) and agree with `status -j`; the parts of an outcome
+    (`without[region]` rounds published without it, if given) and the acknowledged duplicate
+    frames are series of their own, never a label of rounds_total or refused_total."""
+    for reg in cluster.regions:
+        text = cluster.metrics(reg)
+        w = statuses[reg.name].get("wan", {})
+        rounds = samples(text, "heddle_relay_wan_rounds_total")
+        check(set(rounds) == {'{outcome="published"}', '{outcome="aborted"}'},
+              f"{label}: {reg.name}: rounds_total outcomes {sorted(rounds)}")
+        check(sum(rounds.values()) == resolved,
+              f"{label}: {reg.name}: rounds_total sums to {sum(rounds.values()):g}, "
+              f"{resolved} rounds resolved: {rounds}")
+        check(rounds['{outcome="published"}'] == int(field(w, "rounds_published")) and
+              rounds['{outcome="aborted"}'] == int(field(w, "rounds_aborted")),
+              f"{label}: {reg.name}: rounds_total {rounds} vs status {w}")
+        refused = samples(text, "heddle_relay_wan_refused_total")
+        check('{reason="duplicate"}' not in refused,
+              f"{label}: {reg.name}: duplicates counted as refusals: {refused}")
+        dup = samples(text, "heddle_relay_wan_duplicate_frames_total")
+        check(dup == {"": float(field(w, "duplicate_frames"))},
+              f"{label}: {reg.name}: duplicate_frames_total {dup} vs status {w}")
+        wo = samples(text, "heddle_relay_wan_rounds_without_this_region_total")
+        if without is not None:
+            check(wo == {"": float(without.get(reg.name, 0))},
+                  f"{label}: {reg.name}: rounds_without_this_region_total {wo}, expected "
+                  f"{without.get(reg.name, 0)}")
+        for part in ("rounds_without_this_region", "rounds_prepared", "rounds_lost"):
+            v = samples(text, f"heddle_relay_wan_{part}_total").get("")
+            check(v is not None and v <= sum(rounds.values()),
+                  f"{label}: {reg.name}: heddle_relay_wan_{part}_total {v}")
+    print(f"{label}: WAN round outcomes sum to the {resolved} rounds resolved on every gateway; "
+          "duplicates and the parts of an outcome in series of their own")
+
+
 def build_regions(cluster, names, *, listen_host_of, wan_listen_of, peer_addr, worker_token,
-                  wan_token, model, **kw):
+                  wan_token, model, metrics_listen_of=None, **kw):
     for i, name in enumerate(names):
         rid = i + 1
         peers = [(j + 1, peer_addr(name, other)) for j, other in enumerate(names) if other != name]
         cluster.regions.append(Region(rid, name, cluster.workdir, listen_host=listen_host_of(name),
                                       wan_listen=wan_listen_of(name), peers=peers,
                                       worker_token=worker_token, wan_token=wan_token, model=model,
-                                      **kw))
+                                      metrics_listen=metrics_listen_of(name)
+                                      if metrics_listen_of else None, **kw))
 
 
 def statuses_of(cluster, token):
@@ -266,12 +335,14 @@ def statuses_of(cluster, token):
 def scenario_loopback(binary, workdir, rounds=3, elements=2_000_000):
     names = ["eu", "us", "asia"]
     ports = {n: free_port() for n in names}
+    metrics_ports = {n: free_port() for n in names}
     c = Cluster(binary, workdir)
     model = model_block(elements)
     build_regions(c, names, listen_host_of=lambda n: "127.0.0.1",
                   wan_listen_of=lambda n: f"127.0.0.1:{ports[n]}",
                   peer_addr=lambda src, dst: f"127.0.0.1:{ports[dst]}", worker_token="wt0ken",
-                  wan_token="g4teway", model=model, coordinator=2)  # not the lowest region id
+                  wan_token="g4teway", model=model, coordinator=2,  # not the lowest region id
+                  metrics_listen_of=lambda n: f"127.0.0.1:{metrics_ports[n]}")
     try:
         for reg in c.regions:
             c.start_relay(reg)
@@ -290,6 +361,7 @@ def scenario_loopback(binary, workdir, rounds=3, elements=2_000_000):
               not st["eu"]["wan"].get("coordinator"),
               "region 2 (us) was configured as the coordinator")
         check_wan_bytes(c, st, rounds, fp32_bytes(elements), label="loopback")
+        check_wan_metrics(c, st, label="loopback", resolved=rounds, without={})
         print(f"loopback: 3 regions x 2 workers, {rounds} rounds, bit-identical: " +
               ", ".join(f"r{r} {seen[r][1]}/{seen[r][2]}" for r in sorted(seen)))
     finally:
@@ -423,7 +495,7 @@ def scenario_wan_faults(binary, workdir, rounds=8, elements=1_000_000):
                       wan_listen_of=lambda n: f"0.0.0.0:{wan_port}",
                       peer_addr=lambda src, dst: wan.peer_address(src, dst, wan_port),
                       worker_token="wt0ken", wan_token="g4teway", model=model_block(elements),
-                      wan_timeout_s=4)
+                      wan_timeout_s=4, metrics_listen_of=lambda n: f"{wan.address(n)}:9464")
         for reg in c.regions:
             c.start_relay(reg)
         for k, reg in enumerate(c.regions):
@@ -456,6 +528,9 @@ def scenario_wan_faults(binary, workdir, rounds=8, elements=1_000_000):
         seen = check_identical(c, range(1, rounds + 1), allow_excluded=allow)
         for r in missed:
             check(seen[r][3] == 2, f"round {r} published with {seen[r][3]} regions, expected 2")
+        # Asia's rounds published without it are part of its published rounds, not more rounds.
+        check_wan_metrics(c, statuses_of(c, "wt0ken"), label="wan-faults", resolved=rounds,
+                          without={"asia": len(missed)})
         print(f"wan-faults: asia cut off: rounds {missed} published without it (2 regions), "
               f"asia's workers applied them; asia rejoined; all rounds bit-identical")
     return with_wan(binary, workdir, body)

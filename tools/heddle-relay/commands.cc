@@ -430,12 +430,16 @@ std::string RenderStatus(const v1::StatusResponse& s) {
     out += "\n";
     out += RenderKeyValues({
         {"wan",
-         absl::StrFormat("%s, published through round %u (%u published, %u aborted, %u "
-                         "without this region, %u lost, %u prepared ahead, %u replayed from "
-                         "the decision log)",
-                         w.coordinator() ? "coordinator" : "follower", w.published_through(),
-                         w.rounds_published(), w.rounds_aborted(), w.rounds_without_this_region(),
-                         w.rounds_lost(), w.rounds_prepared(), w.decisions_replayed())},
+         absl::StrFormat("%s, published through round %u",
+                         w.coordinator() ? "coordinator" : "follower", w.published_through())},
+        // Published and aborted are exclusive (their sum is the rounds resolved here); the
+        // counts in parentheses are parts of them, and the replayed decisions are not rounds
+        // resolved by this process.
+        {"wan rounds",
+         absl::StrFormat("%u published (%u without this region, %u prepared ahead), %u aborted "
+                         "(%u lost); %u decisions replayed from the decision log",
+                         w.rounds_published(), w.rounds_without_this_region(), w.rounds_prepared(),
+                         w.rounds_aborted(), w.rounds_lost(), w.decisions_replayed())},
         {"wan schedule",
          absl::StrFormat("%s (digest %016x, %u pieces, predicted %.3f s per exchange; %u "
                          "switches from measured speeds)",
@@ -445,11 +449,14 @@ std::string RenderStatus(const v1::StatusResponse& s) {
                                      "publication)",
                                      w.last_publish_s(), w.mean_publish_s())},
         {"wan refusals",
-         absl::StrFormat("auth %u, handshake %u, malformed %u, digest mismatches %u, "
-                         "duplicates %u, out of window %u, restarted coordinator %u",
+         absl::StrFormat("auth %u, handshake %u, malformed %u, digest mismatches %u, out of "
+                         "window %u, restarted coordinator %u",
                          w.auth_failures(), w.handshake_failures(), w.malformed_messages(),
-                         w.digest_mismatches(), w.duplicate_frames(), w.out_of_window_messages(),
+                         w.digest_mismatches(), w.out_of_window_messages(),
                          w.coordinator_restarts())},
+        {"wan duplicates", absl::StrFormat("%u frames received again, acknowledged without "
+                                           "being applied again",
+                                           w.duplicate_frames())},
     });
     Table p({{"PEER", Table::kRight},
              {"ADDRESS"},

@@ -1,22 +1,34 @@
 // heddle-relay: the config, the metrics, and the whole binary on loopback — `serve` and two
 // `worker` processes run three rounds; `status -j` reads the result.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "dataplane/relay/round/model_spec.h"
+#include "dataplane/relay/wan/grpc_exchange.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/heddle-relay/commands.h"
@@ -164,6 +176,27 @@ TEST(WanHookTest, StateDirIsRelativeToTheConfigFile) {
   std::filesystem::remove_all(dir);
 }
 
+// The samples of one family in Prometheus text, by label set ("{...}", "" without labels).
+std::map<std::string, double> Samples(const std::string& text, const std::string& name) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    const std::string series = line.substr(0, space);
+    const size_t brace = series.find('{');
+    if (series.substr(0, brace) != name) continue;
+    out[brace == std::string::npos ? "" : series.substr(brace)] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+double Sum(const std::map<std::string, double>& samples) {
+  double sum = 0;
+  for (const auto& [labels, v] : samples) sum += v;
+  return sum;
+}
+
 TEST(RelayMetricsTest, FamiliesFromOneSnapshot) {
   v1::StatusResponse s;
   s.set_collecting_round(5);
@@ -240,22 +273,32 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_peer_up{peer=\"3\"} 0"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_reconnects_total{peer=\"3\"} 5"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"auth\"} 3"));
-  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"duplicate\"} 9"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"out_of_window\"} 4"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_refused_total{reason=\"coordinator_restart\"} 8"));
-  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 6"));
-  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"aborted\"} 2"));
-  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"lost\"} 1"));
-  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"replayed\"} 12"));
+  // Duplicates were acknowledged, not refused: a series of their own.
+  // (A worker's duplicate push on the LAN side is refused: heddle_relay_pushes_refused_total.)
+  EXPECT_FALSE(Samples(text, "heddle_relay_wan_refused_total").contains("{reason=\"duplicate\"}"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_duplicate_frames_total 9"));
+  EXPECT_EQ(Sum(Samples(text, "heddle_relay_wan_refused_total")), 3 + 4 + 8);
+  // Exclusive outcomes only; the parts of one outcome in series of their own.
+  EXPECT_EQ(Samples(text, "heddle_relay_wan_rounds_total"),
+            (std::map<std::string, double>{{"{outcome=\"aborted\"}", 2},
+                                           {"{outcome=\"published\"}", 6}}));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_lost_total 1"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_without_this_region_total 0"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_rounds_prepared_total 0"));
+  EXPECT_THAT(text, HasSubstr("heddle_relay_wan_decisions_replayed_total 12"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_publish_seconds{stat=\"last\"} 0.75"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_forwarded_frames_total{peer=\"3\"} 11"));
   EXPECT_THAT(text,
               HasSubstr("heddle_relay_wan_schedule_predicted_seconds{schedule=\"auto: direct\"} "
                         "0.25"));
   const std::string table = RenderStatus(s);
-  EXPECT_THAT(table, HasSubstr("coordinator, published through round 7 (6 published, 2 aborted, "
-                               "0 without this region, 1 lost, 0 prepared ahead, 12 replayed"));
-  EXPECT_THAT(table, HasSubstr("duplicates 9, out of window 4, restarted coordinator 8"));
+  EXPECT_THAT(table, HasSubstr("coordinator, published through round 7\n"));
+  EXPECT_THAT(table, HasSubstr("6 published (0 without this region, 0 prepared ahead), 2 aborted "
+                               "(1 lost); 12 decisions replayed from the decision log"));
+  EXPECT_THAT(table, HasSubstr("digest mismatches 0, out of window 4, restarted coordinator 8\n"));
+  EXPECT_THAT(table, HasSubstr("9 frames received again, acknowledged without being applied"));
   EXPECT_THAT(table, HasSubstr("10.0.0.3:7443"));
   EXPECT_THAT(table, HasSubstr("down"));
   EXPECT_THAT(table, HasSubstr("auto: direct (digest 0123456789abcdef, 4 pieces, predicted "
@@ -263,6 +306,215 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(table, HasSubstr("FORWARDED"));
   EXPECT_THAT(table, HasSubstr("200.0 Mbit/s"));
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
+}
+
+// The body of GET http://127.0.0.1:port/path (HTTP/1.0: the server closes after the reply);
+// empty on any failure.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const size_t body = reply.find("\r\n\r\n");
+  return body == std::string::npos ? "" : reply.substr(body + 4);
+}
+
+// What a scrape of the endpoint returns is the snapshot's families, taken at scrape time.
+TEST(RelayMetricsTest, EndpointServesTheSnapshotsFamilies) {
+  std::atomic<int> scrapes{0};
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> m =
+      MetricsEndpoint::Start("127.0.0.1:0", [&scrapes] {
+        v1::StatusResponse s;
+        s.set_rounds_published(100 + scrapes.fetch_add(1, std::memory_order_relaxed));
+        WanStats w;
+        w.rounds_published = 5;
+        w.duplicate_frames = 2;
+        FillWanStatus(w, s.mutable_wan());
+        return s;
+      });
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_GT((*m)->port(), 0);
+  const std::string first = HttpGet((*m)->port(), "/metrics");
+  EXPECT_THAT(first, HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 100"));
+  EXPECT_THAT(first, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 5"));
+  EXPECT_THAT(first, HasSubstr("heddle_relay_wan_duplicate_frames_total 2"));
+  EXPECT_THAT(HttpGet((*m)->port(), "/metrics"),
+              HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 101"));
+  // A port already taken: a clear error, no exception.
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> taken = MetricsEndpoint::Start(
+      absl::StrFormat("127.0.0.1:%d", (*m)->port()), [] { return v1::StatusResponse(); });
+  ASSERT_FALSE(taken.ok());
+  EXPECT_THAT(std::string(taken.status().message()), HasSubstr("cannot serve metrics"));
+}
+
+// One gateway of a two-region WAN on loopback; its region side is the outcomes it is handed.
+class OutcomeLog {
+ public:
+  WanExchange::OutcomeCallback Callback() {
+    return [this](uint64_t r, RoundOutcome o) {
+      std::lock_guard<std::mutex> l(mu_);
+      got_.emplace_back(r, std::move(o));
+      cv_.notify_all();
+    };
+  }
+  // Round r's outcome; fails the test if it does not come within a minute.
+  std::optional<RoundOutcome> Wait(uint64_t r) {
+    std::unique_lock<std::mutex> l(mu_);
+    auto find = [&]() -> const RoundOutcome* {
+      for (const auto& [round, o] : got_) {
+        if (round == r) return &o;
+      }
+      return nullptr;
+    };
+    if (!cv_.wait_for(l, std::chrono::seconds(60), [&] { return find() != nullptr; })) {
+      ADD_FAILURE() << "no outcome for round " << r;
+      return std::nullopt;
+    }
+    return *find();
+  }
+  // How many rounds were resolved here, in all and published.
+  std::pair<size_t, size_t> Counts() {
+    std::lock_guard<std::mutex> l(mu_);
+    size_t published = 0;
+    for (const auto& [round, o] : got_) published += o.kind == RoundOutcome::Kind::kPublished;
+    return {got_.size(), published};
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<uint64_t, RoundOutcome>> got_;
+};
+
+struct TestGateway {
+  std::unique_ptr<GrpcExchange> ex;
+  std::unique_ptr<OutcomeLog> outcomes;
+};
+
+TestGateway StartGateway(const ModelSpec& spec, uint32_t region, const std::string& state_dir) {
+  WanOptions o;
+  o.region_id = region;
+  o.listen_address = "127.0.0.1:0";
+  o.peers.push_back({.region_id = region == 1 ? 2u : 1u, .address = ""});
+  o.token = "wan-t0ken";
+  o.keep_rounds = 8;
+  o.rpc_timeout = absl::Seconds(20);
+  o.decision_poll = absl::Seconds(2);
+  o.backoff_min = absl::Milliseconds(10);
+  o.backoff_max = absl::Milliseconds(200);
+  if (region == 1) o.state_dir = state_dir;  // region 1 decides (the lowest id)
+  TestGateway g{.outcomes = std::make_unique<OutcomeLog>()};
+  absl::StatusOr<std::unique_ptr<GrpcExchange>> ex = StartGrpcExchange(spec, o);
+  EXPECT_TRUE(ex.ok()) << ex.status();
+  if (!ex.ok()) return g;
+  g.ex = *std::move(ex);
+  g.ex->SetOutcomeCallback(g.outcomes->Callback());
+  return g;
+}
+
+void Connect(TestGateway& a, uint32_t a_region, TestGateway& b, uint32_t b_region) {
+  ASSERT_TRUE(a.ex->SetPeerAddress(b_region, absl::StrFormat("127.0.0.1:%d", b.ex->port())).ok());
+  ASSERT_TRUE(b.ex->SetPeerAddress(a_region, absl::StrFormat("127.0.0.1:%d", a.ex->port())).ok());
+}
+
+// The region's aggregate of round r (tokens 0: the region has nothing this round).
+void SubmitRound(WanExchange& ex, const ModelSpec& spec, uint32_t region, uint64_t r,
+                 uint64_t tokens) {
+  if (tokens > 0) {
+    for (const SliceRef& s : Slices(spec)) {
+      std::vector<float> v(s.count);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float((i * 7 + region * 13 + r) % 17) - 8.0f;
+      ASSERT_TRUE(ex.SubmitSlice(r, s, v).ok());
+    }
+  }
+  ASSERT_TRUE(
+      ex.FinishRegion({.round_id = r, .region_id = region, .tokens = tokens, .workers = 2}).ok());
+}
+
+// The WAN round series of one gateway, checked against the outcomes its region side was handed:
+// the outcome label is exclusive (each round resolved counted once, under its kind).
+void ExpectOutcomesCountEachRoundOnce(const TestGateway& g, const char* which) {
+  v1::StatusResponse s;
+  FillWanStatus(g.ex->Stats(), s.mutable_wan());
+  const std::map<std::string, double> rounds =
+      Samples(RenderMetricsText(s), "heddle_relay_wan_rounds_total");
+  const auto [resolved, published] = g.outcomes->Counts();
+  EXPECT_EQ(Sum(rounds), double(resolved)) << which;
+  EXPECT_EQ(rounds.at("{outcome=\"published\"}"), double(published)) << which;
+  EXPECT_EQ(rounds.at("{outcome=\"aborted\"}"), double(resolved - published)) << which;
+}
+
+// Rounds published with and without a region, aborted everywhere, and a coordinator restarted
+// from its decision log (replayed decisions, a lost round): on every gateway the outcomes of
+// heddle_relay_wan_rounds_total add up to the rounds it resolved, while the finer counts (parts
+// of those outcomes) are non-zero in their own series.
+TEST(RelayMetricsTest, WanRoundOutcomesSumToTheRoundsResolved) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromString(
+      "chunk_size: 256\nslice_elements: 8192\n"
+      "tensors: [{name: w, elements: 20000}, {name: b, elements: 1000}]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::filesystem::path state = std::filesystem::temp_directory_path() /
+                                      absl::StrFormat("heddle_relay_wan_outcomes_%d", getpid());
+  std::filesystem::remove_all(state);
+  TestGateway g1 = StartGateway(*spec, 1, state.string());
+  TestGateway g2 = StartGateway(*spec, 2, state.string());
+  ASSERT_TRUE(g1.ex != nullptr && g2.ex != nullptr);
+  Connect(g1, 1, g2, 2);
+  // Round 1: both regions. Round 2: region 2 has no tokens, published without it. Round 3: no
+  // region has tokens, aborted everywhere.
+  const uint64_t tokens[4][3] = {{}, {0, 1000, 2000}, {0, 1000, 0}, {0, 0, 0}};
+  for (uint64_t r = 1; r <= 3; ++r) {
+    SubmitRound(*g2.ex, *spec, 2, r, tokens[r][2]);
+    SubmitRound(*g1.ex, *spec, 1, r, tokens[r][1]);
+    for (TestGateway* g : {&g1, &g2}) {
+      std::optional<RoundOutcome> o = g->outcomes->Wait(r);
+      ASSERT_TRUE(o.has_value());
+      EXPECT_EQ(o->kind, r == 3 ? RoundOutcome::Kind::kAborted : RoundOutcome::Kind::kPublished)
+          << "round " << r;
+    }
+  }
+  EXPECT_EQ(g2.ex->Stats().rounds_without_this_region, 1u);
+  ExpectOutcomesCountEachRoundOnce(g1, "coordinator");
+  // The coordinator restarts from its log: it replays rounds 1-3 and resolves round 3 again,
+  // as lost (this process holds no aggregate for it); round 4 is published everywhere.
+  g1.ex.reset();
+  g1 = StartGateway(*spec, 1, state.string());
+  ASSERT_TRUE(g1.ex != nullptr);
+  Connect(g1, 1, g2, 2);
+  std::optional<RoundOutcome> lost = g1.outcomes->Wait(3);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->kind, RoundOutcome::Kind::kAborted);
+  EXPECT_EQ(lost->reason.code(), absl::StatusCode::kDataLoss);
+  SubmitRound(*g2.ex, *spec, 2, 4, 2000);
+  SubmitRound(*g1.ex, *spec, 1, 4, 1000);
+  for (TestGateway* g : {&g1, &g2}) {
+    std::optional<RoundOutcome> o = g->outcomes->Wait(4);
+    ASSERT_TRUE(o.has_value());
+    EXPECT_EQ(o->kind, RoundOutcome::Kind::kPublished);
+  }
+  const WanStats st1 = g1.ex->Stats();
+  EXPECT_EQ(st1.decisions_replayed, 3u);
+  EXPECT_EQ(st1.rounds_lost, 1u);
+  EXPECT_EQ(g1.outcomes->Counts(), (std::pair<size_t, size_t>{2, 1}));
+  EXPECT_EQ(g2.outcomes->Counts(), (std::pair<size_t, size_t>{4, 3}));
+  ExpectOutcomesCountEachRoundOnce(g1, "restarted coordinator");
+  ExpectOutcomesCountEachRoundOnce(g2, "follower");
+  g1.ex.reset();
+  g2.ex.reset();
+  std::filesystem::remove_all(state);
 }
 
 // A child process with stdout and stderr in files.

@@ -115,28 +115,62 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     AddSample(wt, {{"stat", "last"}}, w.last_publish_s());
     AddSample(wt, {{"stat", "mean"}}, w.mean_publish_s());
     out.push_back(std::move(wt));
+    // A refusal is a call or message this gateway turned away; an identical frame received
+    // again is acknowledged (already held, not applied twice), so it is counted apart.
     MetricFamily wf = NewFamily("heddle_relay_wan_refused_total",
-                                "WAN calls and messages refused, by reason", MetricType::Counter);
+                                "WAN calls and messages refused, by reason (the reasons are "
+                                "exclusive: each refusal is counted once)",
+                                MetricType::Counter);
     AddSample(wf, {{"reason", "auth"}}, w.auth_failures());
     AddSample(wf, {{"reason", "handshake"}}, w.handshake_failures());
     AddSample(wf, {{"reason", "malformed"}}, w.malformed_messages());
     AddSample(wf, {{"reason", "digest_mismatch"}}, w.digest_mismatches());
-    AddSample(wf, {{"reason", "duplicate"}}, w.duplicate_frames());
     AddSample(wf, {{"reason", "out_of_window"}}, w.out_of_window_messages());
     AddSample(wf, {{"reason", "coordinator_restart"}}, w.coordinator_restarts());
     out.push_back(std::move(wf));
+    MetricFamily wd = NewFamily("heddle_relay_wan_duplicate_frames_total",
+                                "Frames received again identical to one already held (a peer's "
+                                "retry): acknowledged without being applied again, not refused",
+                                MetricType::Counter);
+    AddSample(wd, {}, w.duplicate_frames());
+    out.push_back(std::move(wd));
+    // Every round this gateway resolves ends published or aborted, once (PublishLocked and the
+    // decision log's replay in grpc_exchange.cc): the outcomes sum to the rounds resolved. The
+    // finer counts below are parts of one outcome, so they are series of their own.
     MetricFamily wo = NewFamily("heddle_relay_wan_rounds_total",
-                                "Rounds of the WAN exchange at this gateway, by outcome "
-                                "(without_this_region, prepared and replayed overlap published "
-                                "and aborted)",
+                                "Rounds of the WAN exchange resolved at this gateway, by final "
+                                "outcome (exclusive: the sum is the rounds resolved)",
                                 MetricType::Counter);
     AddSample(wo, {{"outcome", "published"}}, w.rounds_published());
     AddSample(wo, {{"outcome", "aborted"}}, w.rounds_aborted());
-    AddSample(wo, {{"outcome", "without_this_region"}}, w.rounds_without_this_region());
-    AddSample(wo, {{"outcome", "lost"}}, w.rounds_lost());
-    AddSample(wo, {{"outcome", "prepared"}}, w.rounds_prepared());
-    AddSample(wo, {{"outcome", "replayed"}}, w.decisions_replayed());
     out.push_back(std::move(wo));
+    MetricFamily wwo = NewFamily("heddle_relay_wan_rounds_without_this_region_total",
+                                 "Rounds published without this region's frames (of the "
+                                 "rounds_total outcome published)",
+                                 MetricType::Counter);
+    AddSample(wwo, {}, w.rounds_without_this_region());
+    out.push_back(std::move(wwo));
+    MetricFamily wpr = NewFamily("heddle_relay_wan_rounds_prepared_total",
+                                 "Follower: rounds published from the aggregate prepared before "
+                                 "the decision came (of the rounds_total outcome published)",
+                                 MetricType::Counter);
+    AddSample(wpr, {}, w.rounds_prepared());
+    out.push_back(std::move(wpr));
+    MetricFamily wl = NewFamily("heddle_relay_wan_rounds_lost_total",
+                                "Rounds decided whose aggregate this gateway could not get (no "
+                                "longer kept, or decided before this coordinator restarted): "
+                                "DataLoss, resynchronize the region's model (of the rounds_total "
+                                "outcome aborted)",
+                                MetricType::Counter);
+    AddSample(wl, {}, w.rounds_lost());
+    out.push_back(std::move(wl));
+    MetricFamily wrp = NewFamily("heddle_relay_wan_decisions_replayed_total",
+                                 "Coordinator with wan.state_dir: decisions read back from its "
+                                 "decision log at start-up (decided before the restart; of them "
+                                 "only the last is resolved here, as a lost round)",
+                                 MetricType::Counter);
+    AddSample(wrp, {}, w.decisions_replayed());
+    out.push_back(std::move(wrp));
   }
   MetricFamily refused = NewFamily("heddle_relay_pushes_refused_total", "Pushes refused, by reason",
                                    MetricType::Counter);
@@ -215,8 +249,9 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   std::unique_ptr<MetricsEndpoint> m(new MetricsEndpoint());
   // prometheus-cpp and civetweb report failures by throwing; none may escape.
   try {
+    m->collectable_ = std::make_shared<RelayCollectable>(std::move(snapshot));
     m->exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
-    m->exposer_->RegisterCollectable(std::make_shared<RelayCollectable>(std::move(snapshot)));
+    m->exposer_->RegisterCollectable(m->collectable_);
     std::vector<int> ports = m->exposer_->GetListeningPorts();
     if (ports.empty()) return absl::InternalError("metrics.listen: no port bound");
     m->port_ = ports[0];

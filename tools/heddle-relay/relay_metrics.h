@@ -16,7 +16,11 @@
 //   round) heddle_relay_plan_batch_size{worker}, heddle_relay_plan_inner_steps{worker}
 //     (one sample per member: bounded by round.max_workers; drop them in the scrape config for
 //      very large regions)
-// WAN bytes are the WAN side's (heddle_relay_wan_*).
+// The WAN half's counters are heddle_relay_wan_* (docs/relay-wan.md §8). Every label set is
+// exclusive, so a sum over a label counts each round or refusal once: rounds_total{outcome} is
+// published | aborted, and the counts that are parts of an outcome (without this region,
+// prepared, lost) or no outcome at all (decisions replayed, duplicate frames acknowledged) are
+// series of their own.
 #pragma once
 
 #include <functional>
@@ -27,6 +31,7 @@
 #include "dataplane/relay/service/relay.pb.h"
 
 namespace prometheus {
+class Collectable;
 class Exposer;
 }  // namespace prometheus
 
@@ -42,6 +47,9 @@ class MetricsEndpoint {
 
  private:
   MetricsEndpoint() = default;
+  // The exposer holds the collectable by weak_ptr only: it lives here, and outlives the exposer
+  // (members are destroyed in reverse order).
+  std::shared_ptr<prometheus::Collectable> collectable_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };

@@ -209,27 +209,34 @@ struct WanStats {
   double schedule_predicted_s = 0;
   uint64_t schedule_switches = 0;  // schedules switched to from measured speeds
   uint64_t published_through = 0;
+  // Every round resolved here is counted once, published or aborted: their sum is the rounds
+  // resolved (delivered to the region side). The next two are parts of them.
   uint64_t rounds_published = 0;
   uint64_t rounds_aborted = 0;
-  uint64_t rounds_without_this_region = 0;  // published without this region's frames
-  uint64_t rounds_lost = 0;                 // decided but no longer kept when this gateway asked
-  uint64_t frames_fetched = 0;              // from the coordinator
-  // Follower: rounds published from the aggregate prepared before the decision came (its
-  // parts, weights and digest were the decision's).
+  uint64_t rounds_without_this_region = 0;  // of rounds_published: without this region's frames
+  // Of rounds_aborted (DataLoss): decided, but no longer kept when this gateway asked, or the
+  // last round of a restarted coordinator's decision log (it holds no aggregate for it).
+  uint64_t rounds_lost = 0;
+  uint64_t frames_fetched = 0;  // from the coordinator
+  // Follower, of rounds_published: rounds published from the aggregate prepared before the
+  // decision came (its parts, weights and digest were the decision's).
   uint64_t rounds_prepared = 0;
   // Calls refused: no or wrong token, unknown region, a certificate not naming the claimed
   // region.
   uint64_t auth_failures = 0;
   uint64_t handshake_failures = 0;  // calls refused: spec digest, version, region set
   uint64_t malformed_messages = 0;  // bad chunk, frame, round or summary
-  uint64_t duplicate_frames = 0;    // identical copies acknowledged again
+  // Identical copies of a frame already held, acknowledged again (a peer's retry): neither
+  // applied twice nor refused. A different frame for a held slice is refused (malformed).
+  uint64_t duplicate_frames = 0;
   // Frames or summaries for a round outside this gateway's window: already over here, or more
   // than 2 rounds ahead (normal around restarts and catch-up; peers fetch what they need).
   uint64_t out_of_window_messages = 0;
   uint64_t digest_mismatches = 0;  // assembled aggregate ≠ the decision's digest
   // Decisions refused from a restarted coordinator that lost its decisions (no decision log).
   uint64_t coordinator_restarts = 0;
-  // Coordinator with wan.state_dir: rounds replayed from its decision log at start-up.
+  // Coordinator with wan.state_dir: decisions read back from its decision log at start-up. Not
+  // rounds resolved by this process, except the last (resolved here as aborted and lost).
   uint64_t decisions_replayed = 0;
   // From this region's FinishRegion to the round's publication here.
   double last_publish_seconds = 0;
