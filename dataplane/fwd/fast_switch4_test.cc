@@ -34,7 +34,8 @@ FastSwitch4 RandomParams(std::mt19937& rng) {
   f.down_shift = f.shift[tier];
   f.down_mask = f.digit_mask[tier];
   f.up_word = rng() % 2 ? 1 /* kUp */ : 2 /* kUnreachable */;
-  f.up_mask = (uint64_t{rng()} << 32 | rng()) & ((uint64_t{1} << (1 + rng() % 64)) - 1);
+  // The low 1..64 bits (1 << 64 would be undefined).
+  f.up_mask = (uint64_t{rng()} << 32 | rng()) & (~uint64_t{0} >> (63 - rng() % 64));
   return f;
 }
 

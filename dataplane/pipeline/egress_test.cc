@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dataplane/pipeline/stages.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pipeline/worker.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
@@ -174,7 +175,7 @@ class EgressTest : public ::testing::Test {
       const std::vector<uint8_t> f = Frame(id);
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       ASSERT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+      test_util::AppendFrame(m, f.data(), f.size());
       ASSERT_EQ(rte_ring_enqueue(p.rx, m), 0);
       bytes_[id] = f.size();
     }
@@ -557,7 +558,7 @@ class DcbEgressTest : public ::testing::Test {
       const std::vector<uint8_t> f = Frame(id);
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       ASSERT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+      test_util::AppendFrame(m, f.data(), f.size());
       ASSERT_EQ(rte_ring_enqueue(rx, m), 0);
       bytes_[id] = f.size();
     }

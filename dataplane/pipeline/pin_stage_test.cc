@@ -17,6 +17,7 @@
 #include "dataplane/pipeline/lb_control.h"
 #include "dataplane/pipeline/stages.h"
 #include "dataplane/pipeline/testing/eal_pool_env.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
@@ -106,7 +107,7 @@ class PinStageTest : public ::testing::Test {
     for (const Packet& p : pkts) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       EXPECT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, p.size()), p.data(), p.size());
+      test_util::AppendFrame(m, p.data(), p.size());
       b.desc[b.n] = p.desc;
       b.pkts[b.n] = m;
       b.egress[b.n] = kNoEgress;
@@ -240,7 +241,7 @@ TEST_F(PinStageTest, WhatIsNotBalancedIsLeftToPortForward) {
   b.ingress = kHost;
   for (const Packet& p : pkts) {
     rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
-    memcpy(rte_pktmbuf_append(m, p.size()), p.data(), p.size());
+    test_util::AppendFrame(m, p.data(), p.size());
     b.desc[b.n] = p.desc;
     b.pkts[b.n] = m;
     b.egress[b.n] = kNoEgress;
@@ -290,7 +291,7 @@ TEST_F(PinStageTest, AWhollyRoutedBurstIsLeftAloneByPortForward) {
     b.ingress = kHost;
     for (const Packet& p : pkts) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
-      memcpy(rte_pktmbuf_append(m, p.size()), p.data(), p.size());
+      test_util::AppendFrame(m, p.data(), p.size());
       b.desc[b.n] = p.desc;
       b.pkts[b.n] = m;
       b.egress[b.n] = kNoEgress;
@@ -407,8 +408,8 @@ TEST_F(PinStageTest, ChainedMbufsAndShortFirstSegments) {
     SCOPED_TRACE(split);
     rte_mbuf* a = rte_pktmbuf_alloc(Env::pool);
     rte_mbuf* c = rte_pktmbuf_alloc(Env::pool);
-    memcpy(rte_pktmbuf_append(a, split), p.data(), split);
-    memcpy(rte_pktmbuf_append(c, p.size() - split), p.data() + split, p.size() - split);
+    test_util::AppendFrame(a, p.data(), split);
+    test_util::AppendFrame(c, p.data() + split, p.size() - split);
     ASSERT_EQ(rte_pktmbuf_chain(a, c), 0);
     TestWorker& t = *w_[0];
     t.b.n = 1;

@@ -14,6 +14,7 @@
 
 #include "dataplane/pipeline/stages.h"
 #include "dataplane/pipeline/storm_stage.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pipeline/worker.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
@@ -63,7 +64,7 @@ RingPort MakePort(const std::string& name, unsigned tx_size = 1024) {
 rte_mbuf* ToMbuf(const std::vector<uint8_t>& f) {
   rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
   EXPECT_NE(m, nullptr);
-  memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+  test_util::AppendFrame(m, f.data(), f.size());
   return m;
 }
 
@@ -75,7 +76,7 @@ rte_mbuf* ToChain(const std::vector<uint8_t>& f, std::vector<size_t> cuts) {
     size_t n = cuts[c] - off;
     rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
     EXPECT_NE(m, nullptr);
-    memcpy(rte_pktmbuf_append(m, n), f.data() + off, n);
+    test_util::AppendFrame(m, f.data() + off, n);
     if (head == nullptr) {
       head = m;
     } else {

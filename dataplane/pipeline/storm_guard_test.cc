@@ -14,10 +14,11 @@
 #include "dataplane/pipeline/stages.h"
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/storm_stage.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pipeline/worker.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
-#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
@@ -78,7 +79,7 @@ class StormGuardTest : public ::testing::Test {
     for (const auto& f : frames) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       EXPECT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+      test_util::AppendFrame(m, f.data(), f.size());
       EXPECT_EQ(pkt::Parse(f.data(), f.size(), &b_.desc[b_.n]), pkt::ParseError::kOk);
       b_.pkts[b_.n] = m;
       b_.egress[b_.n] = 1;
@@ -170,7 +171,7 @@ TEST_F(StormGuardTest, BurstMarkWrapNeverReusesAStaleBacklog) {
   // 65535 bursts of another QP on the host port.
   std::vector<uint8_t> other = Frame(pkt::op::kSendOnly, 500, 1, 0, 64);
   rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
-  memcpy(rte_pktmbuf_append(m, other.size()), other.data(), other.size());
+  test_util::AppendFrame(m, other.data(), other.size());
   for (int i = 0; i < 65535; ++i) {
     b_.n = 1;
     b_.ingress = 0;
@@ -264,7 +265,7 @@ TEST(StormGuardWorkerTest, UplinkReadRequestWaitsBehindItsQpsWritesTowardsTheHos
   // A remote requester: a 40-packet WRITE then a READ request on QP 5, from the uplink.
   auto arrive = [&](const std::vector<uint8_t>& f) {
     rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
-    memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+    test_util::AppendFrame(m, f.data(), f.size());
     ASSERT_EQ(rte_ring_enqueue(up.rx, m), 0);
   };
   uint32_t psn = 100;

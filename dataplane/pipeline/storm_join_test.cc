@@ -13,10 +13,11 @@
 
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/storm_stage.h"
+#include "dataplane/pipeline/testing/eal_pool_env.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
-#include "dataplane/pipeline/testing/eal_pool_env.h"
 #include "gtest/gtest.h"
 
 namespace heddle::pipeline {
@@ -105,7 +106,7 @@ struct TestWorker {
     for (size_t i = 0; i < frames.size(); ++i) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       EXPECT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, frames[i].size()), frames[i].data(), frames[i].size());
+      test_util::AppendFrame(m, frames[i].data(), frames[i].size());
       b.desc[b.n] = descs[i];
       b.pkts[b.n] = m;
       b.egress[b.n] = 1;

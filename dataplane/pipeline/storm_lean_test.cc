@@ -17,6 +17,7 @@
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/storm_stage.h"
 #include "dataplane/pipeline/testing/eal_pool_env.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pkt/builder.h"
 #include "gtest/gtest.h"
 
@@ -159,7 +160,7 @@ void RunBurst(Side& s, const std::vector<std::vector<uint8_t>>& frames, uint32_t
   for (const auto& f : frames) {
     rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
     ASSERT_NE(m, nullptr);
-    memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+    test_util::AppendFrame(m, f.data(), f.size());
     ASSERT_EQ(pkt::Parse(f.data(), f.size(), &b.desc[b.n]), pkt::ParseError::kOk);
     b.pkts[b.n] = m;
     b.egress[b.n] = 1;

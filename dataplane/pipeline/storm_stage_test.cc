@@ -13,6 +13,7 @@
 
 #include "dataplane/pipeline/storm_control.h"
 #include "dataplane/pipeline/testing/eal_pool_env.h"
+#include "dataplane/pipeline/testing/mbuf_frame.h"
 #include "dataplane/pkt/builder.h"
 #include "drivers/dpdk/eal.h"
 #include "drivers/verbs/host_backlog.h"
@@ -79,7 +80,7 @@ class StormStageTest : public ::testing::Test {
     for (const auto& f : frames) {
       rte_mbuf* m = rte_pktmbuf_alloc(Env::pool);
       EXPECT_NE(m, nullptr);
-      memcpy(rte_pktmbuf_append(m, f.size()), f.data(), f.size());
+      test_util::AppendFrame(m, f.data(), f.size());
       EXPECT_EQ(pkt::Parse(f.data(), f.size(), &b_.desc[b_.n]), pkt::ParseError::kOk);
       b_.pkts[b_.n] = m;
       b_.egress[b_.n] = 1;

@@ -6,6 +6,7 @@
 // is left in the table directory. shim_e2e_qp_probe.cc, on a fake provider library preloaded
 // behind the shim: connecting a QP through the real ibv_modify_qp symbol records its peer in the
 // table, a rejected modify changes nothing, ibv_destroy_qp retires the QP.
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define HEDDLE_SHIM_E2E_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEDDLE_SHIM_E2E_ASAN 1
+#endif
+#endif
+
+#if defined(HEDDLE_SHIM_E2E_ASAN)
+extern "C" void __asan_init();
+#endif
+
 namespace {
 
 using heddle::verbs::shim::BacklogReader;
@@ -33,6 +46,21 @@ struct ProbeRun {
   int status = -1;
   std::string out;  // stdout and stderr
 };
+
+// LD_PRELOAD=<libs>. In an AddressSanitizer build with a shared ASan runtime (gcc's default) the
+// shim and the probes link that runtime, which must come first in the process's library list:
+// ahead of the preloaded shim too, or ASan refuses to start the probe.
+std::string Preload(const std::string& libs) {
+  std::string list = libs;
+#if defined(HEDDLE_SHIM_E2E_ASAN)
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&__asan_init), &info) != 0 && info.dli_fname != nullptr &&
+      std::string(info.dli_fname).find(".so") != std::string::npos) {
+    list = std::string(info.dli_fname) + " " + list;
+  }
+#endif
+  return "LD_PRELOAD=\"" + list + "\"";
+}
 
 ProbeRun RunProbe(const std::string& env, const char* probe = HEDDLE_SHIM_PROBE) {
   ProbeRun r;
@@ -57,8 +85,7 @@ class ShimE2eTest : public ::testing::Test {
 };
 
 TEST_F(ShimE2eTest, PreloadedIntoAVerbsProgramIsHarmless) {
-  ProbeRun r =
-      RunProbe(std::string("LD_PRELOAD=") + HEDDLE_SHIM_SO + " HEDDLE_VERBS_SHIM_DIR=" + dir_);
+  ProbeRun r = RunProbe(Preload(HEDDLE_SHIM_SO) + " HEDDLE_VERBS_SHIM_DIR=" + dir_);
   ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
   EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("devices: "));
@@ -76,8 +103,7 @@ TEST_F(ShimE2eTest, WithoutPreloadTheProbeUsesLibibverbs) {
 }
 
 TEST_F(ShimE2eTest, UnwritableTableDirStillRunsNormally) {
-  ProbeRun r = RunProbe(std::string("LD_PRELOAD=") + HEDDLE_SHIM_SO +
-                        " HEDDLE_VERBS_SHIM_DIR=" + dir_ + "/missing");
+  ProbeRun r = RunProbe(Preload(HEDDLE_SHIM_SO) + " HEDDLE_VERBS_SHIM_DIR=" + dir_ + "/missing");
   ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
   EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.out;
 }
@@ -93,10 +119,9 @@ std::vector<QpBacklog> QpsIn(const std::string& table) {
 TEST_F(ShimE2eTest, ModifyQpRecordsThePeerAndDestroyRetiresIt) {
   const std::string out = dir_ + "/out";
   std::filesystem::create_directory(out);
-  ProbeRun r =
-      RunProbe(std::string("LD_PRELOAD=\"") + HEDDLE_SHIM_SO + " " + HEDDLE_SHIM_FAKEVERBS_SO +
-                   "\" HEDDLE_VERBS_SHIM_DIR=" + dir_ + " HEDDLE_E2E_OUT=" + out,
-               HEDDLE_SHIM_QP_PROBE);
+  ProbeRun r = RunProbe(Preload(std::string(HEDDLE_SHIM_SO) + " " + HEDDLE_SHIM_FAKEVERBS_SO) +
+                            " HEDDLE_VERBS_SHIM_DIR=" + dir_ + " HEDDLE_E2E_OUT=" + out,
+                        HEDDLE_SHIM_QP_PROBE);
   ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
   ASSERT_EQ(WEXITSTATUS(r.status), 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("ibv_modify_qp from: " HEDDLE_SHIM_SO));
