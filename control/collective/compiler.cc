@@ -733,10 +733,8 @@ class Scheduler {
     tail_.assign(m_count, 0);
     dyn_start_.assign(m_count + 1, 0);
     dyn_jobs_.clear();
-    fin_op_.assign(mp, kNone);
     fin_end_.assign(mp, 0);
     rd_rank_.assign(mp, kNone);
-    rd_op_.assign(mp, kNone);
     rd_end_.assign(mp, 0);
     cur_.assign(m_count, 0);
     dst_ready_.assign(m_count, 0);
@@ -749,6 +747,9 @@ class Scheduler {
       }
     }
     if (emit_) {
+      // The ops' indexes: only the emission reads them (DstReady() with deps, Commit()).
+      fin_op_.assign(mp, kNone);
+      rd_op_.assign(mp, kNone);
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});
     }
@@ -1086,12 +1087,8 @@ class Scheduler {
         options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
   }
 
-  uint32_t Append(uint32_t rank, Op op) {
-    std::sort(op.deps.begin(), op.deps.end());
-    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-    ops_[rank].push_back(std::move(op));
-    return static_cast<uint32_t>(ops_[rank].size() - 1);
-  }
+  // A new op at the end of rank's list, built in place (its index is the list's size before).
+  Op& AppendOp(uint32_t rank) { return ops_[rank].emplace_back(); }
 
   void Commit(uint32_t m, uint32_t p, const Choice& choice) {
     const Move& mv = intent_.moves[m];
@@ -1130,16 +1127,18 @@ class Scheduler {
       for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
       const double arrival = Arrival(seg, start);
       for (uint32_t li : seg.links) link_free_[li] = start + seg.busy;
-      Op send;
+      // The ops are built in place, their deps with exactly the room they need (one allocation
+      // each, the emission's main cost): a send or a receive into scratch has at most one.
+      const uint32_t send_op = static_cast<uint32_t>(ops_[seg.from].size());
+      Op& send = AppendOp(seg.from);
       send.kind = OpKind::kSend;
       send.peer = seg.to;
       send.chunk = mv.slot;
       send.piece = p;
       send.src = from;
-      if (dep != kNone) send.deps.push_back(dep);
+      if (dep != kNone) send.deps.assign(1, dep);
       send.start_s = start;
       send.end_s = start + seg.busy;
-      const uint32_t send_op = Append(seg.from, std::move(send));
       if (h == 0) {
         rd_rank_[mi] = seg.from;
         rd_op_[mi] = send_op;
@@ -1150,7 +1149,9 @@ class Scheduler {
         reading->free_at = start + seg.busy;
         reading = nullptr;
       }
-      Op recv;
+      // seg.to ≠ seg.from: another rank's list, `send` is not moved by this.
+      const uint32_t recv_op = static_cast<uint32_t>(ops_[seg.to].size());
+      Op& recv = AppendOp(seg.to);
       recv.peer = seg.from;
       recv.chunk = mv.slot;
       recv.piece = p;
@@ -1158,13 +1159,16 @@ class Scheduler {
       if (seg.to == mv.dst) {
         recv.kind = mv.kind == MoveKind::kCopy ? OpKind::kRecv : OpKind::kRecvReduce;
         recv.dst = BufRef{BufRef::Buffer::kData, mv.slot};
-        const double ready = DstReady(m, p, &recv.deps);
+        deps_.clear();
+        const double ready = DstReady(m, p, &deps_);
+        std::sort(deps_.begin(), deps_.end());
+        recv.deps.assign(deps_.begin(), std::unique(deps_.begin(), deps_.end()));
         // The replay's times: a receive starts with its send or once its deps have ended.
         recv.start_s = std::max(start, ready);
         recv.end_s = std::max(arrival, ready);
         fin_end_[mi] = recv.end_s;
         makespan_ = std::max(makespan_, recv.end_s);
-        fin_op_[mi] = Append(seg.to, std::move(recv));
+        fin_op_[mi] = recv_op;
       } else {
         // Store and forward through the lowest-numbered scratch slot free by the arrival.
         std::vector<ScratchSlot>& pool = scratch_[size_t{seg.to} * pieces_ + p];
@@ -1174,12 +1178,12 @@ class Scheduler {
         recv.kind = OpKind::kRecv;
         recv.dst = BufRef{BufRef::Buffer::kScratch, k};
         if (pool[k].reader_op != kNone) {
-          recv.deps.push_back(pool[k].reader_op);
+          recv.deps.assign(1, pool[k].reader_op);
           recv.start_s = std::max(start, pool[k].free_at);
         }
         recv.end_s = arrival;
         makespan_ = std::max(makespan_, arrival);
-        dep = Append(seg.to, std::move(recv));
+        dep = recv_op;
         from = BufRef{BufRef::Buffer::kScratch, k};
         reading = &pool[k];
         at = arrival;
@@ -1227,6 +1231,7 @@ class Scheduler {
   };
   std::vector<FastSource> src_fast_;
   std::vector<std::vector<Op>> ops_;
+  std::vector<uint32_t> deps_;  // Commit()'s scratch: a receive's deps before sorting
 
   // ---- The ready pieces ----
   // A binary min-heap by (finish, move). A group's entry stays in place and is re-keyed when
