@@ -711,6 +711,17 @@ class Scheduler {
   // steps in order: the same ops without searching again.
   Schedule Emit(const std::vector<Step>& trace) {
     Reset();
+    // Every segment of a committed route is a send on its first rank and a receive on its last:
+    // each rank's list gets the room for all its ops before they are built.
+    std::vector<uint32_t> count(intent_.collective.ranks, 0);
+    for (const Step& step : trace) {
+      for (uint32_t sid :
+           SourceRoutes(step.move, dag_.src_start[step.move] + step.source)[step.route]) {
+        ++count[net_.segment(sid).from];
+        ++count[net_.segment(sid).to];
+      }
+    }
+    for (uint32_t r = 0; r < count.size(); ++r) ops_[r].reserve(count[r]);
     for (const Step& step : trace) {
       Commit(step.move, cur_[step.move]++, Choice{0, step.source, step.route});
     }
