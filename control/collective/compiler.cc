@@ -519,6 +519,23 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 // ---- The list scheduler ------------------------------------------------------------------------
 
+// The scheduler's tables per (move, piece). The piece search keeps one set across its candidates
+// (one per thread) and for the emission, reserved for its largest candidate: a candidate's tables
+// then go into memory an earlier one already touched, where fresh ones of a few MB each cost the
+// kernel about as much time in page faults as filling them takes.
+struct PieceTables {
+  std::vector<uint32_t> fin_op, rd_rank, rd_op;
+  std::vector<double> fin_end, rd_end;
+
+  void Reserve(size_t move_pieces) {
+    fin_op.reserve(move_pieces);
+    rd_rank.reserve(move_pieces);
+    rd_op.reserve(move_pieces);
+    fin_end.reserve(move_pieces);
+    rd_end.reserve(move_pieces);
+  }
+};
+
 class Scheduler {
  public:
   // One commit of Run(): piece cur(move) of `move` from its source `source` over `route`.
@@ -530,16 +547,25 @@ class Scheduler {
 
   // With emit = false the scheduler makes the same choices and computes the same times but
   // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
-  // piece search compares).
+  // piece search compares). `tables`, if given, is used instead of tables of its own.
   Scheduler(const Intent& intent, const Fabric& fabric, const Dag& dag, uint32_t pieces,
-            const CompileOptions& o, bool emit = true)
+            const CompileOptions& o, bool emit = true, PieceTables* tables = nullptr)
       : intent_(intent),
         t_(fabric.topology()),
         dag_(dag),
         pieces_(pieces),
         options_(o),
         emit_(emit),
-        net_(fabric, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
+        net_(fabric, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s),
+        tables_(tables) {
+    // Borrowed for the scheduler's life (plain members: no indirection on every access).
+    if (tables_ != nullptr) SwapTables();
+  }
+  ~Scheduler() {
+    if (tables_ != nullptr) SwapTables();
+  }
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // The schedule; nullopt once its makespan is certain to reach `give_up_at` (the piece search
   // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
@@ -1209,7 +1235,15 @@ class Scheduler {
   const CompileOptions& options_;
   const bool emit_;
   Network net_;
-  std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
+  PieceTables* const tables_;  // the caller's, whose vectors the ones below hold meanwhile
+  void SwapTables() {
+    fin_op_.swap(tables_->fin_op);
+    rd_rank_.swap(tables_->rd_rank);
+    rd_op_.swap(tables_->rd_op);
+    fin_end_.swap(tables_->fin_end);
+    rd_end_.swap(tables_->rd_end);
+  }
+  std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;  // per (move, piece), see Idx()
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
   std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
@@ -1602,6 +1636,9 @@ class ThreadedPieceSearch {
   };
 
   void Work() {
+    // This thread's tables for all the candidates it schedules (PieceTables).
+    PieceTables tables;
+    tables.Reserve(std::max<size_t>(intent_.moves.size(), 1) * candidates_.back().pieces);
     for (;;) {
       size_t k;
       {
@@ -1615,7 +1652,7 @@ class ThreadedPieceSearch {
       }
       Candidate& c = candidates_[k];
       const auto start = std::chrono::steady_clock::now();
-      Scheduler scheduler(intent_, fabric_, dag_, c.pieces, options_, /*emit=*/false);
+      Scheduler scheduler(intent_, fabric_, dag_, c.pieces, options_, /*emit=*/false, &tables);
       std::vector<Scheduler::Step> trace;
       absl::StatusOr<std::optional<Schedule>> s = scheduler.Run(kInf, &trace, &c.give_up);
       const double seconds =
@@ -1966,11 +2003,12 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   // commits; the chosen one's are committed again with ops (Emit), without searching.
   // With options.debug, every candidate of the search is recorded there.
   if (options.debug != nullptr) options.debug->candidates.clear();
+  PieceTables* search_tables = nullptr;  // the serial search's, kept across its candidates
   auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
                  std::vector<Scheduler::Step>* trace = nullptr,
                  double must_beat = kInf) -> absl::StatusOr<std::optional<Schedule>> {
     const auto start = std::chrono::steady_clock::now();
-    Scheduler scheduler(intent, fabric, dag, pieces, options, emit);
+    Scheduler scheduler(intent, fabric, dag, pieces, options, emit, search_tables);
     HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at, trace));
     if (options.debug != nullptr && options.pieces == 0) {
       options.debug->candidates.push_back(PieceCandidate{
@@ -2008,7 +2046,15 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
+  // Room for the largest candidate from the start (reserved, not touched): every candidate
+  // writes into the pages the ones before it used.
+  const size_t most = moves * candidates.back();
+  PieceTables tables;
+  tables.Reserve(most);
+  search_tables = &tables;
   std::vector<Scheduler::Step> trace, best_trace;
+  trace.reserve(most);
+  best_trace.reserve(most);
   for (uint32_t p : candidates) {
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
@@ -2025,7 +2071,7 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
       break;
     }
   }
-  Scheduler scheduler(intent, fabric, dag, best_pieces, options, /*emit=*/true);
+  Scheduler scheduler(intent, fabric, dag, best_pieces, options, /*emit=*/true, &tables);
   return scheduler.Emit(best_trace);
 }
 
