@@ -770,9 +770,13 @@ class Scheduler {
     tail_.assign(m_count, 0);
     dyn_start_.assign(m_count + 1, 0);
     dyn_jobs_.clear();
-    fin_end_.assign(mp, 0);
-    rd_rank_.assign(mp, kNone);
-    rd_end_.assign(mp, 0);
+    // The per-piece tables are only read for pieces this run has committed (a piece is ready,
+    // priced or committed only once every move it reads from or waits for has committed it), so
+    // what a table held before (an earlier candidate's, with the same PieceTables) is never seen
+    // and need not be cleared: resize() keeps it and costs nothing once the tables are as large.
+    fin_end_.resize(mp);
+    rd_rank_.resize(mp);
+    rd_end_.resize(mp);
     cur_.assign(m_count, 0);
     dst_ready_.assign(m_count, 0);
     pending_.assign(m_count, 0);
@@ -785,8 +789,8 @@ class Scheduler {
     }
     if (emit_) {
       // The ops' indexes: only the emission reads them (DstReady() with deps, Commit()).
-      fin_op_.assign(mp, kNone);
-      rd_op_.assign(mp, kNone);
+      fin_op_.resize(mp);
+      rd_op_.resize(mp);
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});
     }
