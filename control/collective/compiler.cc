@@ -1602,16 +1602,20 @@ class ThreadedPieceSearch {
 
   // Runs the search on `threads` threads (the calling one included). The winner's piece count
   // and commits, or the error the serial search would have returned.
-  absl::Status Run(uint32_t threads) {
+  // The calling thread schedules its candidates in `tables` (which the emission can reuse).
+  absl::Status Run(uint32_t threads, PieceTables* tables) {
     std::vector<std::thread> workers;
     for (uint32_t i = 1; i < threads; ++i) {
       try {
-        workers.emplace_back([this] { Work(); });
+        workers.emplace_back([this] {
+          PieceTables own;
+          Work(own);
+        });
       } catch (const std::system_error&) {
         break;  // no more threads: the ones running (at least this one) do the rest
       }
     }
-    Work();
+    Work(*tables);
     for (std::thread& w : workers) w.join();
     std::lock_guard<std::mutex> l(mu_);
     if (options_.debug != nullptr) {
@@ -1639,9 +1643,8 @@ class ThreadedPieceSearch {
     std::vector<Scheduler::Step> trace;
   };
 
-  void Work() {
-    // This thread's tables for all the candidates it schedules (PieceTables).
-    PieceTables tables;
+  // `tables`: this thread's, for all the candidates it schedules (PieceTables).
+  void Work(PieceTables& tables) {
     tables.Reserve(std::max<size_t>(intent_.moves.size(), 1) * candidates_.back().pieces);
     for (;;) {
       size_t k;
@@ -2041,19 +2044,19 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     threads = work >= kThreadedSearchWork ? std::max(1u, std::thread::hardware_concurrency()) : 1;
   }
   threads = std::min<uint32_t>(threads, static_cast<uint32_t>(candidates.size()));
+  // Room for the largest candidate from the start (reserved, not touched): every candidate
+  // writes into the pages the ones before it used, and so does the emission.
+  const size_t most = moves * candidates.back();
+  PieceTables tables;
   if (threads > 1) {
     ThreadedPieceSearch search(intent, fabric, dag, options, candidates);
-    HEDDLE_RETURN_IF_ERROR(search.Run(threads));
-    Scheduler scheduler(intent, fabric, dag, search.best_pieces(), options, /*emit=*/true);
+    HEDDLE_RETURN_IF_ERROR(search.Run(threads, &tables));
+    Scheduler scheduler(intent, fabric, dag, search.best_pieces(), options, /*emit=*/true, &tables);
     return scheduler.Emit(search.best_trace());
   }
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
-  // Room for the largest candidate from the start (reserved, not touched): every candidate
-  // writes into the pages the ones before it used.
-  const size_t most = moves * candidates.back();
-  PieceTables tables;
   tables.Reserve(most);
   search_tables = &tables;
   std::vector<Scheduler::Step> trace, best_trace;
