@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "control/collective/topology_io.h"
@@ -48,13 +47,54 @@ uint64_t PairKey(uint32_t a, uint32_t b) { return uint64_t{a} << 32 | b; }
 
 // ---- The network as the scheduler sees it ------------------------------------------------------
 
+// Ids (links of a segment, segments of a route) stored in a Network's IdArena.
+class IdSpan {
+ public:
+  IdSpan() = default;
+  IdSpan(const uint32_t* ids, size_t n) : ids_(ids), n_(static_cast<uint32_t>(n)) {}
+  const uint32_t* begin() const { return ids_; }
+  const uint32_t* end() const { return ids_ + n_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  uint32_t operator[](size_t i) const { return ids_[i]; }
+
+ private:
+  const uint32_t* ids_ = nullptr;
+  uint32_t n_ = 0;
+};
+
+// Bump allocation of id arrays that live as long as their Network: the segments' links and the
+// route lists of every rank pair, without one heap allocation (and free) each. Blocks never move,
+// so an IdSpan into one stays valid.
+class IdArena {
+ public:
+  uint32_t* Alloc(size_t n) {
+    if (n > left_) {
+      const size_t size = std::max(kBlock, n);
+      blocks_.push_back(std::make_unique_for_overwrite<uint32_t[]>(size));
+      next_ = blocks_.back().get();
+      left_ = size;
+    }
+    uint32_t* p = next_;
+    next_ += n;
+    left_ -= n;
+    return p;
+  }
+
+ private:
+  static constexpr size_t kBlock = size_t{1} << 14;  // 64 KiB
+  std::vector<std::unique_ptr<uint32_t[]>> blocks_;
+  uint32_t* next_ = nullptr;
+  size_t left_ = 0;
+};
+
 // A transfer between two ranks over one path: a direct link, or links through switches only.
 struct Segment {
   uint32_t from = 0, to = 0;
-  std::vector<uint32_t> links;  // topology link indexes, in path order
-  double latency = 0;           // Σ l_i
-  double bandwidth = 0;         // min_i w_i
-  double busy = 0;              // d = α + b / bandwidth
+  IdSpan links;          // topology link indexes, in path order
+  double latency = 0;    // Σ l_i
+  double bandwidth = 0;  // min_i w_i
+  double busy = 0;       // d = α + b / bandwidth
   double Cost() const { return busy + latency; }
 };
 
@@ -62,33 +102,107 @@ struct Segment {
 // both compute bit-identical times).
 inline double Arrival(const Segment& s, double start) { return start + s.busy + s.latency; }
 
-class Network {
+// The routes a rank pair is offered (Network::Routes()): route i is a list of segment ids.
+// Laid out as [n, 0, end_0, …, end_{n−1}, ids…] in the Network's arena.
+class RouteList {
  public:
-  Network(const Topology& t, double piece_bytes, double alpha)
-      : t_(t), piece_bytes_(piece_bytes), alpha_(alpha), out_(t.nodes.size()) {
+  explicit RouteList(const uint32_t* p) : p_(p) {}
+  const uint32_t* data() const { return p_; }
+  size_t size() const { return p_[0]; }
+  bool empty() const { return p_[0] == 0; }
+  IdSpan operator[](size_t i) const {
+    const uint32_t* ids = p_ + 2 + p_[0];
+    return IdSpan(ids + p_[1 + i], p_[2 + i] - p_[1 + i]);
+  }
+  class Iterator {
+   public:
+    Iterator(const RouteList& list, size_t i) : list_(list), i_(i) {}
+    IdSpan operator*() const { return list_[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const RouteList& list_;
+    size_t i_;
+  };
+  Iterator begin() const { return Iterator(*this, 0); }
+  Iterator end() const { return Iterator(*this, size()); }
+
+ private:
+  const uint32_t* p_;
+};
+
+// What the routes take from the topology whatever the piece size: the links out of each node
+// and between ranks, and the ranks' widest direct links. Built once per Compile() and shared
+// (read only) by the Network of every candidate piece count, on every thread.
+class Fabric {
+ public:
+  explicit Fabric(const Topology& t) : t_(t), out_(t.nodes.size()) {
+    if (t.ranks <= kDensePairRanks) rank_link_.assign(size_t{t.ranks} * t.ranks, kNone);
+    max_out_bw_.assign(t.ranks, 0);
+    max_in_bw_.assign(t.ranks, 0);
     for (uint32_t i = 0; i < t.links.size(); ++i) {
       const Link& l = t.links[i];
       out_[l.src].push_back(i);
-      link_index_.emplace(PairKey(l.src, l.dst), i);
-      if (l.src < t.ranks && l.dst < t.ranks) rank_links_ = true;
+      if (l.src >= t.ranks || l.dst >= t.ranks) continue;
+      rank_links_ = true;
+      if (!rank_link_.empty()) {
+        uint32_t& slot = rank_link_[size_t{l.src} * t.ranks + l.dst];
+        if (slot == kNone) slot = i;
+      } else {
+        link_index_.emplace(PairKey(l.src, l.dst), i);
+      }
+      max_out_bw_[l.src] = std::max(max_out_bw_[l.src], l.bytes_per_second);
+      max_in_bw_[l.dst] = std::max(max_in_bw_[l.dst], l.bytes_per_second);
     }
     has_switches_ = t.nodes.size() > t.ranks;
-    if (t.ranks <= kDensePairRanks) {
-      dense_seg_.assign(size_t{t.ranks} * t.ranks, kUnknown);
-      dense_routes_.assign(size_t{t.ranks} * t.ranks, kNone);
+  }
+
+  const Topology& topology() const { return t_; }
+  // The link from rank a to rank b, or kNone.
+  uint32_t RankLink(uint32_t a, uint32_t b) const {
+    if (!rank_link_.empty()) return rank_link_[size_t{a} * t_.ranks + b];
+    auto it = link_index_.find(PairKey(a, b));
+    return it == link_index_.end() ? kNone : it->second;
+  }
+  const std::vector<uint32_t>& out(uint32_t node) const { return out_[node]; }
+  bool has_switches() const { return has_switches_; }
+  bool rank_links() const { return rank_links_; }
+  double max_out_bw(uint32_t rank) const { return max_out_bw_[rank]; }
+  double max_in_bw(uint32_t rank) const { return max_in_bw_[rank]; }
+
+  // Per rank pair tables (here and in Network) of ranks² entries up to this many ranks (cheaper
+  // than hashing), else hash maps.
+  static constexpr uint32_t kDensePairRanks = 512;
+
+ private:
+  const Topology& t_;
+  std::vector<std::vector<uint32_t>> out_;
+  std::vector<uint32_t> rank_link_;                     // ranks², or empty
+  absl::flat_hash_map<uint64_t, uint32_t> link_index_;  // without rank_link_
+  bool has_switches_ = false, rank_links_ = false;
+  std::vector<double> max_out_bw_, max_in_bw_;
+};
+
+class Network {
+ public:
+  Network(const Fabric& f, double piece_bytes, double alpha)
+      : f_(f), t_(f.topology()), piece_bytes_(piece_bytes), alpha_(alpha) {
+    if (t_.ranks <= Fabric::kDensePairRanks) {
+      dense_seg_.assign(size_t{t_.ranks} * t_.ranks, kUnknown);
+      dense_routes_.assign(size_t{t_.ranks} * t_.ranks, nullptr);
     }
     // Rank-to-rank direct links: the relays' lower bounds.
-    min_out_.assign(t.ranks, kInf);
-    min_in_.assign(t.ranks, kInf);
-    max_out_bw_.assign(t.ranks, 0);
-    max_in_bw_.assign(t.ranks, 0);
-    for (const Link& l : t.links) {
-      if (l.src >= t.ranks || l.dst >= t.ranks) continue;
+    min_out_.assign(t_.ranks, kInf);
+    min_in_.assign(t_.ranks, kInf);
+    for (const Link& l : t_.links) {
+      if (l.src >= t_.ranks || l.dst >= t_.ranks) continue;
       const double c = alpha_ + piece_bytes_ / l.bytes_per_second + l.latency_s;
       min_out_[l.src] = std::min(min_out_[l.src], c);
       min_in_[l.dst] = std::min(min_in_[l.dst], c);
-      max_out_bw_[l.src] = std::max(max_out_bw_[l.src], l.bytes_per_second);
-      max_in_bw_[l.dst] = std::max(max_in_bw_[l.dst], l.bytes_per_second);
     }
   }
 
@@ -108,60 +222,71 @@ class Network {
       if (!inserted) return it->second;
       id = &it->second;
     }
-    std::vector<uint32_t> links;
-    if (auto l = link_index_.find(PairKey(a, b)); l != link_index_.end()) {
-      links.push_back(l->second);
-    } else if (has_switches_) {
-      links = SwitchPath(a, b);
+    if (const uint32_t li = f_.RankLink(a, b); li != kNone) {
+      *id = AddSegment(a, b, &li, 1);
+      return *id;
     }
+    if (!f_.has_switches()) return kNone;
+    const std::vector<uint32_t> links = SwitchPath(a, b);
     if (links.empty()) return kNone;
-    *id = AddSegment(a, b, std::move(links));
+    *id = AddSegment(a, b, links.data(), links.size());
     return *id;
   }
 
   // Candidate routes a→b as lists of segment ids: the direct segment first, then up to
   // kMaxRelays store-and-forward relays over one rank that could beat it (lower static cost, or
   // a wider bottleneck), and — when neither exists — the statically shortest path over any
-  // nodes, split at the ranks it passes. The reference stays valid as long as the Network.
+  // nodes, split at the ranks it passes. The list stays valid as long as the Network.
   // The routes of a pair and their segments depend on the pair alone, not on which routes were
   // built before (segment ids do, but nothing is decided by them), so Run(), LowerBound() and
   // Emit() may ask for routes in any order.
-  const std::vector<std::vector<uint32_t>>& Routes(uint32_t a, uint32_t b, bool multi_hop) {
+  RouteList Routes(uint32_t a, uint32_t b, bool multi_hop) {
+    const uint32_t** list;
     if (!dense_routes_.empty()) {
-      uint32_t& index = dense_routes_[size_t{a} * t_.ranks + b];
-      if (index == kNone) {
-        index = static_cast<uint32_t>(route_lists_.size());
-        route_lists_.emplace_back();
-        BuildRoutes(a, b, multi_hop, route_lists_.back());
-      }
-      return route_lists_[index];
+      list = &dense_routes_[size_t{a} * t_.ranks + b];
+    } else {
+      list = &routes_[PairKey(a, b)];  // BuildRoutes() does not touch routes_
     }
-    auto [it, inserted] = routes_.emplace(PairKey(a, b), std::vector<std::vector<uint32_t>>{});
-    if (inserted) BuildRoutes(a, b, multi_hop, it->second);
-    return it->second;
+    if (*list == nullptr) *list = BuildRoutes(a, b, multi_hop);
+    return RouteList(*list);
   }
 
  private:
-  void BuildRoutes(uint32_t a, uint32_t b, bool multi_hop,
-                   std::vector<std::vector<uint32_t>>& routes) {
+  const uint32_t* BuildRoutes(uint32_t a, uint32_t b, bool multi_hop) {
+    route_ids_.clear();
+    route_ends_.clear();
     const uint32_t direct = Seg(a, b);
-    if (direct != kNone) routes.push_back({direct});
-    if (!multi_hop) return;
+    if (direct != kNone) {
+      route_ids_.push_back(direct);
+      route_ends_.push_back(static_cast<uint32_t>(route_ids_.size()));
+    }
+    if (multi_hop) AddRelayRoutes(a, b, direct);
+    // [n, 0, end_0, …, end_{n−1}, ids…]: see RouteList.
+    const size_t n = route_ends_.size();
+    uint32_t* p = arena_.Alloc(2 + n + route_ids_.size());
+    p[0] = static_cast<uint32_t>(n);
+    p[1] = 0;
+    std::copy(route_ends_.begin(), route_ends_.end(), p + 2);
+    std::copy(route_ids_.begin(), route_ids_.end(), p + 2 + n);
+    return p;
+  }
+
+  // BuildRoutes() with multi_hop: the relays, or the path over any nodes when there is no route.
+  void AddRelayRoutes(uint32_t a, uint32_t b, uint32_t direct) {
     bool relays = true;
     if (direct != kNone) {
       const Segment& d = segments_[direct];
       if (d.Cost() <= min_out_[a] + min_in_[b] &&
-          d.bandwidth >= std::min(max_out_bw_[a], max_in_bw_[b])) {
+          d.bandwidth >= std::min(f_.max_out_bw(a), f_.max_in_bw(b))) {
         relays = false;  // no relay over a rank can be cheaper or wider
       }
     }
-    if (relays && rank_links_) {
-      std::vector<std::tuple<double, uint32_t, uint32_t, uint32_t>> found;  // cost, k, seg, seg
+    if (relays && f_.rank_links()) {
+      std::vector<std::tuple<double, uint32_t, uint32_t, uint32_t>>& found = found_;
+      found.clear();  // cost, k, seg, seg
       for (uint32_t k = 0; k < t_.ranks; ++k) {
         if (k == a || k == b) continue;
-        auto x = link_index_.find(PairKey(a, k));
-        auto y = link_index_.find(PairKey(k, b));
-        if (x == link_index_.end() || y == link_index_.end()) continue;
+        if (f_.RankLink(a, k) == kNone || f_.RankLink(k, b) == kNone) continue;
         const uint32_t s1 = Seg(a, k), s2 = Seg(k, b);
         const double cost = segments_[s1].Cost() + segments_[s2].Cost();
         const double bw = std::min(segments_[s1].bandwidth, segments_[s2].bandwidth);
@@ -172,10 +297,12 @@ class Network {
       }
       std::sort(found.begin(), found.end());
       for (size_t i = 0; i < found.size() && i < kMaxRelays; ++i) {
-        routes.push_back({std::get<2>(found[i]), std::get<3>(found[i])});
+        route_ids_.push_back(std::get<2>(found[i]));
+        route_ids_.push_back(std::get<3>(found[i]));
+        route_ends_.push_back(static_cast<uint32_t>(route_ids_.size()));
       }
     }
-    if (routes.empty()) {
+    if (route_ends_.empty()) {
       std::vector<uint32_t> path = ShortestPath(a, b, /*through_ranks=*/true);
       // Split at the ranks it passes: each stretch between two ranks goes through switches
       // only (or is a link), so Seg() has a segment for it. The route takes Seg()'s segment,
@@ -196,22 +323,27 @@ class Network {
           from = v;
         }
       }
-      if (!route.empty()) routes.push_back(std::move(route));
+      if (!route.empty()) {
+        route_ids_.insert(route_ids_.end(), route.begin(), route.end());
+        route_ends_.push_back(static_cast<uint32_t>(route_ids_.size()));
+      }
     }
   }
 
-  uint32_t AddSegment(uint32_t a, uint32_t b, std::vector<uint32_t> links) {
+  uint32_t AddSegment(uint32_t a, uint32_t b, const uint32_t* links, size_t n) {
     Segment s;
     s.from = a;
     s.to = b;
     s.bandwidth = kInf;
-    for (uint32_t li : links) {
-      s.latency += t_.links[li].latency_s;
-      s.bandwidth = std::min(s.bandwidth, t_.links[li].bytes_per_second);
+    for (size_t i = 0; i < n; ++i) {
+      s.latency += t_.links[links[i]].latency_s;
+      s.bandwidth = std::min(s.bandwidth, t_.links[links[i]].bytes_per_second);
     }
     s.busy = alpha_ + piece_bytes_ / s.bandwidth;
-    s.links = std::move(links);
-    segments_.push_back(std::move(s));
+    uint32_t* ids = arena_.Alloc(n);
+    std::copy(links, links + n, ids);
+    s.links = IdSpan(ids, n);
+    segments_.push_back(s);
     return static_cast<uint32_t>(segments_.size() - 1);
   }
 
@@ -251,7 +383,7 @@ class Network {
       heap.pop();
       if (d > dist[v]) continue;
       if (v != a && v < t_.ranks && !through_ranks) continue;
-      for (uint32_t li : out_[v]) {
+      for (uint32_t li : f_.out(v)) {
         const Link& l = t_.links[li];
         const double nd = d + alpha_ + piece_bytes_ / l.bytes_per_second + l.latency_s;
         if (nd < dist[l.dst]) {
@@ -264,24 +396,23 @@ class Network {
     return parent;
   }
 
+  const Fabric& f_;
   const Topology& t_;
   double piece_bytes_, alpha_;
-  std::vector<std::vector<uint32_t>> out_;
-  absl::flat_hash_map<uint64_t, uint32_t> link_index_;
-  bool has_switches_ = false, rank_links_ = false;
-  std::vector<double> min_out_, min_in_, max_out_bw_, max_in_bw_;
+  std::vector<double> min_out_, min_in_;
+  IdArena arena_;
   std::vector<Segment> segments_;
   // Per rank pair, Seg() and Routes(): in tables of ranks² entries up to kDensePairRanks ranks
   // (cheaper than hashing, once per source and candidate), else in hash maps.
-  static constexpr uint32_t kDensePairRanks = 512;
   static constexpr uint32_t kUnknown = kNone - 1;  // dense_seg_: not looked up yet
   std::vector<uint32_t> dense_seg_;                // segment id, kNone (none) or kUnknown
-  std::vector<uint32_t> dense_routes_;             // index into route_lists_, or kNone
-  std::deque<std::vector<std::vector<uint32_t>>> route_lists_;  // stable references
+  std::vector<const uint32_t*> dense_routes_;      // RouteList, or nullptr: not built yet
   absl::flat_hash_map<uint64_t, uint32_t> seg_index_;
-  // Node-based: the scheduler keeps pointers to the route lists.
-  absl::node_hash_map<uint64_t, std::vector<std::vector<uint32_t>>> routes_;
+  absl::flat_hash_map<uint64_t, const uint32_t*> routes_;
   absl::flat_hash_map<uint32_t, std::vector<uint32_t>> switch_trees_;
+  // BuildRoutes()'s scratch.
+  std::vector<uint32_t> route_ids_, route_ends_;
+  std::vector<std::tuple<double, uint32_t, uint32_t, uint32_t>> found_;
 };
 
 // ---- The move DAG ------------------------------------------------------------------------------
@@ -388,6 +519,23 @@ absl::StatusOr<Dag> BuildDag(const Intent& intent, bool substitute) {
 
 // ---- The list scheduler ------------------------------------------------------------------------
 
+// The scheduler's tables per (move, piece). The piece search keeps one set across its candidates
+// (one per thread) and for the emission, reserved for its largest candidate: a candidate's tables
+// then go into memory an earlier one already touched, where fresh ones of a few MB each cost the
+// kernel about as much time in page faults as filling them takes.
+struct PieceTables {
+  std::vector<uint32_t> fin_op, rd_rank, rd_op;
+  std::vector<double> fin_end, rd_end;
+
+  void Reserve(size_t move_pieces) {
+    fin_op.reserve(move_pieces);
+    rd_rank.reserve(move_pieces);
+    rd_op.reserve(move_pieces);
+    fin_end.reserve(move_pieces);
+    rd_end.reserve(move_pieces);
+  }
+};
+
 class Scheduler {
  public:
   // One commit of Run(): piece cur(move) of `move` from its source `source` over `route`.
@@ -399,16 +547,25 @@ class Scheduler {
 
   // With emit = false the scheduler makes the same choices and computes the same times but
   // appends no ops: Run() returns a schedule without per_rank, only its predicted_s (what the
-  // piece search compares).
-  Scheduler(const Intent& intent, const Topology& t, const Dag& dag, uint32_t pieces,
-            const CompileOptions& o, bool emit = true)
+  // piece search compares). `tables`, if given, is used instead of tables of its own.
+  Scheduler(const Intent& intent, const Fabric& fabric, const Dag& dag, uint32_t pieces,
+            const CompileOptions& o, bool emit = true, PieceTables* tables = nullptr)
       : intent_(intent),
-        t_(t),
+        t_(fabric.topology()),
         dag_(dag),
         pieces_(pieces),
         options_(o),
         emit_(emit),
-        net_(t, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s) {}
+        net_(fabric, static_cast<double>(o.slot_bytes) / pieces, o.per_op_overhead_s),
+        tables_(tables) {
+    // Borrowed for the scheduler's life (plain members: no indirection on every access).
+    if (tables_ != nullptr) SwapTables();
+  }
+  ~Scheduler() {
+    if (tables_ != nullptr) SwapTables();
+  }
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // The schedule; nullopt once its makespan is certain to reach `give_up_at` (the piece search
   // passes the time a candidate must beat, so a losing candidate stops early, or does not start:
@@ -580,6 +737,17 @@ class Scheduler {
   // steps in order: the same ops without searching again.
   Schedule Emit(const std::vector<Step>& trace) {
     Reset();
+    // Every segment of a committed route is a send on its first rank and a receive on its last:
+    // each rank's list gets the room for all its ops before they are built.
+    std::vector<uint32_t> count(intent_.collective.ranks, 0);
+    for (const Step& step : trace) {
+      for (uint32_t sid :
+           SourceRoutes(step.move, dag_.src_start[step.move] + step.source)[step.route]) {
+        ++count[net_.segment(sid).from];
+        ++count[net_.segment(sid).to];
+      }
+    }
+    for (uint32_t r = 0; r < count.size(); ++r) ops_[r].reserve(count[r]);
     for (const Step& step : trace) {
       Commit(step.move, cur_[step.move]++, Choice{0, step.source, step.route});
     }
@@ -602,11 +770,13 @@ class Scheduler {
     tail_.assign(m_count, 0);
     dyn_start_.assign(m_count + 1, 0);
     dyn_jobs_.clear();
-    fin_op_.assign(mp, kNone);
-    fin_end_.assign(mp, 0);
-    rd_rank_.assign(mp, kNone);
-    rd_op_.assign(mp, kNone);
-    rd_end_.assign(mp, 0);
+    // The per-piece tables are only read for pieces this run has committed (a piece is ready,
+    // priced or committed only once every move it reads from or waits for has committed it), so
+    // what a table held before (an earlier candidate's, with the same PieceTables) is never seen
+    // and need not be cleared: resize() keeps it and costs nothing once the tables are as large.
+    fin_end_.resize(mp);
+    rd_rank_.resize(mp);
+    rd_end_.resize(mp);
     cur_.assign(m_count, 0);
     dst_ready_.assign(m_count, 0);
     pending_.assign(m_count, 0);
@@ -618,6 +788,9 @@ class Scheduler {
       }
     }
     if (emit_) {
+      // The ops' indexes: only the emission reads them (DstReady() with deps, Commit()).
+      fin_op_.resize(mp);
+      rd_op_.resize(mp);
       scratch_.assign(size_t{n} * pieces_, {});
       ops_.assign(n, {});
     }
@@ -663,7 +836,7 @@ class Scheduler {
   // candidate that can no longer win. 0 when some move has no route (Run() reports that).
   double LowerBound() {
     const uint32_t m_count = static_cast<uint32_t>(intent_.moves.size());
-    auto route_cost = [&](const std::vector<uint32_t>& route) {
+    auto route_cost = [&](IdSpan route) {
       double c = 0;
       for (uint32_t sid : route) c += net_.segment(sid).Cost();
       return c;
@@ -879,12 +1052,15 @@ class Scheduler {
   }
 
   // The routes from move m's source si (an index into dag_.sources) to its destination.
-  const std::vector<std::vector<uint32_t>>& SourceRoutes(uint32_t m, uint32_t si) {
-    const std::vector<std::vector<uint32_t>>*& r = src_routes_[si];
-    if (r == nullptr) {
-      r = &net_.Routes(dag_.sources[si].rank, intent_.moves[m].dst, options_.multi_hop);
-    }
-    return *r;
+  [[gnu::always_inline]] RouteList SourceRoutes(uint32_t m, uint32_t si) {
+    const uint32_t* r = src_routes_[si];
+    if (r == nullptr) r = BuildSourceRoutes(m, si);
+    return RouteList(r);
+  }
+  [[gnu::noinline]] const uint32_t* BuildSourceRoutes(uint32_t m, uint32_t si) {
+    src_routes_[si] =
+        net_.Routes(dag_.sources[si].rank, intent_.moves[m].dst, options_.multi_hop).data();
+    return src_routes_[si];
   }
 
   // The best option for piece p of move m; finish kInf when no source has a route (Push()
@@ -952,18 +1128,13 @@ class Scheduler {
         options_.multi_hop ? "" : " without relaying over ranks; allow multi_hop"));
   }
 
-  uint32_t Append(uint32_t rank, Op op) {
-    std::sort(op.deps.begin(), op.deps.end());
-    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-    ops_[rank].push_back(std::move(op));
-    return static_cast<uint32_t>(ops_[rank].size() - 1);
-  }
+  // A new op at the end of rank's list, built in place (its index is the list's size before).
+  Op& AppendOp(uint32_t rank) { return ops_[rank].emplace_back(); }
 
   void Commit(uint32_t m, uint32_t p, const Choice& choice) {
     const Move& mv = intent_.moves[m];
     const Source& src = dag_.sources[dag_.src_start[m] + choice.source];
-    const std::vector<uint32_t>& route =
-        SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route];
+    const IdSpan route = SourceRoutes(m, dag_.src_start[m] + choice.source)[choice.route];
     const size_t mi = Idx(m, p);
     double at = src.writer == kNone ? 0 : fin_end_[Idx(src.writer, p)];
     if (!emit_) {
@@ -997,16 +1168,18 @@ class Scheduler {
       for (uint32_t li : seg.links) start = std::max(start, link_free_[li]);
       const double arrival = Arrival(seg, start);
       for (uint32_t li : seg.links) link_free_[li] = start + seg.busy;
-      Op send;
+      // The ops are built in place, their deps with exactly the room they need (one allocation
+      // each, the emission's main cost): a send or a receive into scratch has at most one.
+      const uint32_t send_op = static_cast<uint32_t>(ops_[seg.from].size());
+      Op& send = AppendOp(seg.from);
       send.kind = OpKind::kSend;
       send.peer = seg.to;
       send.chunk = mv.slot;
       send.piece = p;
       send.src = from;
-      if (dep != kNone) send.deps.push_back(dep);
+      if (dep != kNone) send.deps.assign(1, dep);
       send.start_s = start;
       send.end_s = start + seg.busy;
-      const uint32_t send_op = Append(seg.from, std::move(send));
       if (h == 0) {
         rd_rank_[mi] = seg.from;
         rd_op_[mi] = send_op;
@@ -1017,7 +1190,9 @@ class Scheduler {
         reading->free_at = start + seg.busy;
         reading = nullptr;
       }
-      Op recv;
+      // seg.to ≠ seg.from: another rank's list, `send` is not moved by this.
+      const uint32_t recv_op = static_cast<uint32_t>(ops_[seg.to].size());
+      Op& recv = AppendOp(seg.to);
       recv.peer = seg.from;
       recv.chunk = mv.slot;
       recv.piece = p;
@@ -1025,13 +1200,16 @@ class Scheduler {
       if (seg.to == mv.dst) {
         recv.kind = mv.kind == MoveKind::kCopy ? OpKind::kRecv : OpKind::kRecvReduce;
         recv.dst = BufRef{BufRef::Buffer::kData, mv.slot};
-        const double ready = DstReady(m, p, &recv.deps);
+        deps_.clear();
+        const double ready = DstReady(m, p, &deps_);
+        std::sort(deps_.begin(), deps_.end());
+        recv.deps.assign(deps_.begin(), std::unique(deps_.begin(), deps_.end()));
         // The replay's times: a receive starts with its send or once its deps have ended.
         recv.start_s = std::max(start, ready);
         recv.end_s = std::max(arrival, ready);
         fin_end_[mi] = recv.end_s;
         makespan_ = std::max(makespan_, recv.end_s);
-        fin_op_[mi] = Append(seg.to, std::move(recv));
+        fin_op_[mi] = recv_op;
       } else {
         // Store and forward through the lowest-numbered scratch slot free by the arrival.
         std::vector<ScratchSlot>& pool = scratch_[size_t{seg.to} * pieces_ + p];
@@ -1041,12 +1219,12 @@ class Scheduler {
         recv.kind = OpKind::kRecv;
         recv.dst = BufRef{BufRef::Buffer::kScratch, k};
         if (pool[k].reader_op != kNone) {
-          recv.deps.push_back(pool[k].reader_op);
+          recv.deps.assign(1, pool[k].reader_op);
           recv.start_s = std::max(start, pool[k].free_at);
         }
         recv.end_s = arrival;
         makespan_ = std::max(makespan_, arrival);
-        dep = Append(seg.to, std::move(recv));
+        dep = recv_op;
         from = BufRef{BufRef::Buffer::kScratch, k};
         reading = &pool[k];
         at = arrival;
@@ -1061,7 +1239,15 @@ class Scheduler {
   const CompileOptions& options_;
   const bool emit_;
   Network net_;
-  std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;
+  PieceTables* const tables_;  // the caller's, whose vectors the ones below hold meanwhile
+  void SwapTables() {
+    fin_op_.swap(tables_->fin_op);
+    rd_rank_.swap(tables_->rd_rank);
+    rd_op_.swap(tables_->rd_op);
+    fin_end_.swap(tables_->fin_end);
+    rd_end_.swap(tables_->rd_end);
+  }
+  std::vector<uint32_t> fin_op_, rd_rank_, rd_op_;  // per (move, piece), see Idx()
   std::vector<double> fin_end_, rd_end_;
   std::vector<uint32_t> cur_, pending_;
   std::vector<double> dst_ready_;  // per move: DstReady() of its waiting piece
@@ -1084,8 +1270,8 @@ class Scheduler {
   double lower_bound_ = 0;  // LowerBound() of the last Run(), or 0
   uint64_t committed_ = 0;  // pieces the last Run() committed
   PieceCandidate::Outcome outcome_ = PieceCandidate::Outcome::kScheduled;
-  std::vector<std::vector<ScratchSlot>> scratch_;                      // per (rank, piece)
-  std::vector<const std::vector<std::vector<uint32_t>>*> src_routes_;  // per dag_.sources
+  std::vector<std::vector<ScratchSlot>> scratch_;  // per (rank, piece)
+  std::vector<const uint32_t*> src_routes_;        // per dag_.sources: its RouteList, or nullptr
   // Per dag_.sources: a source whose only route is one link, all Evaluate() reads of it.
   struct FastSource {
     uint32_t writer = kNone;
@@ -1094,6 +1280,7 @@ class Scheduler {
   };
   std::vector<FastSource> src_fast_;
   std::vector<std::vector<Op>> ops_;
+  std::vector<uint32_t> deps_;  // Commit()'s scratch: a receive's deps before sorting
 
   // ---- The ready pieces ----
   // A binary min-heap by (finish, move). A group's entry stays in place and is re-keyed when
@@ -1321,7 +1508,7 @@ class Scheduler {
     }
   }
   // After a commit over `route`: every group of a segment sharing one of its links.
-  void RefreshLinks(const std::vector<uint32_t>& route) {
+  void RefreshLinks(IdSpan route) {
     for (uint32_t sid : route) {
       for (uint32_t li : net_.segment(sid).links) {
         for (uint32_t gi : link_groups_[li]) {
@@ -1406,25 +1593,29 @@ class Scheduler {
 // emitted afterwards, on the calling thread, from its recorded commits.
 class ThreadedPieceSearch {
  public:
-  ThreadedPieceSearch(const Intent& intent, const Topology& t, const Dag& dag,
+  ThreadedPieceSearch(const Intent& intent, const Fabric& fabric, const Dag& dag,
                       const CompileOptions& o, const std::vector<uint32_t>& pieces)
-      : intent_(intent), t_(t), dag_(dag), options_(o), candidates_(pieces.size()) {
+      : intent_(intent), fabric_(fabric), dag_(dag), options_(o), candidates_(pieces.size()) {
     for (size_t k = 0; k < pieces.size(); ++k) candidates_[k].pieces = pieces[k];
     limit_ = pieces.size();
   }
 
   // Runs the search on `threads` threads (the calling one included). The winner's piece count
   // and commits, or the error the serial search would have returned.
-  absl::Status Run(uint32_t threads) {
+  // The calling thread schedules its candidates in `tables` (which the emission can reuse).
+  absl::Status Run(uint32_t threads, PieceTables* tables) {
     std::vector<std::thread> workers;
     for (uint32_t i = 1; i < threads; ++i) {
       try {
-        workers.emplace_back([this] { Work(); });
+        workers.emplace_back([this] {
+          PieceTables own;
+          Work(own);
+        });
       } catch (const std::system_error&) {
         break;  // no more threads: the ones running (at least this one) do the rest
       }
     }
-    Work();
+    Work(*tables);
     for (std::thread& w : workers) w.join();
     std::lock_guard<std::mutex> l(mu_);
     if (options_.debug != nullptr) {
@@ -1452,7 +1643,9 @@ class ThreadedPieceSearch {
     std::vector<Scheduler::Step> trace;
   };
 
-  void Work() {
+  // `tables`: this thread's, for all the candidates it schedules (PieceTables).
+  void Work(PieceTables& tables) {
+    tables.Reserve(std::max<size_t>(intent_.moves.size(), 1) * candidates_.back().pieces);
     for (;;) {
       size_t k;
       {
@@ -1466,7 +1659,7 @@ class ThreadedPieceSearch {
       }
       Candidate& c = candidates_[k];
       const auto start = std::chrono::steady_clock::now();
-      Scheduler scheduler(intent_, t_, dag_, c.pieces, options_, /*emit=*/false);
+      Scheduler scheduler(intent_, fabric_, dag_, c.pieces, options_, /*emit=*/false, &tables);
       std::vector<Scheduler::Step> trace;
       absl::StatusOr<std::optional<Schedule>> s = scheduler.Run(kInf, &trace, &c.give_up);
       const double seconds =
@@ -1555,7 +1748,7 @@ class ThreadedPieceSearch {
   }
 
   const Intent& intent_;
-  const Topology& t_;
+  const Fabric& fabric_;  // shared, read only
   const Dag& dag_;
   const CompileOptions& options_;
   // Never resized (its elements hold atomics); each element's fields other than give_up are
@@ -1593,7 +1786,8 @@ absl::StatusOr<double> Replay(const Schedule& s, const Topology& t, uint64_t slo
     return absl::InvalidArgumentError(
         absl::StrFormat("schedule of %u ranks priced on a topology of %u ranks", n, t.ranks));
   }
-  Network net(t, static_cast<double>(slot_bytes) / s.pieces, alpha);
+  const Fabric fabric(t);
+  Network net(fabric, static_cast<double>(slot_bytes) / s.pieces, alpha);
   std::vector<uint64_t> base(n + 1, 0);
   for (uint32_t r = 0; r < n; ++r) base[r + 1] = base[r] + s.per_rank[r].ops.size();
   const uint64_t total = base[n];
@@ -1805,6 +1999,7 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
         intent.moves.size(), std::max(options.pieces, 1u), kMaxMovePieces));
   }
   HEDDLE_ASSIGN_OR_RETURN(Dag dag, BuildDag(intent, options.multi_hop));
+  const Fabric fabric(topology);
 
   // The scheduler's own times are the replay's by construction (the tests hold them equal:
   // PredictTime() of every schedule they compile is its predicted_s, and every op's start_s and
@@ -1815,11 +2010,12 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
   // commits; the chosen one's are committed again with ops (Emit), without searching.
   // With options.debug, every candidate of the search is recorded there.
   if (options.debug != nullptr) options.debug->candidates.clear();
+  PieceTables* search_tables = nullptr;  // the serial search's, kept across its candidates
   auto one = [&](uint32_t pieces, bool emit, double give_up_at = kInf,
                  std::vector<Scheduler::Step>* trace = nullptr,
                  double must_beat = kInf) -> absl::StatusOr<std::optional<Schedule>> {
     const auto start = std::chrono::steady_clock::now();
-    Scheduler scheduler(intent, topology, dag, pieces, options, emit);
+    Scheduler scheduler(intent, fabric, dag, pieces, options, emit, search_tables);
     HEDDLE_ASSIGN_OR_RETURN(std::optional<Schedule> s, scheduler.Run(give_up_at, trace));
     if (options.debug != nullptr && options.pieces == 0) {
       options.debug->candidates.push_back(PieceCandidate{
@@ -1848,16 +2044,24 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
     threads = work >= kThreadedSearchWork ? std::max(1u, std::thread::hardware_concurrency()) : 1;
   }
   threads = std::min<uint32_t>(threads, static_cast<uint32_t>(candidates.size()));
+  // Room for the largest candidate from the start (reserved, not touched): every candidate
+  // writes into the pages the ones before it used, and so does the emission.
+  const size_t most = moves * candidates.back();
+  PieceTables tables;
   if (threads > 1) {
-    ThreadedPieceSearch search(intent, topology, dag, options, candidates);
-    HEDDLE_RETURN_IF_ERROR(search.Run(threads));
-    Scheduler scheduler(intent, topology, dag, search.best_pieces(), options, /*emit=*/true);
+    ThreadedPieceSearch search(intent, fabric, dag, options, candidates);
+    HEDDLE_RETURN_IF_ERROR(search.Run(threads, &tables));
+    Scheduler scheduler(intent, fabric, dag, search.best_pieces(), options, /*emit=*/true, &tables);
     return scheduler.Emit(search.best_trace());
   }
   uint32_t best_pieces = 0;
   double best_s = kInf;
   int worse = 0;
+  tables.Reserve(most);
+  search_tables = &tables;
   std::vector<Scheduler::Step> trace, best_trace;
+  trace.reserve(most);
+  best_trace.reserve(most);
   for (uint32_t p : candidates) {
     // Kept only if strictly below this; so a schedule that reaches it is dropped unfinished.
     const double must_beat = best_pieces != 0 ? best_s * (1 - kMinPieceGain) : kInf;
@@ -1874,7 +2078,7 @@ absl::StatusOr<Schedule> Compile(const Intent& intent, const Topology& topology,
       break;
     }
   }
-  Scheduler scheduler(intent, topology, dag, best_pieces, options, /*emit=*/true);
+  Scheduler scheduler(intent, fabric, dag, best_pieces, options, /*emit=*/true, &tables);
   return scheduler.Emit(best_trace);
 }
 
