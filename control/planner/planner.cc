@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,8 +36,8 @@ Plan Equalize(const Plan& balanced, std::span<const SolverWorker> workers, const
   std::vector<int64_t> max_batch;
   max_batch.reserve(balanced.workers.size());
   for (const WorkerAssignment& a : balanced.workers) max_batch.push_back(a.max_batch);
-  const EqualSchedule eq = EqualBatchAndSteps(
-      max_batch, balanced.compute_budget_s, c, [&](size_t j, int64_t b) {
+  const EqualSchedule eq =
+      EqualBatchAndSteps(max_batch, balanced.compute_budget_s, c, [&](size_t j, int64_t b) {
         const double bd = static_cast<double>(b);
         return bd * static_cast<double>(balanced.workers[j].seq_len) /
                workers[j].spec.throughput.TokensPerSecond(bd);

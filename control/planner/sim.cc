@@ -126,11 +126,10 @@ absl::StatusOr<SimComparison> Simulate(const SimConfig& c) {
   // profiled) fits in the same compute budget.
   std::vector<int64_t> max_batch(n);
   for (size_t i = 0; i < n; ++i) max_batch[i] = c.workers[i].max_batch;
-  const EqualSchedule eq =
-      EqualBatchAndSteps(max_batch, budget, sc, [&](size_t i, int64_t b) {
-        const double bd = static_cast<double>(b);
-        return bd * static_cast<double>(sc.seq_len) / specs[i].throughput.TokensPerSecond(bd);
-      });
+  const EqualSchedule eq = EqualBatchAndSteps(max_batch, budget, sc, [&](size_t i, int64_t b) {
+    const double bd = static_cast<double>(b);
+    return bd * static_cast<double>(sc.seq_len) / specs[i].throughput.TokensPerSecond(bd);
+  });
   const int64_t b_eq = eq.batch_size, h_eq = eq.inner_steps;
 
   auto round_time = [&](double end) {

@@ -132,11 +132,11 @@ EqualSchedule EqualBatchAndSteps(std::span<const int64_t> max_batch, double budg
   double slowest = 0;
   for (size_t i = 0; i < max_batch.size(); ++i) slowest = std::max(slowest, step_seconds(i, b));
   // Clamped as a double first: a tiny step time would put the quotient beyond int64_t.
-  const int64_t h =
-      slowest > 0 ? static_cast<int64_t>(std::clamp(std::floor(budget_s / slowest),
-                                                    static_cast<double>(c.min_inner_steps),
-                                                    static_cast<double>(c.max_inner_steps)))
-                  : c.min_inner_steps;
+  const int64_t h = slowest > 0
+                        ? static_cast<int64_t>(std::clamp(std::floor(budget_s / slowest),
+                                                          static_cast<double>(c.min_inner_steps),
+                                                          static_cast<double>(c.max_inner_steps)))
+                        : c.min_inner_steps;
   return {.batch_size = b, .inner_steps = h};
 }
 

@@ -43,8 +43,7 @@ struct Trace {
 const Trace& GetTrace() {
   static const Trace* trace = [] {
     auto* t = new Trace;
-    rte_mempool* pool =
-        test_util::BenchmarkPool("pin_bench", kFrames + 1024);
+    rte_mempool* pool = test_util::BenchmarkPool("pin_bench", kFrames + 1024);
     std::mt19937_64 rng(5);
     uint32_t qpn[kQps], psn[kQps];
     for (int q = 0; q < kQps; ++q) {

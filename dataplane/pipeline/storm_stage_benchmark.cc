@@ -38,8 +38,7 @@ struct Trace {
 };
 
 rte_mempool* Pool(size_t n) {
-  static rte_mempool* pool =
-      test_util::BenchmarkPool("storm_bench", n);
+  static rte_mempool* pool = test_util::BenchmarkPool("storm_bench", n);
   return pool;
 }
 

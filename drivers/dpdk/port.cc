@@ -352,10 +352,9 @@ namespace {
 // object is IOVA-contiguous too, and the pool can pack its objects (RTE_MEMPOOL_F_NO_IOVA_CONTIG).
 rte_mempool* PackedPktmbufPool(const char* name, uint32_t n, uint16_t cache, uint16_t data_room,
                                int socket_id) {
-  rte_mempool* mp =
-      rte_mempool_create_empty(name, n, sizeof(rte_mbuf) + data_room, cache,
-                               sizeof(rte_pktmbuf_pool_private), socket_id,
-                               RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  rte_mempool* mp = rte_mempool_create_empty(name, n, sizeof(rte_mbuf) + data_room, cache,
+                                             sizeof(rte_pktmbuf_pool_private), socket_id,
+                                             RTE_MEMPOOL_F_NO_IOVA_CONTIG);
   if (mp == nullptr) return nullptr;
   int ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr);
   if (ret == 0) {
