@@ -257,6 +257,12 @@ def read_pcap(path):
     return header, records
 
 
+def auto_mbuf_size(max_frame_len):
+    """--mbuf-size auto: DPDK's default 2176-byte data room (128 of headroom) unless the longest
+    frame needs more, then 4608."""
+    return 2176 if max_frame_len + 128 <= 2176 else 4608
+
+
 def read_frames(path):
     return [bytes(frame) for _, frame in read_pcap(path)[1]]
 
@@ -511,7 +517,7 @@ def main():
         info["replay_duplicates"] = replay_duplicates(frames)
         roce_share = info["roce_frames"] / info["frames"]
         if args.mbuf_size == "auto":
-            mbuf = 2176 if info["max_len"] + 128 <= 2176 else 4608
+            mbuf = auto_mbuf_size(info["max_len"])
         else:
             mbuf = int(args.mbuf_size)
         print("\nmix %s: %d frames (%d RoCE, %d QP keys), %d-%d B (median %d), mbuf %d; PSNs %s; "

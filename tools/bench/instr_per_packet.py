@@ -32,7 +32,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
-import fwd_bench  # noqa: E402  (read_frames: the trace's frame lengths for --mbuf-size auto)
+import fwd_bench  # noqa: E402  (read_frames, auto_mbuf_size: --mbuf-size auto as fwd_bench.py)
 
 # name -> (storm section, lb section); the lb ones as fwd_bench.py's HEDDLED_LB.
 CONFIGS = {
@@ -140,8 +140,7 @@ def main():
     for mix in args.mix.split(","):
         trace = os.path.join(tmp, f"{mix}.pcap")
         if args.mbuf_size == "auto":
-            max_len = max(len(f) for f in fwd_bench.read_frames(trace))
-            mbuf = 2176 if max_len + 128 <= 2176 else 4608
+            mbuf = fwd_bench.auto_mbuf_size(max(len(f) for f in fwd_bench.read_frames(trace)))
         else:
             mbuf = int(args.mbuf_size)
         print(f"mix {mix}: {args.seconds:g} s under callgrind per configuration, mbuf {mbuf}")
