@@ -34,6 +34,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "wan"))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+from harness import metric_values  # noqa: E402  (the Prometheus text parser of the integration tests)
 
 ROUND_RE = re.compile(
     r"round (\d+): (included|excluded|aborted) digest ([0-9a-f]{16}) sum ([0-9a-f]{8}) regions (\d+)")
@@ -265,19 +268,6 @@ def check_wan_bytes(cluster, statuses, rounds, model_fp32, *, label):
           f"(1/{1 / worst:.1f}); bound 1/31")
 
 
-def samples(text, name):
-    """{labels: value} of one family in Prometheus text ("" for a sample without labels)."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, value = line.rsplit(" ", 1)
-        family, _, labels = series.partition("{")
-        if family == name:
-            out["{" + labels if labels else ""] = float(value)
-    return out
-
-
 def check_wan_metrics(cluster, statuses, *, label, resolved, without=None):
     """Per gateway: heddle_relay_wan_rounds_total{outcome} holds exclusive outcomes that sum to
     the rounds it resolved (`resolved`) and agree with `status -j`; the parts of an outcome
@@ -286,7 +276,7 @@ def check_wan_metrics(cluster, statuses, *, label, resolved, without=None):
     for reg in cluster.regions:
         text = cluster.metrics(reg)
         w = statuses[reg.name].get("wan", {})
-        rounds = samples(text, "heddle_relay_wan_rounds_total")
+        rounds = metric_values(text, "heddle_relay_wan_rounds_total")
         check(set(rounds) == {'{outcome="published"}', '{outcome="aborted"}'},
               f"{label}: {reg.name}: rounds_total outcomes {sorted(rounds)}")
         check(sum(rounds.values()) == resolved,
@@ -295,21 +285,24 @@ def check_wan_metrics(cluster, statuses, *, label, resolved, without=None):
         check(rounds['{outcome="published"}'] == int(field(w, "rounds_published")) and
               rounds['{outcome="aborted"}'] == int(field(w, "rounds_aborted")),
               f"{label}: {reg.name}: rounds_total {rounds} vs status {w}")
-        refused = samples(text, "heddle_relay_wan_refused_total")
+        refused = metric_values(text, "heddle_relay_wan_refused_total")
         check('{reason="duplicate"}' not in refused,
               f"{label}: {reg.name}: duplicates counted as refusals: {refused}")
-        dup = samples(text, "heddle_relay_wan_duplicate_frames_total")
+        dup = metric_values(text, "heddle_relay_wan_duplicate_frames_total")
         check(dup == {"": float(field(w, "duplicate_frames"))},
               f"{label}: {reg.name}: duplicate_frames_total {dup} vs status {w}")
-        wo = samples(text, "heddle_relay_wan_rounds_without_this_region_total")
+        wo = metric_values(text, "heddle_relay_wan_rounds_without_this_region_total")
         if without is not None:
             check(wo == {"": float(without.get(reg.name, 0))},
                   f"{label}: {reg.name}: rounds_without_this_region_total {wo}, expected "
                   f"{without.get(reg.name, 0)}")
-        for part in ("rounds_without_this_region", "rounds_prepared", "rounds_lost"):
-            v = samples(text, f"heddle_relay_wan_{part}_total").get("")
-            check(v is not None and v <= sum(rounds.values()),
-                  f"{label}: {reg.name}: heddle_relay_wan_{part}_total {v}")
+        # Each part lies within the outcome it is a part of.
+        for part, outcome in (("rounds_without_this_region", "published"),
+                              ("rounds_prepared", "published"), ("rounds_lost", "aborted")):
+            v = metric_values(text, f"heddle_relay_wan_{part}_total").get("")
+            check(v is not None and v <= rounds[f'{{outcome="{outcome}"}}'],
+                  f"{label}: {reg.name}: heddle_relay_wan_{part}_total {v} beyond the "
+                  f"{outcome} rounds {rounds}")
     print(f"{label}: WAN round outcomes sum to the {resolved} rounds resolved on every gateway; "
           "duplicates and the parts of an outcome in series of their own")
 

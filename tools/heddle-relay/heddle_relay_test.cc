@@ -399,9 +399,11 @@ class OutcomeLog {
   std::vector<std::pair<uint64_t, RoundOutcome>> got_;
 };
 
+// The outcome log before the exchange: members are destroyed in reverse order, and the exchange's
+// outcome thread calls into the log until the exchange is gone.
 struct TestGateway {
-  std::unique_ptr<GrpcExchange> ex;
   std::unique_ptr<OutcomeLog> outcomes;
+  std::unique_ptr<GrpcExchange> ex;
 };
 
 TestGateway StartGateway(const ModelSpec& spec, uint32_t region, const std::string& state_dir) {
@@ -512,6 +514,16 @@ TEST(RelayMetricsTest, WanRoundOutcomesSumToTheRoundsResolved) {
   EXPECT_EQ(g2.outcomes->Counts(), (std::pair<size_t, size_t>{4, 3}));
   ExpectOutcomesCountEachRoundOnce(g1, "restarted coordinator");
   ExpectOutcomesCountEachRoundOnce(g2, "follower");
+  // The parts of an outcome, each in its own series.
+  auto series = [](const TestGateway& g, const std::string& name) {
+    v1::StatusResponse s;
+    FillWanStatus(g.ex->Stats(), s.mutable_wan());
+    return Samples(RenderMetricsText(s), name);
+  };
+  using Single = std::map<std::string, double>;
+  EXPECT_EQ(series(g1, "heddle_relay_wan_rounds_lost_total"), (Single{{"", 1}}));
+  EXPECT_EQ(series(g1, "heddle_relay_wan_decisions_replayed_total"), (Single{{"", 3}}));
+  EXPECT_EQ(series(g2, "heddle_relay_wan_rounds_without_this_region_total"), (Single{{"", 1}}));
   g1.ex.reset();
   g2.ex.reset();
   std::filesystem::remove_all(state);

@@ -114,9 +114,11 @@ void WaitUntil(Pred pred) {
   while (!pred()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
+// The outcomes before the exchange: members are destroyed in reverse order, and the exchange's
+// outcome thread calls into them until the exchange is gone.
 struct Gateway {
-  std::unique_ptr<GrpcExchange> ex;
   std::unique_ptr<Outcomes> outcomes = std::make_unique<Outcomes>();
+  std::unique_ptr<GrpcExchange> ex;
 };
 
 class Mesh {
