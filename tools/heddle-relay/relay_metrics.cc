@@ -134,8 +134,9 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
                                 MetricType::Counter);
     AddSample(wd, {}, w.duplicate_frames());
     out.push_back(std::move(wd));
-    // Every round this gateway resolves ends published or aborted, once (PublishLocked and the
-    // decision log's replay in grpc_exchange.cc): the outcomes sum to the rounds resolved. The
+    // Every round this gateway resolves ends published or aborted, once (PublishLocked, the
+    // decision log's replay and a decision the log could not take, in grpc_exchange.cc): the
+    // outcomes sum to the rounds resolved. The
     // finer counts below are parts of one outcome, so they are series of their own.
     MetricFamily wo = NewFamily("heddle_relay_wan_rounds_total",
                                 "Rounds of the WAN exchange resolved at this gateway, by final "
@@ -158,7 +159,7 @@ std::vector<MetricFamily> Families(const v1::StatusResponse& s) {
     out.push_back(std::move(wpr));
     MetricFamily wl = NewFamily("heddle_relay_wan_rounds_lost_total",
                                 "Rounds decided whose aggregate this gateway could not get (no "
-                                "longer kept, or decided before this coordinator restarted): "
+                                "longer kept, or decided before the coordinator restarted): "
                                 "DataLoss, resynchronize the region's model (of the rounds_total "
                                 "outcome aborted)",
                                 MetricType::Counter);

@@ -16,11 +16,11 @@
 //   round) heddle_relay_plan_batch_size{worker}, heddle_relay_plan_inner_steps{worker}
 //     (one sample per member: bounded by round.max_workers; drop them in the scrape config for
 //      very large regions)
-// The WAN half's counters are heddle_relay_wan_* (docs/relay-wan.md §8). Every label set is
-// exclusive, so a sum over a label counts each round or refusal once: rounds_total{outcome} is
-// published | aborted, and the counts that are parts of an outcome (without this region,
-// prepared, lost) or no outcome at all (decisions replayed, duplicate frames acknowledged) are
-// series of their own.
+// The WAN half's counters are heddle_relay_wan_* (docs/relay-wan.md §8). Every counter's label
+// set is exclusive, so a sum over a label counts each round or refusal once:
+// rounds_total{outcome} is published | aborted, and the counts that are parts of an outcome
+// (without this region, prepared, lost) or no outcome at all (decisions replayed, duplicate
+// frames acknowledged) are series of their own.
 #pragma once
 
 #include <functional>
