@@ -659,8 +659,9 @@ class Scheduler {
           continue;
         }
         HeapPop();
-        // Its key is its finish now (the group's entry is renewed on every change); a piece of
-        // several sources takes the best of them, as Evaluate() picks it.
+        // Its key is its finish now (an entry whose piece is still waiting is the group's
+        // minimum, checked above); a piece of several sources takes the best of them, as
+        // Evaluate() picks it.
         TakeFromGroup(top.group, m, cur_[m]);
         choice = multi_src_[m] ? Evaluate(m, cur_[m]) : Choice{top.finish, 0, 0};
       } else {
@@ -670,8 +671,9 @@ class Scheduler {
         size_t c = 1;
         if (c + 1 < heap_.size() && heap_[c + 1] < heap_[c]) ++c;
         if (c < heap_.size() && heap_[c] < now) {
-          // Another piece now finishes earlier: re-key this one in place (the same entries as
-          // popping and pushing it, so the same order leaving the heap: keys are distinct).
+          // Another entry now comes first (a piece that finishes earlier, or a group's entry,
+          // which may be a lower bound): re-key this one in place (the same entries as popping
+          // and pushing it, so the same order leaving the heap: keys are distinct).
           // A piece of several sources that all hold it goes to their groups instead, with the
           // new key as its floor (JoinGroups()), and so do the move's later pieces.
           if (multi_src_[m]) {
@@ -1379,16 +1381,19 @@ class Scheduler {
   // reduces on a mesh) has, for piece p, the finish max(A, u): A = Arrival(when the segment's
   // links are free) is the same for every piece waiting on that segment, u its own fixed part.
   // Such pieces are kept per segment instead of in the heap: those with u ≤ A all finish at A
-  // (lowest move first), the others at u. The heap holds one entry per group, its minimum,
-  // re-keyed whenever a link of the segment or the group's members change. The lazy re-evaluation
+  // (lowest move first), the others at u. The heap holds one entry per group: its minimum,
+  // re-keyed whenever a link of the segment changes or a member joins below it, or a lower bound
+  // of it once its member left through another group (refreshed when it reaches the top). The
+  // lazy re-evaluation
   // of k such pieces after each of the k commits on their link cost O(k²) evaluations; this costs
   // O(log k) per commit. The choices are the same: every other heap key is a lower bound of its
   // piece's finish or is re-evaluated when popped, so the piece committed next is the same
   // (compiler_golden_test).
   //
   // A move with several sources, each one segment, has for piece p the finish min over its
-  // sources of max(A, u) — so once every source holds the piece, it waits in the group of every
-  // source's segment, and the least of their entries is its finish. A piece that reaches a
+  // sources of max(A, u) — so once every source holds the piece and one of the move's pieces
+  // was re-keyed in the heap (hot_), it waits in the group of every source's segment, and the
+  // least of their entries is its finish; until then it stays in the heap. A piece that reaches a
   // group through another one is dropped there lazily (grp_piece_ says which piece of a move
   // is waiting; members of other pieces are skipped when they come to the front).
   struct Member {
@@ -1453,9 +1458,10 @@ class Scheduler {
     }
     HeapSetGroup(gi, best);
   }
-  // Adds a member to group gi. The group's entry is the least of its waiting members (every
-  // change of its links refreshes it, and a member that leaves while it is the entry too), so
-  // the new member only has to be compared with it.
+  // Adds a member to group gi. The group's entry is at most the least of its waiting members
+  // (every change of its links refreshes it; a member that left through another group leaves
+  // it a lower bound until it reaches the top), so the new member only has to be compared with
+  // it.
   void GroupInsert(uint32_t gi, const Member& x) {
     Group& g = groups_[gi];
     const Segment& seg = net_.segment(group_seg_[gi]);
@@ -1548,7 +1554,8 @@ class Scheduler {
 
   std::vector<uint32_t> single_seg_;  // per move: its only segment, or kNone
   std::vector<uint8_t> multi_src_;    // per move: several sources, each one segment
-  // Per such move: one of its pieces was re-keyed in the heap. Where re-pricing is rare the heap
+  // Per such move: one of its pieces was re-keyed in the heap (another entry, maybe a group's
+  // lower bound, came before it). Where re-pricing is rare the heap
   // costs less than joining up to five groups (hierarchical all-reduce's all-gather phase), so
   // a move's pieces wait in groups only from then on (either way is exact).
   std::vector<uint8_t> hot_;

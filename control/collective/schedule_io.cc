@@ -728,8 +728,6 @@ std::optional<uint64_t> SniffVersion(absl::string_view json) {
   return v;
 }
 
-using Fnv = ::heddle::Fnv1a;  // FNV-1a 64 over little-endian fixed-width fields
-
 }  // namespace
 
 std::string ScheduleToJson(const Schedule& s) {
@@ -786,7 +784,7 @@ absl::StatusOr<Schedule> ScheduleFromJson(std::string_view json_in) {
 }
 
 uint64_t ScheduleDigest(const Schedule& s) {
-  Fnv h;
+  Fnv1a h;  // FNV-1a 64 over little-endian fixed-width fields
   h.Str(kScheduleFormatName);
   h.U64(s.version);
   h.U64(static_cast<uint64_t>(s.collective.kind));
