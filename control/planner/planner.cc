@@ -29,9 +29,10 @@ bool SameAssignments(const Plan& a, const Plan& b) {
   return true;
 }
 
-// The equal baseline from a balanced plan of the same members (same order in `workers`), as the
-// simulation defines it (sim.cc): the batch every member's memory admits, and the steps the slowest
-// member, at its profiled speed, fits in the balanced plan's compute budget.
+// The equal baseline from a balanced plan of the same members (same order in `workers`), by
+// EqualBatchAndSteps() (solver.h), as the simulation takes it: the batch every member's memory
+// admits, and the steps the slowest member, at its profiled speed, fits in the balanced plan's
+// compute budget.
 Plan Equalize(const Plan& balanced, std::span<const SolverWorker> workers, const SolverConfig& c) {
   std::vector<int64_t> max_batch;
   max_batch.reserve(balanced.workers.size());

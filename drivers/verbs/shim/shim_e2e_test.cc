@@ -55,7 +55,7 @@ std::string Preload(const std::string& libs) {
 #if defined(HEDDLE_SHIM_E2E_ASAN)
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&__asan_init), &info) != 0 && info.dli_fname != nullptr &&
-      std::string(info.dli_fname).find(".so") != std::string::npos) {
+      std::string(info.dli_fname).find("libasan") != std::string::npos) {
     list = std::string(info.dli_fname) + " " + list;
   }
 #endif
