@@ -4,16 +4,8 @@
 // several lcores; also checks start-up failures come back as Status, never as exceptions.
 #include "control/metrics/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "control/metrics/testing/http_get.h"
 #include "dataplane/pipeline/stats.h"
 #include "dataplane/pkt/parse.h"
 #include "gmock/gmock.h"
@@ -37,39 +30,7 @@ using pipeline::DropReason;
 using pkt::RoceClass;
 using ::testing::HasSubstr;
 
-// A minimal HTTP/1.0 GET: the server closes the connection after the response.
-absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket");
-  timeval timeout{10, 0};  // a hung server fails the test instead of hanging it
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(port);
-  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("connect: ", strerror(errno)));
-  }
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return absl::InternalError("send");
-  }
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) resp.append(buf, n);
-  close(fd);
-  size_t body = resp.find("\r\n\r\n");
-  if (body == std::string::npos) return absl::InternalError("no HTTP header end: " + resp);
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos ||
-      resp.find(" 200 ") > resp.find("\r\n")) {
-    return absl::InternalError("not a 200 response: " + resp.substr(0, resp.find("\r\n")));
-  }
-  return resp.substr(body + 4);
-}
+using ::heddle::metrics::test_util::HttpGet;
 
 // The text exposition, parsed: samples keyed by name and sorted labels.
 struct Exposition {

@@ -1,11 +1,7 @@
 // heddle-relay: the config, the metrics, and the whole binary on loopback — `serve` and two
 // `worker` processes run three rounds; `status -j` reads the result.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "control/metrics/testing/http_get.h"
 #include "dataplane/relay/round/model_spec.h"
 #include "dataplane/relay/wan/grpc_exchange.h"
 #include "gmock/gmock.h"
@@ -41,6 +38,7 @@ extern char** environ;
 namespace heddle::relay::tool {
 namespace {
 
+using ::heddle::metrics::test_util::HttpGet;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -308,30 +306,6 @@ TEST(RelayMetricsTest, WanHalfFromTheExchangeStats) {
   EXPECT_THAT(text, HasSubstr("heddle_relay_wan_send_rate_bytes_per_second{peer=\"3\"} 25000000"));
 }
 
-// The body of GET http://127.0.0.1:port/path (HTTP/1.0: the server closes after the reply);
-// empty on any failure.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval tv{.tv_sec = 10, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, size_t(n));
-    }
-  }
-  close(fd);
-  const size_t body = reply.find("\r\n\r\n");
-  return body == std::string::npos ? "" : reply.substr(body + 4);
-}
-
 // What a scrape of the endpoint returns is the snapshot's families, taken at scrape time.
 TEST(RelayMetricsTest, EndpointServesTheSnapshotsFamilies) {
   std::atomic<int> scrapes{0};
@@ -347,12 +321,15 @@ TEST(RelayMetricsTest, EndpointServesTheSnapshotsFamilies) {
       });
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_GT((*m)->port(), 0);
-  const std::string first = HttpGet((*m)->port(), "/metrics");
+  const absl::StatusOr<std::string> first_scrape = HttpGet((*m)->port(), "/metrics");
+  ASSERT_TRUE(first_scrape.ok()) << first_scrape.status();
+  const std::string& first = *first_scrape;
   EXPECT_THAT(first, HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 100"));
   EXPECT_THAT(first, HasSubstr("heddle_relay_wan_rounds_total{outcome=\"published\"} 5"));
   EXPECT_THAT(first, HasSubstr("heddle_relay_wan_duplicate_frames_total 2"));
-  EXPECT_THAT(HttpGet((*m)->port(), "/metrics"),
-              HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 101"));
+  const absl::StatusOr<std::string> second = HttpGet((*m)->port(), "/metrics");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(*second, HasSubstr("heddle_relay_rounds_total{outcome=\"published\"} 101"));
   // A port already taken: a clear error, no exception.
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> taken = MetricsEndpoint::Start(
       absl::StrFormat("127.0.0.1:%d", (*m)->port()), [] { return v1::StatusResponse(); });
