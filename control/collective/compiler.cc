@@ -114,10 +114,11 @@ class RouteList {
     const uint32_t* ids = p_ + 2 + p_[0];
     return IdSpan(ids + p_[1 + i], p_[2 + i] - p_[1 + i]);
   }
+  // Holds the list's pointer into the arena, not the list: it outlives a temporary RouteList.
   class Iterator {
    public:
-    Iterator(const RouteList& list, size_t i) : list_(list), i_(i) {}
-    IdSpan operator*() const { return list_[i_]; }
+    Iterator(const uint32_t* p, size_t i) : p_(p), i_(i) {}
+    IdSpan operator*() const { return RouteList(p_)[i_]; }
     Iterator& operator++() {
       ++i_;
       return *this;
@@ -125,11 +126,11 @@ class RouteList {
     bool operator!=(const Iterator& o) const { return i_ != o.i_; }
 
    private:
-    const RouteList& list_;
+    const uint32_t* p_;
     size_t i_;
   };
-  Iterator begin() const { return Iterator(*this, 0); }
-  Iterator end() const { return Iterator(*this, size()); }
+  Iterator begin() const { return Iterator(p_, 0); }
+  Iterator end() const { return Iterator(p_, size()); }
 
  private:
   const uint32_t* p_;
